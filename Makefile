@@ -1,0 +1,70 @@
+# memattach - attach to a running jemalloc process and analyse its heap.
+#
+#   make demo    install missing Debian packages, build, run the demo daemon
+#   make test    install missing Debian packages, build, run every test
+#   make bench   side-by-side benchmarks against gdb / jeprof
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -MMD -MP
+LDLIBS  += -lunwind-ptrace -lunwind-generic -lunwind -ldw -lelf -liberty -lz -lm
+
+B := build
+
+# Debian packages the build, the fixtures and the tests need.
+DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
+	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
+	clang libclang-rt-14-dev util-linux procps
+
+ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
+ATTACH_SRC   := $(sort $(wildcard attach/*.c))
+ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
+ATTACH_OBJ   := $(ATTACH_SRC:%.c=$(B)/%.o)
+# The attach core without main.c and commands, for attach unit tests.
+CORE_OBJ     := $(filter-out $(B)/attach/main.o $(B)/attach/cmd_%.o,$(ATTACH_OBJ))
+
+UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
+UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
+
+.PHONY: all deps demo test bench fixtures clean
+all: $(B)/memattach
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(B)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(B)/memattach: $(ATTACH_OBJ) $(ANALYSIS_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/unit/%: tests/unit/%.c $(CORE_OBJ) $(ANALYSIS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(CORE_OBJ) $(ANALYSIS_OBJ) $(LDLIBS)
+
+include fixtures/fixtures.mk
+
+test: deps
+	$(MAKE) all fixtures $(UNIT_BINS)
+	bash tests/run.sh
+
+demo: deps
+	$(MAKE) all fixtures
+	bash fixtures/demo.sh
+
+bench: deps
+	$(MAKE) all fixtures
+	bash tests/bench/run.sh
+
+clean:
+	rm -rf $(B)
+
+-include $(ANALYSIS_OBJ:.o=.d) $(ATTACH_OBJ:.o=.d)

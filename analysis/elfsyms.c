@@ -1,0 +1,328 @@
+/*
+ * elfsyms.c - load .symtab + .dynsym with libelf, sort once, look up fast.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "elfsyms.h"
+#include "ma_error.h"
+
+static int cmp_sym_addr(const void *a, const void *b)
+{
+	const struct ma_sym *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	/* Among aliases prefer globals, then functions, then sized ones. */
+	if ((x->bind == STB_LOCAL) != (y->bind == STB_LOCAL))
+		return x->bind == STB_LOCAL ? 1 : -1;
+	if ((x->type == STT_FUNC) != (y->type == STT_FUNC))
+		return x->type == STT_FUNC ? -1 : 1;
+	if (x->size != y->size)
+		return x->size > y->size ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static const struct ma_sym *sort_base;
+
+static int cmp_idx_name(const void *a, const void *b)
+{
+	const struct ma_sym *x = &sort_base[*(const size_t *)a];
+	const struct ma_sym *y = &sort_base[*(const size_t *)b];
+	int c = strcmp(x->name, y->name);
+
+	if (c)
+		return c;
+	if ((x->bind == STB_LOCAL) != (y->bind == STB_LOCAL))
+		return x->bind == STB_LOCAL ? 1 : -1;
+	return 0;
+}
+
+static bool wanted(const GElf_Sym *s)
+{
+	int t = GELF_ST_TYPE(s->st_info);
+
+	if (s->st_shndx == SHN_UNDEF || s->st_value == 0)
+		return false;
+	return t == STT_FUNC || t == STT_OBJECT || t == STT_GNU_IFUNC ||
+	       (t == STT_NOTYPE && GELF_ST_BIND(s->st_info) != STB_LOCAL);
+}
+
+static int read_symtab(struct ma_elf *e, Elf_Scn *scn, GElf_Shdr *sh, size_t *cap)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0;
+	const char *file = NULL;
+
+	if (!data)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		GElf_Sym s;
+		const char *name;
+
+		if (!gelf_getsym(data, (int)i, &s))
+			break;
+		name = elf_strptr(e->elf, sh->sh_link, s.st_name);
+		if (GELF_ST_TYPE(s.st_info) == STT_FILE) {
+			file = name;
+			continue;
+		}
+		if (!name || !*name || !wanted(&s))
+			continue;
+		if (e->nsyms == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 1024;
+			struct ma_sym *p = realloc(e->syms, ncap * sizeof(*p));
+
+			if (!p)
+				return ma_fail(MA_E_NOMEM, "out of memory reading symbols");
+			e->syms = p;
+			*cap = ncap;
+		}
+		e->syms[e->nsyms++] = (struct ma_sym){
+			.addr = s.st_value,
+			.size = s.st_size,
+			.name = name,
+			.file = GELF_ST_BIND(s.st_info) == STB_LOCAL ? file : NULL,
+			.type = GELF_ST_TYPE(s.st_info),
+			.bind = GELF_ST_BIND(s.st_info),
+		};
+	}
+	return 0;
+}
+
+/* Drop exact duplicates (same addr and name: .symtab repeats .dynsym). */
+static void dedup(struct ma_elf *e)
+{
+	size_t out = 0;
+
+	for (size_t i = 0; i < e->nsyms; i++) {
+		if (out && e->syms[out - 1].addr == e->syms[i].addr &&
+		    strcmp(e->syms[out - 1].name, e->syms[i].name) == 0)
+			continue;
+		e->syms[out++] = e->syms[i];
+	}
+	e->nsyms = out;
+}
+
+/* A zero-size symbol extends to the next symbol at a higher address. */
+static void fill_sizes(struct ma_elf *e)
+{
+	for (size_t i = 0; i < e->nsyms; i++) {
+		if (e->syms[i].size)
+			continue;
+		for (size_t j = i + 1; j < e->nsyms; j++) {
+			if (e->syms[j].addr > e->syms[i].addr) {
+				e->syms[i].size = e->syms[j].addr - e->syms[i].addr;
+				break;
+			}
+		}
+	}
+}
+
+static void read_notes(struct ma_elf *e, Elf_Scn *scn)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	size_t off = 0, name_off, desc_off;
+	GElf_Nhdr nh;
+
+	while (data && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+		if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+		    memcmp((char *)data->d_buf + name_off, "GNU", 4) == 0 &&
+		    nh.n_descsz <= sizeof(e->build_id)) {
+			memcpy(e->build_id, (char *)data->d_buf + desc_off, nh.n_descsz);
+			e->build_id_len = nh.n_descsz;
+		}
+	}
+}
+
+static int read_segments(struct ma_elf *e)
+{
+	size_t phnum;
+
+	if (elf_getphdrnum(e->elf, &phnum) != 0)
+		return 0;
+	e->segs = calloc(phnum ? phnum : 1, sizeof(*e->segs));
+	if (!e->segs)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(e->elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+			continue;
+		e->segs[e->nsegs++] = (struct ma_elf_seg){
+			ph.p_vaddr, ph.p_memsz, ph.p_offset, ph.p_filesz, ph.p_flags,
+		};
+	}
+	return 0;
+}
+
+static int read_sections(struct ma_elf *e)
+{
+	size_t shstrndx, cap = 0;
+	Elf_Scn *scn = NULL;
+	int rc;
+
+	if (elf_getshdrstrndx(e->elf, &shstrndx) != 0)
+		return 0;
+	while ((scn = elf_nextscn(e->elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		const char *name;
+
+		if (!gelf_getshdr(scn, &sh))
+			continue;
+		name = elf_strptr(e->elf, shstrndx, sh.sh_name);
+		if (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) {
+			if (sh.sh_type == SHT_SYMTAB)
+				e->has_symtab = true;
+			else
+				e->has_dynsym = true;
+			rc = read_symtab(e, scn, &sh, &cap);
+			if (rc)
+				return rc;
+		} else if (sh.sh_type == SHT_NOTE) {
+			read_notes(e, scn);
+		} else if (name && strcmp(name, ".gnu_debuglink") == 0) {
+			Elf_Data *d = elf_getdata(scn, NULL);
+
+			if (d && d->d_size > 0 && memchr(d->d_buf, '\0', d->d_size))
+				e->debuglink = d->d_buf;
+		}
+	}
+	return 0;
+}
+
+int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
+{
+	GElf_Ehdr eh;
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	e->fd = fd;
+	elf_version(EV_CURRENT);
+	e->elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!e->elf || elf_kind(e->elf) != ELF_K_ELF || !gelf_getehdr(e->elf, &eh)) {
+		ma_elf_release(e);
+		return ma_fail(MA_E_FORMAT, "'%s' is not an ELF file", what);
+	}
+	e->type = eh.e_type;
+	rc = read_segments(e);
+	if (!rc)
+		rc = read_sections(e);
+	if (rc) {
+		ma_elf_release(e);
+		return rc;
+	}
+	qsort(e->syms, e->nsyms, sizeof(*e->syms), cmp_sym_addr);
+	dedup(e);
+	fill_sizes(e);
+	e->by_name = malloc((e->nsyms ? e->nsyms : 1) * sizeof(size_t));
+	if (!e->by_name) {
+		ma_elf_release(e);
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < e->nsyms; i++)
+		e->by_name[i] = i;
+	sort_base = e->syms;
+	qsort(e->by_name, e->nsyms, sizeof(size_t), cmp_idx_name);
+	return 0;
+}
+
+int ma_elf_open(struct ma_elf *e, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		memset(e, 0, sizeof(*e));
+		e->fd = -1;
+		return ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	}
+	return ma_elf_open_fd(e, fd, path);
+}
+
+void ma_elf_release(struct ma_elf *e)
+{
+	if (e->elf)
+		elf_end(e->elf);
+	if (e->fd >= 0)
+		close(e->fd);
+	free(e->syms);
+	free(e->by_name);
+	free(e->segs);
+	memset(e, 0, sizeof(*e));
+	e->fd = -1;
+}
+
+const struct ma_sym *ma_elf_sym_by_name(const struct ma_elf *e, const char *name)
+{
+	size_t lo = 0, hi = e->nsyms;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(e->syms[e->by_name[mid]].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < e->nsyms && strcmp(e->syms[e->by_name[lo]].name, name) == 0)
+		return &e->syms[e->by_name[lo]];
+	return NULL;
+}
+
+const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
+{
+	size_t lo = 0, hi = e->nsyms;
+
+	/* Last symbol with addr <= vaddr, then step back over aliases. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (e->syms[mid].addr <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	lo--;
+	while (lo > 0 && e->syms[lo - 1].addr == e->syms[lo].addr)
+		lo--;
+	/* A small symbol may be nested after a larger one that covers vaddr. */
+	for (size_t i = lo + 1; i-- > 0;) {
+		const struct ma_sym *s = &e->syms[i];
+
+		if (vaddr >= s->addr && vaddr < s->addr + s->size)
+			return s;
+		if (i + 64 < lo)
+			break;
+	}
+	return NULL;
+}
+
+int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr)
+{
+	for (size_t i = 0; i < e->nsegs; i++) {
+		const struct ma_elf_seg *s = &e->segs[i];
+
+		if (off >= s->offset && off < s->offset + (s->filesz ? s->filesz : 1)) {
+			*vaddr = s->vaddr + (off - s->offset);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+uint64_t ma_elf_base_vaddr(const struct ma_elf *e)
+{
+	uint64_t lo = UINT64_MAX;
+
+	for (size_t i = 0; i < e->nsegs; i++)
+		if (e->segs[i].vaddr < lo)
+			lo = e->segs[i].vaddr;
+	return lo == UINT64_MAX ? 0 : lo & ~(uint64_t)0xfff;
+}

@@ -1,0 +1,8 @@
+/* cmd_frag.c - not implemented yet. */
+#include "commands.h"
+
+int cmd_frag(int argc, char **argv)
+{
+	(void)argc;
+	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+}

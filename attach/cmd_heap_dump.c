@@ -1,0 +1,8 @@
+/* cmd_heap_dump.c - not implemented yet. */
+#include "commands.h"
+
+int cmd_heap_dump(int argc, char **argv)
+{
+	(void)argc;
+	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+}

@@ -1,0 +1,94 @@
+/*
+ * main.c - memattach's command dispatch.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{ "stats", cmd_stats, "headline jemalloc metrics of a live process" },
+	{ "threads", cmd_threads, "stacks of a process's threads, safe to hijack or not" },
+	{ "bins", cmd_bins, "slab waste per size class (live or from stats JSON)" },
+	{ "purge", cmd_purge, "purge unused dirty/muzzy pages and measure" },
+	{ "heap-dump", cmd_heap_dump, "write a heap profile dump of a live process" },
+	{ "stats-dump", cmd_stats_dump, "write malloc_stats_print JSON of a live process" },
+	{ "watch", cmd_watch, "capture the heap at each new RSS high-water mark" },
+	{ "snapshot", cmd_snapshot, "save stats, bins and a heap dump to a directory" },
+	{ "aggregate", cmd_aggregate, "allocation sites holding the heap, from a dump" },
+	{ "stacks", cmd_stacks, "full call chains of the sites matching a string" },
+	{ "diff", cmd_diff, "compare two dumps or two snapshots" },
+	{ "frag", cmd_frag, "attribute slab fragmentation to allocation sites" },
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "memattach %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return exit_code;
+}
+
+int ma_is_help(const char *arg)
+{
+	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: memattach COMMAND [ARGS...]\n\n"
+		   "Attach to a running jemalloc process without stopping it, or analyse\n"
+		   "saved heap dumps and stats files.\n\ncommands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n'memattach COMMAND --help' describes one command.\n"
+		   "exit status: 0 success, 1 the operation failed, 2 usage error\n");
+}
+
+int main(int argc, char **argv)
+{
+	const struct command *match = NULL;
+	size_t len;
+	int nmatch = 0;
+
+	if (argc < 2) {
+		usage(stderr);
+		return MA_EXIT_USAGE;
+	}
+	if (ma_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return MA_EXIT_OK;
+	}
+	/* An exact name wins; otherwise any unique prefix works. */
+	len = strlen(argv[1]);
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		if (strcmp(commands[i].name, argv[1]) == 0) {
+			match = &commands[i];
+			nmatch = 1;
+			break;
+		}
+		if (strncmp(commands[i].name, argv[1], len) == 0) {
+			match = &commands[i];
+			nmatch++;
+		}
+	}
+	if (nmatch != 1) {
+		fprintf(stderr, "memattach: %s command '%s'; try 'memattach --help'\n",
+			nmatch ? "ambiguous" : "unknown", argv[1]);
+		return MA_EXIT_USAGE;
+	}
+	return match->fn(argc - 1, argv + 1);
+}

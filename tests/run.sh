@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# tests/run.sh - run every test and print "N passed, N failed".
+#
+# A test is a built unit test (build/tests/unit/*) or a shell script
+# (tests/cli/*.sh, tests/attach/*.sh).  Each prints one line per check:
+# "PASS name", "FAIL name ..." or "SKIP name ...".  A test that exits
+# non-zero without printing a FAIL line counts as one failure; so does one
+# that prints nothing at all.
+cd "$(dirname "$0")/.." || exit 2
+passed=0 failed=0 skipped=0
+only=${1:-}
+
+run_one() {
+	local name=$1; shift
+	local out rc p f s
+	out=$(timeout 900 "$@" 2>&1); rc=$?
+	p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^SKIP ' <<<"$out")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name exited with status $rc"; fi
+	if [ $((p + f + s)) -eq 0 ]; then f=1; out+=$'\n'"FAIL $name reported no checks"; fi
+	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+	if [ "$f" -gt 0 ]; then
+		echo "--- $name: $p passed, $f failed"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
+	else
+		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped"; else echo "--- $name: $p passed"; fi
+		grep '^SKIP ' <<<"$out" | sed 's/^/    /'
+	fi
+}
+
+for t in build/tests/unit/*; do
+	[ -x "$t" ] || continue
+	[ -n "$only" ] && [[ "$t" != *"$only"* ]] && continue
+	run_one "unit/$(basename "$t")" "$t"
+done
+for t in tests/cli/*.sh tests/attach/*.sh; do
+	[ -f "$t" ] || continue
+	[ -n "$only" ] && [[ "$t" != *"$only"* ]] && continue
+	run_one "${t#tests/}" bash "$t"
+done
+if [ "$skipped" -gt 0 ]; then
+	echo "$passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ]
