@@ -50,7 +50,10 @@ $(B)/tests/unit/%: tests/unit/%.c $(CORE_OBJ) $(ANALYSIS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(CORE_OBJ) $(ANALYSIS_OBJ) $(LDLIBS)
 
-include fixtures/fixtures.mk
+# Each fixtures/*.mk adds its programs as prerequisites of 'fixtures'.
+FIX := $(B)/fixtures
+fixtures:
+include $(sort $(wildcard fixtures/*.mk))
 
 test: deps
 	$(MAKE) all fixtures $(UNIT_BINS)
@@ -62,7 +65,7 @@ demo: deps
 
 bench: deps
 	$(MAKE) all fixtures
-	bash tests/bench/run.sh
+	for b in tests/bench/*.sh; do bash $$b || exit 1; done
 
 clean:
 	rm -rf $(B)
