@@ -1,8 +1,175 @@
-/* cmd_stats.c - not implemented yet. */
+/*
+ * cmd_stats.c - memattach stats PID [--json]: headline jemalloc metrics.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
+#include "format.h"
+#include "jectl.h"
+#include "jestats.h"
+#include "ma_error.h"
+
+static const char usage_text[] =
+	"usage: memattach stats PID [--json] [--timeout MS] [--tid TID]\n\n"
+	"Refresh jemalloc's statistics inside the running process PID and print\n"
+	"its version, options and headline numbers: allocated, active, resident,\n"
+	"mapped, retained, metadata, the process's VmRSS and VmHWM, and the two\n"
+	"gaps page_slack = resident - active and slab_waste = active - allocated.\n"
+	"Only one thread is stopped, for well under a millisecond typically.\n\n"
+	"  --json        machine-readable output (sizes in bytes)\n"
+	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID     borrow this thread (still refused if unsafe)\n";
+
+struct stats_result {
+	struct ma_je_stats st;
+	struct ma_headline h;
+	struct ma_proc_status ps;
+	const struct ma_target *t;
+	const struct ma_session *s;
+};
+
+static const char *linkage(const struct ma_target *t)
+{
+	return t->je.is_static ? "static" : "shared";
+}
+
+static void print_json(const struct stats_result *r)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "pid", r->t->pid);
+	ma_json_str(&j, "version", r->st.version);
+	ma_json_str(&j, "symbols", ma_je_flavour_name(r->t->je.flavour));
+	ma_json_str(&j, "linkage", linkage(r->t));
+	ma_json_str(&j, "object", r->t->je.object);
+	ma_json_u64(&j, "allocated", r->st.allocated);
+	ma_json_u64(&j, "active", r->st.active);
+	ma_json_u64(&j, "resident", r->st.resident);
+	ma_json_u64(&j, "mapped", r->st.mapped);
+	ma_json_u64(&j, "retained", r->st.retained);
+	ma_json_u64(&j, "metadata", r->st.metadata);
+	ma_json_u64(&j, "rss", r->ps.vm_rss);
+	ma_json_u64(&j, "hwm", r->ps.vm_hwm);
+	ma_json_u64(&j, "page_slack", r->h.page_slack);
+	ma_json_u64(&j, "slab_waste", r->h.slab_waste);
+	ma_json_obj_open(&j, "options");
+	ma_json_bool(&j, "prof", r->st.opt_prof);
+	ma_json_bool(&j, "prof_active", r->st.prof_active);
+	ma_json_u64(&j, "lg_prof_sample", r->st.lg_prof_sample);
+	ma_json_u64(&j, "narenas", r->st.narenas);
+	ma_json_bool(&j, "tcache", r->st.opt_tcache);
+	ma_json_bool(&j, "background_thread", r->st.background_thread);
+	ma_json_i64(&j, "dirty_decay_ms", r->st.dirty_decay_ms);
+	ma_json_i64(&j, "muzzy_decay_ms", r->st.muzzy_decay_ms);
+	ma_json_obj_close(&j);
+	ma_json_i64(&j, "thread", r->s->tid);
+	ma_json_u64(&j, "calls", r->s->ncalls);
+	ma_json_u64(&j, "pause_ns", r->s->stopped_ns);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void row(const char *name, uint64_t v, const char *what)
+{
+	char b[32];
+
+	printf("  %-11s %12s  %15llu  %s\n", name, ma_fmt_bytes(b, sizeof(b), v),
+	       (unsigned long long)v, what);
+}
+
+static void print_table(const struct stats_result *r)
+{
+	const struct ma_je_stats *st = &r->st;
+
+	printf("pid %d (%s): jemalloc %s, %s, %s symbols, in %s\n", r->t->pid, r->ps.name,
+	       st->version[0] ? st->version : "(version unknown)", linkage(r->t),
+	       ma_je_flavour_name(r->t->je.flavour), r->t->je.object);
+	printf("options: prof=%s%s lg_prof_sample=%llu narenas=%u tcache=%s "
+	       "background_thread=%s dirty_decay_ms=%lld muzzy_decay_ms=%lld\n\n",
+	       st->opt_prof ? "true" : "false",
+	       st->opt_prof ? (st->prof_active ? " (active)" : " (inactive)") : "",
+	       (unsigned long long)st->lg_prof_sample, st->narenas, st->opt_tcache ? "true" : "false",
+	       st->background_thread ? "true" : "false", (long long)st->dirty_decay_ms,
+	       (long long)st->muzzy_decay_ms);
+	row("allocated", st->allocated, "live bytes the program asked for");
+	row("active", st->active, "pages in active extents (allocated + free slab regions)");
+	row("resident", st->resident, "jemalloc pages resident in RAM");
+	row("mapped", st->mapped, "mapped by jemalloc in active extents");
+	row("retained", st->retained, "virtual memory kept for reuse, not resident");
+	row("metadata", st->metadata, "jemalloc's own bookkeeping");
+	row("VmRSS", r->ps.vm_rss, "process resident set (all memory, not just jemalloc)");
+	row("VmHWM", r->ps.vm_hwm, "peak VmRSS");
+	printf("\n");
+	row("page_slack", r->h.page_slack, "resident - active: dirty pages not yet returned");
+	row("slab_waste", r->h.slab_waste, "active - allocated: free slots in slabs (see 'bins')");
+	printf("\nborrowed thread %d for %.3f ms (%u calls)\n", r->s->tid, r->s->stopped_ns / 1e6,
+	       r->s->ncalls);
+}
 
 int cmd_stats(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct ma_session_opts o = { .deadline_ms = 2000 };
+	struct stats_result r;
+	struct ma_target t;
+	struct ma_session s;
+	bool json = false;
+	pid_t pid = 0;
+	long v;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return MA_EXIT_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &v)) {
+			o.deadline_ms = (int)v;
+			i++;
+		} else if (strcmp(argv[i], "--tid") == 0 && i + 1 < argc &&
+			   ma_parse_pid(argv[i + 1], &o.tid)) {
+			i++;
+		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
+			continue;
+		} else {
+			fputs(usage_text, stderr);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (!pid) {
+		fputs(usage_text, stderr);
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+	}
+	if ((rc = ma_attach(argv[0], pid, &o, &t, &s)))
+		return rc;
+	rc = ma_collect_stats(&s, &r.st);
+	if (rc) {
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
+		ma_detach(argv[0], &s);
+		ma_target_release(&t);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+	}
+	if (ma_detach(argv[0], &s)) {
+		ma_target_release(&t);
+		return MA_EXIT_FAIL;
+	}
+	ma_headline_compute(&r.st, &r.h);
+	if (ma_proc_read_status(pid, 0, &r.ps))
+		ma_err_clear();
+	r.t = &t;
+	r.s = &s;
+	if (json)
+		print_json(&r);
+	else
+		print_table(&r);
+	ma_target_release(&t);
+	return MA_EXIT_OK;
 }

@@ -1,0 +1,216 @@
+/*
+ * arch_x86_64.c - all x86-64 knowledge: registers, xstate, call set-up,
+ * syscall restart, and the self-restoring return stub.
+ */
+#include <elf.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+
+#include "arch.h"
+#include "ma_error.h"
+
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+#define NR_restart_syscall 219
+
+#define FLAG_TF 0x100
+#define FLAG_DF 0x400
+
+int ma_arch_state_alloc(struct ma_cpu_state *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->xstate = aligned_alloc(64, MA_XSTATE_MAX);
+	if (!s->xstate)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	return 0;
+}
+
+void ma_arch_state_free(struct ma_cpu_state *s)
+{
+	free(s->xstate);
+	s->xstate = NULL;
+}
+
+static int ptrace_err(const char *what, pid_t tid)
+{
+	int e = errno;
+
+	if (e == ESRCH)
+		return ma_fail(MA_E_EXITED, "thread %d went away during %s", tid, what);
+	return ma_fail(MA_E_INTERNAL, "%s of thread %d failed: %s", what, tid, strerror(e));
+}
+
+int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r)
+{
+	if (ptrace(PTRACE_GETREGS, tid, NULL, r) != 0)
+		return ptrace_err("PTRACE_GETREGS", tid);
+	return 0;
+}
+
+int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r)
+{
+	if (ptrace(PTRACE_SETREGS, tid, NULL, r) != 0)
+		return ptrace_err("PTRACE_SETREGS", tid);
+	return 0;
+}
+
+int ma_arch_get_state(pid_t tid, struct ma_cpu_state *s)
+{
+	struct iovec iov = { s->xstate, MA_XSTATE_MAX };
+
+	if (ma_arch_get_regs(tid, &s->regs))
+		return MA_E_INTERNAL;
+	if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
+		return ptrace_err("PTRACE_GETREGSET(NT_X86_XSTATE)", tid);
+	s->xstate_len = iov.iov_len;
+	return 0;
+}
+
+int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s)
+{
+	struct iovec iov = { s->xstate, s->xstate_len };
+
+	if (ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
+		return ptrace_err("PTRACE_SETREGSET(NT_X86_XSTATE)", tid);
+	return 0;
+}
+
+bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
+{
+	long ax = (long)r->rax;
+
+	if ((long)r->orig_rax < 0)
+		return false;
+	return ax == -ERESTARTSYS || ax == -ERESTARTNOINTR || ax == -ERESTARTNOHAND ||
+	       ax == -ERESTART_RESTARTBLOCK;
+}
+
+void ma_arch_resume_regs(const struct user_regs_struct *saved, struct user_regs_struct *out)
+{
+	*out = *saved;
+	if (ma_arch_in_restartable_syscall(saved)) {
+		/* What the kernel's signal code does when no handler runs. */
+		out->rax = (long)saved->rax == -ERESTART_RESTARTBLOCK ? NR_restart_syscall
+								       : saved->orig_rax;
+		out->rip = saved->rip - 2;
+	}
+	out->orig_rax = (unsigned long long)-1;
+}
+
+void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t *args, int nargs,
+			uint64_t stack_top, uint64_t ret)
+{
+	unsigned long long *argregs[6] = { &r->rdi, &r->rsi, &r->rdx, &r->rcx, &r->r8, &r->r9 };
+
+	for (int i = 0; i < 6; i++)
+		*argregs[i] = i < nargs ? args[i] : 0;
+	(void)ret; /* the caller writes RET at stack_top - 8 */
+	r->rsp = (stack_top & ~15ULL) - 8; /* as after a call: rsp % 16 == 8 */
+	r->rip = fn;
+	r->rax = 0; /* no vector args, for variadic callees */
+	r->orig_rax = (unsigned long long)-1;
+	r->eflags &= ~(unsigned long long)(FLAG_DF | FLAG_TF);
+}
+
+void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
+			   const uint64_t *args, int nargs)
+{
+	unsigned long long *argregs[6] = { &r->rdi, &r->rsi, &r->rdx, &r->r10, &r->r8, &r->r9 };
+
+	for (int i = 0; i < 6; i++)
+		*argregs[i] = i < nargs ? args[i] : 0;
+	r->rax = (unsigned long long)nr;
+	r->rip = insn;
+	r->orig_rax = (unsigned long long)-1;
+	r->eflags &= ~(unsigned long long)FLAG_TF;
+}
+
+uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
+uint64_t ma_arch_sp(const struct user_regs_struct *r) { return r->rsp; }
+uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
+long ma_arch_syscall_nr(const struct user_regs_struct *r) { return (long)r->orig_rax; }
+
+/* State area layout: 16 slots popped in order, then rsp, rip; xsave at 192. */
+#define AREA_GPRS 0
+#define AREA_RSP 128
+#define AREA_RIP 136
+#define AREA_XSAVE 192
+
+size_t ma_arch_state_area_size(size_t xlen)
+{
+	return AREA_XSAVE + ((xlen + 63) & ~(size_t)63);
+}
+
+static void put32(unsigned char *p, int32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
+/* Emit OP (len bytes, ending in a rip-relative disp32 slot) targeting TARGET. */
+static size_t emit_riprel(unsigned char *code, size_t at, uint64_t code_addr, const unsigned char *op,
+			  size_t oplen, uint64_t target)
+{
+	memcpy(code + at, op, oplen);
+	put32(code + at + oplen, (int32_t)(target - (code_addr + at + oplen + 4)));
+	return at + oplen + 4;
+}
+
+size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char *area,
+			  uint64_t area_addr, const struct user_regs_struct *resume,
+			  const struct ma_cpu_state *xs)
+{
+	static const unsigned char marker[] = {
+		0x48, 0x89, 0xc7, /* mov %rax,%rdi */
+		0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
+		0x0f, 0x05, /* syscall  <- tracer stops here */
+		0xb8, 0xff, 0xff, 0xff, 0xff, /* mov $-1,%eax */
+		0xba, 0xff, 0xff, 0xff, 0xff, /* mov $-1,%edx */
+	};
+	static const unsigned char xrstor[] = { 0x48, 0x0f, 0xae, 0x2d }; /* xrstor64 d(%rip) */
+	static const unsigned char lea_rsp[] = { 0x48, 0x8d, 0x25 }; /* lea d(%rip),%rsp */
+	static const unsigned char pops[] = {
+		0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, /* r15 r14 r13 r12 */
+		0x5d, 0x5b, 0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, /* rbp rbx r11 r10 r9 */
+		0x41, 0x58, 0x58, 0x59, 0x5a, 0x5e, 0x5f, /* r8 rax rcx rdx rsi rdi */
+		0x9d, /* popfq */
+	};
+	static const unsigned char mov_rsp[] = { 0x48, 0x8b, 0x25 }; /* mov d(%rip),%rsp */
+	static const unsigned char jmp_ind[] = { 0xff, 0x25 }; /* jmp *d(%rip) */
+	uint64_t gprs[16] = {
+		resume->r15, resume->r14, resume->r13, resume->r12, resume->rbp, resume->rbx,
+		resume->r11, resume->r10, resume->r9, resume->r8, resume->rax, resume->rcx,
+		resume->rdx, resume->rsi, resume->rdi, resume->eflags & ~(uint64_t)FLAG_TF,
+	};
+	size_t n = sizeof(marker);
+
+	memcpy(code, marker, n);
+	n = emit_riprel(code, n, stub_addr, xrstor, sizeof(xrstor), area_addr + AREA_XSAVE);
+	n = emit_riprel(code, n, stub_addr, lea_rsp, sizeof(lea_rsp), area_addr + AREA_GPRS);
+	memcpy(code + n, pops, sizeof(pops));
+	n += sizeof(pops);
+	n = emit_riprel(code, n, stub_addr, mov_rsp, sizeof(mov_rsp), area_addr + AREA_RSP);
+	n = emit_riprel(code, n, stub_addr, jmp_ind, sizeof(jmp_ind), area_addr + AREA_RIP);
+
+	memset(area, 0, ma_arch_state_area_size(xs->xstate_len));
+	memcpy(area + AREA_GPRS, gprs, sizeof(gprs));
+	memcpy(area + AREA_RSP, &resume->rsp, 8);
+	memcpy(area + AREA_RIP, &resume->rip, 8);
+	memcpy(area + AREA_XSAVE, xs->xstate, xs->xstate_len);
+	/* Bytes 464..511 hold the kernel's software fields; xrstor ignores them. */
+	return n;
+}
+
+bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr)
+{
+	return r->rip == stub_addr + MA_STUB_MARKER_END && (long)r->orig_rax == MA_STUB_MARKER_NR;
+}
+
+uint64_t ma_arch_stub_retval(const struct user_regs_struct *r)
+{
+	return r->rdi;
+}

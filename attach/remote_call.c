@@ -1,0 +1,542 @@
+/*
+ * remote_call.c - borrow one thread, call functions in it, give it back.
+ *
+ * The only file that drives ptrace stops (arch_x86_64.c reads and writes
+ * registers).  Every syscall or call runs under PTRACE_SYSCALL so the
+ * thread stops at known points: a syscall we issued through a `syscall`
+ * instruction found in the target, or the marker syscall of the return stub.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ma_error.h"
+#include "remote.h"
+#include "safepoint.h"
+
+#define PAGE 4096UL
+#define DEFAULT_DATA (1UL << 20)
+#define STACK_SIZE (256UL << 10)
+
+volatile sig_atomic_t ma_interrupted;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	ma_interrupted = 1;
+}
+
+void ma_install_signal_guards(void)
+{
+	struct sigaction sa;
+	sigset_t set;
+	int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* SIGCHLD stays blocked: waits use sigtimedwait on it. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+uint64_t ma_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait for TID to stop or die; MA_E_TIMEOUT (no message) after timeout_ms. */
+static int wait_stop(pid_t tid, int *status, int timeout_ms)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (;;) {
+		pid_t r = waitpid(tid, status, __WALL | WNOHANG);
+		uint64_t now;
+		struct timespec ts;
+
+		if (r == tid)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return ma_fail(MA_E_EXITED, "thread %d is gone (%s)", tid, strerror(errno));
+		now = ma_now_ns();
+		if (now >= deadline)
+			return MA_E_TIMEOUT;
+		/* Short slices: SIGCHLD normally wakes us at once. */
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)((deadline - now) < 2000000ULL ? deadline - now : 2000000ULL);
+		sigtimedwait(&set, NULL, &ts);
+	}
+}
+
+static int ptrace_errno(const char *what, pid_t tid)
+{
+	switch (errno) {
+	case ESRCH:
+		return ma_fail(MA_E_EXITED, "thread %d went away (%s)", tid, what);
+	case EPERM:
+		return ma_fail(MA_E_PERM,
+			       "not permitted to trace thread %d: run as the target's user or root, "
+			       "and check /proc/sys/kernel/yama/ptrace_scope",
+			       tid);
+	default:
+		return ma_fail(MA_E_INTERNAL, "%s on thread %d failed: %s", what, tid, strerror(errno));
+	}
+}
+
+static void hold_signal(struct ma_session *s)
+{
+	siginfo_t si;
+
+	if (ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0)
+		return;
+	if (s->nheld < MA_MAX_HELD_SIGNALS)
+		s->held[s->nheld++] = si;
+}
+
+static bool is_fault(int sig, const siginfo_t *si)
+{
+	return (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+		sig == SIGTRAP) &&
+	       si->si_code > 0;
+}
+
+enum run_goal { GOAL_SYSCALL, GOAL_CALL };
+
+/*
+ * Resume the thread (regs already set) until the goal: the exit of syscall
+ * NR issued at the syscall instruction, or the stub marker.  Signals that
+ * arrive are held; a fault ends the run with MA_E_FAULT.
+ */
+static int run_until(struct ma_session *s, enum run_goal goal, long nr, int timeout_ms,
+		     struct user_regs_struct *out)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t insn_end = s->t->syscall_insn + 2;
+	bool entered = false;
+
+	if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_SYSCALL", s->tid);
+	for (;;) {
+		uint64_t now = ma_now_ns();
+		int status, rc, sig, ev;
+
+		rc = wait_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
+		if (rc == MA_E_TIMEOUT)
+			return rc;
+		if (rc)
+			return rc;
+		if (WIFEXITED(status) || WIFSIGNALED(status)) {
+			s->seized = false;
+			return ma_fail(MA_E_EXITED, "the target thread %d exited during the call", s->tid);
+		}
+		sig = WSTOPSIG(status);
+		ev = status >> 16;
+		if (sig == (SIGTRAP | 0x80)) {
+			struct __ptrace_syscall_info info;
+
+			memset(&info, 0, sizeof(info));
+			ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info);
+			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+			    info.instruction_pointer == s->stub + MA_STUB_MARKER_END &&
+			    info.entry.nr == MA_STUB_MARKER_NR)
+				return ma_arch_get_regs(s->tid, out);
+			if (goal == GOAL_SYSCALL && info.instruction_pointer == insn_end) {
+				if (info.op == PTRACE_SYSCALL_INFO_ENTRY && (long)info.entry.nr == nr)
+					entered = true;
+				else if (info.op == PTRACE_SYSCALL_INFO_EXIT && entered)
+					return ma_arch_get_regs(s->tid, out);
+			}
+		} else if (ev == 0) {
+			siginfo_t si;
+
+			memset(&si, 0, sizeof(si));
+			ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+			if (is_fault(sig, &si)) {
+				struct user_regs_struct r;
+
+				ma_arch_get_regs(s->tid, &r);
+				return ma_fail(MA_E_FAULT,
+					       "the injected call faulted in thread %d (signal %d at "
+					       "ip 0x%llx, address %p); the thread was restored",
+					       s->tid, sig, (unsigned long long)ma_arch_ip(&r), si.si_addr);
+			}
+			hold_signal(s);
+		}
+		/* Interrupt/group stops and other syscalls: keep going. */
+		if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+			return ptrace_errno("PTRACE_SYSCALL", s->tid);
+	}
+}
+
+/* Execute one syscall in the borrowed thread; *ret gets the raw result. */
+static int remote_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+			  uint64_t *ret)
+{
+	struct user_regs_struct r = s->saved.regs;
+	int rc;
+
+	ma_arch_setup_syscall(&r, s->t->syscall_insn, nr, args, nargs);
+	if ((rc = ma_arch_set_regs(s->tid, &r)))
+		return rc;
+	rc = run_until(s, GOAL_SYSCALL, nr, s->call_timeout_ms, &r);
+	if (rc == MA_E_TIMEOUT)
+		return ma_fail(rc, "syscall %ld in thread %d did not return in %d ms", nr, s->tid,
+			       s->call_timeout_ms);
+	if (rc)
+		return rc;
+	*ret = ma_arch_syscall_ret(&r);
+	return 0;
+}
+
+static bool thread_wanted(const struct ma_session_opts *o, const struct ma_thread_info *ti)
+{
+	return o->tid == 0 || o->tid == ti->tid;
+}
+
+/* Stop TI's thread and examine it; 0 = seized and safe, else detached. */
+static int try_thread(struct ma_session *s, const struct ma_thread_info *ti, char *why,
+		      size_t whylen)
+{
+	struct ma_backtrace bt;
+	int status, rc, sig, held_sig = 0;
+
+	s->tid = ti->tid;
+	if (ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+		if (errno == EPERM) {
+			struct ma_proc_status st;
+
+			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer)
+				return ma_fail(MA_E_TRACED,
+					       "process %d is already traced by pid %d (a debugger?); "
+					       "detach it first", s->t->pid, st.tracer);
+		}
+		return ptrace_errno("PTRACE_SEIZE", ti->tid);
+	}
+	s->seized = true;
+	s->t_stop_ns = ma_now_ns();
+	if (ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_INTERRUPT", ti->tid);
+	rc = wait_stop(ti->tid, &status, 1000);
+	if (rc == MA_E_TIMEOUT) {
+		snprintf(why, whylen, "did not stop within 1 s");
+		return MA_E_TIMEOUT; /* still seized; the caller keeps trying others */
+	}
+	if (rc)
+		return rc;
+	if (WIFEXITED(status) || WIFSIGNALED(status)) {
+		s->seized = false;
+		return ma_fail(MA_E_EXITED, "thread %d exited", ti->tid);
+	}
+	sig = WSTOPSIG(status);
+	if ((status >> 16) == PTRACE_EVENT_STOP && sig != SIGTRAP) {
+		snprintf(why, whylen, "process is stopped by job control (signal %d)", sig);
+		ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
+		s->seized = false;
+		return MA_E_NOSAFE;
+	}
+	if ((status >> 16) == 0)
+		held_sig = sig; /* a signal was being delivered */
+	if ((rc = ma_arch_get_state(ti->tid, &s->saved)))
+		goto unsafe;
+	if (ma_unwind(ti->tid, &bt) != 0) {
+		ma_err_clear();
+		snprintf(why, whylen, "stack could not be unwound");
+		goto unsafe;
+	}
+	if (!ma_thread_is_safe(s->t, ti, &bt, why, whylen))
+		goto unsafe;
+	if (held_sig)
+		hold_signal(s);
+	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
+	return 0;
+unsafe:
+	/* Nothing was changed: detaching lets the kernel restart any syscall. */
+	ptrace(PTRACE_DETACH, ti->tid, NULL, (void *)(long)held_sig);
+	s->seized = false;
+	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	return MA_E_NOSAFE;
+}
+
+static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
+	char why[256] = "", last[400] = "no thread found";
+	bool seen = false;
+
+	for (unsigned round = 0;; round++) {
+		struct ma_thread_info *ti;
+		size_t n;
+		int rc = ma_list_threads(s->t->pid, &ti, &n);
+
+		if (rc)
+			return rc;
+		for (size_t i = 0; i < n; i++) {
+			if (!thread_wanted(o, &ti[i]))
+				continue;
+			seen = true;
+			rc = try_thread(s, &ti[i], why, sizeof(why));
+			if (rc == 0) {
+				free(ti);
+				return 0;
+			}
+			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
+				free(ti);
+				return rc;
+			}
+			if (rc == MA_E_TIMEOUT && s->seized) {
+				/* Stuck in an uninterruptible sleep: it stops when it can. */
+				int status;
+
+				if (wait_stop(ti[i].tid, &status, 200) == 0 && WIFSTOPPED(status))
+					ptrace(PTRACE_DETACH, ti[i].tid, NULL, NULL);
+				s->seized = false;
+			}
+			ma_err_clear();
+			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
+		}
+		free(ti);
+		if (o->tid && !seen)
+			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
+				       s->t->pid);
+		if (ma_interrupted)
+			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
+		if (ma_now_ns() >= deadline)
+			return ma_fail(MA_E_NOSAFE,
+				       "no thread of process %d was safe to borrow within %d ms "
+				       "(last: %s); try again or raise --timeout",
+				       s->t->pid, o->deadline_ms, last);
+		/* Let the threads run a little: a lock holder finishes. */
+		usleep(round < 20 ? 500 : 5000);
+	}
+}
+
+static int map_scratch(struct ma_session *s, size_t data_size)
+{
+	size_t area = (ma_arch_state_area_size(s->saved.xstate_len) + PAGE - 1) & ~(PAGE - 1);
+	size_t len = PAGE + area + data_size + STACK_SIZE;
+	uint64_t args[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			     (uint64_t)-1, 0 };
+	unsigned char code[MA_STUB_MAX], *image;
+	uint64_t addr, ret, area_addr;
+	int rc;
+
+	rc = remote_syscall(s, SYS_mmap, args, 6, &addr);
+	if (rc)
+		return rc;
+	if (addr > (uint64_t)-4096)
+		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", len,
+			       strerror((int)-addr));
+	s->scratch = addr;
+	s->scratch_len = len;
+	s->mapped = true;
+	s->stub = addr;
+	area_addr = addr + PAGE;
+	s->data = area_addr + area;
+	s->data_len = data_size;
+	s->stack_top = s->data + data_size + STACK_SIZE;
+
+	image = aligned_alloc(64, area);
+	if (!image)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	memset(code, 0xcc, sizeof(code));
+	ma_arch_build_stub(code, s->stub, image, area_addr, &s->resume, &s->saved);
+	rc = ma_mem_write(s->t->pid, s->stub, code, sizeof(code));
+	if (!rc)
+		rc = ma_mem_write(s->t->pid, area_addr, image, ma_arch_state_area_size(s->saved.xstate_len));
+	free(image);
+	if (rc)
+		return rc;
+	/* Code page read+execute only: the target never gets W+X memory. */
+	args[0] = s->stub;
+	args[1] = PAGE;
+	args[2] = PROT_READ | PROT_EXEC;
+	rc = remote_syscall(s, SYS_mprotect, args, 3, &ret);
+	if (!rc && ret != 0)
+		rc = ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
+	return rc;
+}
+
+int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o)
+{
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->t = t;
+	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
+	if ((rc = ma_arch_state_alloc(&s->saved)))
+		return rc;
+	rc = choose_thread(s, o);
+	if (rc)
+		return rc;
+	ma_arch_resume_regs(&s->saved.regs, &s->resume);
+	rc = map_scratch(s, o->data_size ? o->data_size : DEFAULT_DATA);
+	if (rc) {
+		int err = rc;
+
+		ma_session_close(s);
+		return err;
+	}
+	return 0;
+}
+
+int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
+			    uint64_t *ret, int timeout_ms)
+{
+	struct user_regs_struct r = s->saved.regs;
+	uint64_t retaddr = s->stub;
+	int rc;
+
+	if (!s->seized || !s->mapped)
+		return ma_fail(MA_E_INTERNAL, "no session");
+	rc = ma_mem_write(s->t->pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
+	if (rc)
+		return rc;
+	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
+	if ((rc = ma_arch_set_regs(s->tid, &r)))
+		return rc;
+	s->ncalls++;
+	rc = run_until(s, GOAL_CALL, 0, timeout_ms, &r);
+	if (rc == MA_E_TIMEOUT) {
+		/*
+		 * The call is still running (waiting for a lock?).  We cannot
+		 * restore a thread in the middle of jemalloc; leave it to
+		 * finish and restore itself through the stub.
+		 */
+		s->abandoned = true;
+		return ma_fail(MA_E_TIMEOUT,
+			       "the call in thread %d did not return within %d ms; the thread was "
+			       "left to finish it and restore itself",
+			       s->tid, timeout_ms);
+	}
+	if (rc == MA_E_FAULT)
+		s->faulted = true;
+	if (rc)
+		return rc;
+	*ret = ma_arch_stub_retval(&r);
+	return 0;
+}
+
+int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
+		    uint64_t *ret)
+{
+	return ma_session_call_timeout(s, fn, args, nargs, ret, s->call_timeout_ms);
+}
+
+uint64_t ma_session_alloc(struct ma_session *s, size_t n)
+{
+	uint64_t a = s->data + s->data_used;
+
+	n = (n + 15) & ~(size_t)15;
+	if (s->data_used + n > s->data_len)
+		return 0;
+	s->data_used += n;
+	return a;
+}
+
+void ma_session_reset(struct ma_session *s)
+{
+	s->data_used = 0;
+}
+
+/* Stop the running thread again so it can be detached. */
+static void stop_for_detach(struct ma_session *s)
+{
+	int status;
+
+	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0)
+		wait_stop(s->tid, &status, 1000);
+}
+
+/* Re-raise the held signals with their original siginfo, then detach. */
+static int redeliver_and_detach(struct ma_session *s)
+{
+	int delivered = 0;
+
+	for (int i = 0; i < s->nheld; i++)
+		syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
+	if (ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_CONT", s->tid);
+	while (delivered < s->nheld) {
+		int status, sig;
+
+		if (wait_stop(s->tid, &status, 1000) != 0 || !WIFSTOPPED(status))
+			break;
+		sig = WSTOPSIG(status);
+		if ((status >> 16) == 0) {
+			for (int i = 0; i < s->nheld; i++) {
+				if (s->held[i].si_signo == sig) {
+					ptrace(PTRACE_SETSIGINFO, s->tid, NULL, &s->held[i]);
+					s->held[i].si_signo = 0;
+					break;
+				}
+			}
+			if (++delivered == s->nheld)
+				return ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) == 0
+					       ? 0
+					       : ptrace_errno("PTRACE_DETACH", s->tid);
+			ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
+			continue;
+		}
+		ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+	}
+	stop_for_detach(s);
+	ptrace(PTRACE_DETACH, s->tid, NULL, NULL);
+	return 0;
+}
+
+int ma_session_close(struct ma_session *s)
+{
+	int rc = 0;
+
+	if (s->seized && s->abandoned) {
+		/* The stub restores the thread; the scratch mapping stays. */
+		stop_for_detach(s);
+		ptrace(PTRACE_DETACH, s->tid, NULL, NULL);
+		for (int i = 0; i < s->nheld; i++)
+			syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
+		s->seized = false;
+	}
+	if (s->seized) {
+		if (s->mapped) {
+			uint64_t args[2] = { s->scratch, s->scratch_len }, ret;
+
+			rc = remote_syscall(s, SYS_munmap, args, 2, &ret);
+			if (!rc)
+				s->mapped = false;
+		}
+		if (s->mapped && rc == MA_E_EXITED) {
+			s->seized = false;
+		} else {
+			if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
+				rc = rc ? rc : MA_E_INTERNAL;
+			if (s->nheld)
+				redeliver_and_detach(s);
+			else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
+				rc = ptrace_errno("PTRACE_DETACH", s->tid);
+			s->seized = false;
+		}
+		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	}
+	ma_arch_state_free(&s->saved);
+	return rc;
+}

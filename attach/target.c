@@ -1,0 +1,519 @@
+/*
+ * target.c - /proc readers, memory transfer, and finding jemalloc in a target.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "elfsyms.h"
+#include "ma_error.h"
+#include "target.h"
+
+const char *ma_je_flavour_name(enum ma_je_flavour f)
+{
+	switch (f) {
+	case MA_JE_PREFIX_JE: return "je_";
+	case MA_JE_PREFIX_RJEM: return "_rjem_";
+	default: return "unprefixed";
+	}
+}
+
+static uint64_t kb_field(const char *line)
+{
+	unsigned long long v = 0;
+
+	sscanf(line, "%*s %llu", &v);
+	return (uint64_t)v * 1024;
+}
+
+int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	if (tid > 0)
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	else
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	memset(st, 0, sizeof(*st));
+	f = fopen(path, "re");
+	if (!f) {
+		if (errno == ENOENT || errno == ESRCH)
+			return ma_fail(MA_E_NOPROC, "no process with pid %d", pid);
+		return ma_fail(errno == EACCES ? MA_E_PERM : MA_E_IO,
+			       "cannot read %s: %s", path, strerror(errno));
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "Name:", 5) == 0) {
+			char *p = line + 5;
+
+			while (*p == ' ' || *p == '\t')
+				p++;
+			p[strcspn(p, "\n")] = '\0';
+			size_t n = strlen(p);
+
+			if (n >= sizeof(st->name))
+				n = sizeof(st->name) - 1;
+			memcpy(st->name, p, n);
+			st->name[n] = '\0';
+		} else if (strncmp(line, "State:", 6) == 0) {
+			sscanf(line + 6, " %c", &st->state);
+		} else if (strncmp(line, "Tgid:", 5) == 0) {
+			st->tgid = atoi(line + 5);
+		} else if (strncmp(line, "TracerPid:", 10) == 0) {
+			st->tracer = atoi(line + 10);
+		} else if (strncmp(line, "VmRSS:", 6) == 0) {
+			st->vm_rss = kb_field(line);
+		} else if (strncmp(line, "VmHWM:", 6) == 0) {
+			st->vm_hwm = kb_field(line);
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static int parse_maps_line(char *line, struct ma_mapping *m)
+{
+	unsigned long long start, end, off, inode;
+	char perms[8];
+	int pathpos = 0;
+
+	if (sscanf(line, "%llx-%llx %7s %llx %*s %llu %n", &start, &end, perms, &off,
+		   &inode, &pathpos) < 5)
+		return -1;
+	memset(m, 0, sizeof(*m));
+	m->start = start;
+	m->end = end;
+	m->offset = off;
+	m->inode = inode;
+	memcpy(m->perms, perms, 4);
+	m->perms[4] = '\0';
+	if (pathpos > 0) {
+		char *p = line + pathpos;
+		size_t n;
+
+		p[strcspn(p, "\n")] = '\0';
+		n = strlen(p);
+		if (n > 10 && strcmp(p + n - 10, " (deleted)") == 0) {
+			p[n - 10] = '\0';
+			m->deleted = true;
+		}
+		if (*p)
+			m->path = strdup(p);
+	}
+	return 0;
+}
+
+static int read_maps(struct ma_target *t)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0, mcap = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", t->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return ma_fail(errno == EACCES ? MA_E_PERM : MA_E_NOPROC,
+			       "cannot read %s: %s", path, strerror(errno));
+	while (getline(&line, &cap, f) > 0) {
+		struct ma_mapping m;
+
+		if (parse_maps_line(line, &m) != 0)
+			continue;
+		if (t->nmaps == mcap) {
+			size_t n = mcap ? mcap * 2 : 64;
+			struct ma_mapping *p = realloc(t->maps, n * sizeof(*p));
+
+			if (!p) {
+				free(m.path);
+				break;
+			}
+			t->maps = p;
+			mcap = n;
+		}
+		t->maps[t->nmaps++] = m;
+	}
+	free(line);
+	fclose(f);
+	if (t->nmaps == 0)
+		return ma_fail(MA_E_PERM, "cannot read the mappings of pid %d", t->pid);
+	return 0;
+}
+
+int ma_target_open(struct ma_target *t, pid_t pid)
+{
+	struct ma_proc_status st;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	t->pid = pid;
+	rc = ma_proc_read_status(pid, 0, &st);
+	if (rc)
+		return rc;
+	if (st.tgid != pid)
+		return ma_fail(MA_E_NOPROC, "%d is a thread of process %d; give the process id",
+			       pid, st.tgid);
+	if (st.state == 'Z' || st.state == 'X')
+		return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid, st.name);
+	if (st.tracer != 0 && st.tracer != getpid())
+		return ma_fail(MA_E_TRACED,
+			       "process %d (%s) is already traced by pid %d (a debugger?); detach it first",
+			       pid, st.name, st.tracer);
+	if (kill(pid, 0) != 0 && errno == EPERM)
+		return ma_fail(MA_E_PERM, "no permission to attach to pid %d; run as its user or root",
+			       pid);
+	return read_maps(t);
+}
+
+const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_t addr)
+{
+	size_t lo = 0, hi = t->nmaps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->maps[mid].end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < t->nmaps && t->maps[lo].start <= addr && addr < t->maps[lo].end)
+		return &t->maps[lo];
+	return NULL;
+}
+
+int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mapping *m)
+{
+	char path[4200];
+	int fd;
+
+	/* map_files works for deleted files and other mount namespaces. */
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->pid,
+		 m->start, m->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	if (m->path && m->path[0] == '/') {
+		snprintf(path, sizeof(path), "/proc/%d/root%s", t->pid, m->path);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0)
+			return fd;
+	}
+	return -1;
+}
+
+/* The first mapping (lowest address) of the object that M belongs to. */
+static const struct ma_mapping *first_mapping_of(const struct ma_target *t,
+						 const struct ma_mapping *m)
+{
+	const struct ma_mapping *best = m;
+
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *o = &t->maps[i];
+
+		if (o->inode == m->inode && o->path && strcmp(o->path, m->path) == 0 &&
+		    o->start < best->start)
+			best = o;
+	}
+	return best;
+}
+
+static bool is_libjemalloc(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return strstr(base, "jemalloc") != NULL && strstr(base, ".so") != NULL;
+}
+
+static const char *const api_names[] = {
+	"malloc", "calloc", "realloc", "free", "mallocx", "rallocx", "xallocx", "sallocx",
+	"dallocx", "sdallocx", "nallocx", "mallctl", "mallctlnametomib", "mallctlbymib",
+	"malloc_stats_print", "malloc_usable_size", "posix_memalign", "aligned_alloc",
+	"memalign", "valloc", "pvalloc", NULL,
+};
+
+static bool is_jemalloc_symbol(const char *name, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+
+	if (strncmp(name, "je_", 3) == 0 || strncmp(name, "_rjem_je_", 9) == 0)
+		return true;
+	if (pl && strncmp(name, prefix, pl) == 0)
+		return true;
+	if (pl == 0)
+		for (int i = 0; api_names[i]; i++)
+			if (strcmp(name, api_names[i]) == 0)
+				return true;
+	return false;
+}
+
+static int add_range(struct ma_jemalloc *je, uint64_t lo, uint64_t hi)
+{
+	struct ma_range *p = realloc(je->text, (je->ntext + 1) * sizeof(*p));
+
+	if (!p)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	je->text = p;
+	je->text[je->ntext++] = (struct ma_range){ lo, hi };
+	return 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+	const struct ma_range *x = a, *y = b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static void merge_ranges(struct ma_jemalloc *je)
+{
+	size_t out = 0;
+
+	qsort(je->text, je->ntext, sizeof(*je->text), cmp_range);
+	for (size_t i = 0; i < je->ntext; i++) {
+		if (out && je->text[i].lo <= je->text[out - 1].hi + 64) {
+			if (je->text[i].hi > je->text[out - 1].hi)
+				je->text[out - 1].hi = je->text[i].hi;
+			continue;
+		}
+		je->text[out++] = je->text[i];
+	}
+	je->ntext = out;
+}
+
+/*
+ * Statically linked jemalloc has no file of its own.  Its archive members are
+ * linked as one block, so the span of its recognisable functions (je_*
+ * internals and the public API) covers its code; .cold fragments of
+ * functions inside that span are added too.
+ */
+static int static_text_ranges(struct ma_jemalloc *je, const struct ma_elf *e)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+
+	for (size_t i = 0; i < e->nsyms; i++) {
+		const struct ma_sym *s = &e->syms[i];
+
+		if (s->type != 2 /* STT_FUNC */ || !is_jemalloc_symbol(s->name, je->prefix))
+			continue;
+		if (s->addr < lo)
+			lo = s->addr;
+		if (s->addr + s->size > hi)
+			hi = s->addr + s->size;
+	}
+	if (lo >= hi)
+		return 0;
+	if (add_range(je, lo + je->bias, hi + je->bias))
+		return MA_E_NOMEM;
+	for (size_t i = 0; i < e->nsyms; i++) {
+		const struct ma_sym *s = &e->syms[i], *base;
+		char name[256];
+		const char *dot = strstr(s->name, ".cold");
+
+		if (!dot || (size_t)(dot - s->name) >= sizeof(name))
+			continue;
+		memcpy(name, s->name, dot - s->name);
+		name[dot - s->name] = '\0';
+		base = ma_elf_sym_by_name(e, name);
+		if (base && base->addr >= lo && base->addr < hi &&
+		    add_range(je, s->addr + je->bias, s->addr + s->size + je->bias))
+			return MA_E_NOMEM;
+	}
+	return 0;
+}
+
+static int shared_text_ranges(struct ma_jemalloc *je, const struct ma_target *t,
+			      const struct ma_mapping *first)
+{
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (m->inode == first->inode && m->path && strcmp(m->path, first->path) == 0 &&
+		    m->perms[2] == 'x' && add_range(je, m->start, m->end))
+			return MA_E_NOMEM;
+	}
+	return 0;
+}
+
+static const char *const prefixes[] = { "", "je_", "_rjem_" };
+
+/* Look for mallctl in one ELF; fill JE and return 1 if found. */
+static int probe_object(struct ma_target *t, const struct ma_mapping *first, struct ma_elf *e)
+{
+	struct ma_jemalloc *je = &t->je;
+	char name[64];
+
+	for (int p = 0; p < 3; p++) {
+		const struct ma_sym *s;
+
+		snprintf(name, sizeof(name), "%smallctl", prefixes[p]);
+		s = ma_elf_sym_by_name(e, name);
+		if (!s || s->type != 2)
+			continue;
+		je->prefix = prefixes[p];
+		je->flavour = (enum ma_je_flavour)p;
+		je->object = strdup(first->path);
+		je->is_static = !is_libjemalloc(first->path);
+		je->bias = e->type == 3 /* ET_DYN */ ? first->start - ma_elf_base_vaddr(e) : 0;
+		je->mallctl = s->addr + je->bias;
+#define SIBLING(field, nm)                                               \
+	do {                                                             \
+		snprintf(name, sizeof(name), "%s" nm, je->prefix);       \
+		s = ma_elf_sym_by_name(e, name);                         \
+		je->field = s ? s->addr + je->bias : 0;                  \
+	} while (0)
+		SIBLING(mallctlnametomib, "mallctlnametomib");
+		SIBLING(mallctlbymib, "mallctlbymib");
+		SIBLING(malloc_stats_print, "malloc_stats_print");
+#undef SIBLING
+		if (je->is_static ? static_text_ranges(je, e) : shared_text_ranges(je, t, first))
+			return MA_E_NOMEM;
+		merge_ranges(je);
+		return 1;
+	}
+	return 0;
+}
+
+/* Scan the start of an executable mapping for the bytes of `syscall` (0f 05). */
+static void find_syscall_insn(struct ma_target *t)
+{
+	unsigned char buf[4096];
+
+	for (size_t i = 0; i < t->nmaps && !t->syscall_insn; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (m->perms[2] != 'x' || !m->path || strcmp(m->path, "[vsyscall]") == 0)
+			continue;
+		for (uint64_t a = m->start; a < m->end && a < m->start + (1 << 20); a += sizeof(buf)) {
+			if (ma_mem_read(t->pid, a, buf, sizeof(buf)) != 0)
+				break;
+			for (size_t k = 0; k + 1 < sizeof(buf); k++) {
+				if (buf[k] == 0x0f && buf[k + 1] == 0x05) {
+					t->syscall_insn = a + k;
+					return;
+				}
+			}
+		}
+	}
+}
+
+int ma_target_find_jemalloc(struct ma_target *t)
+{
+	bool stripped_static = false;
+	int pass, found = 0;
+
+	ma_err_clear();
+	/* Pass 0: objects named like jemalloc; pass 1: every other object. */
+	for (pass = 0; pass < 2 && !found; pass++) {
+		for (size_t i = 0; i < t->nmaps && !found; i++) {
+			const struct ma_mapping *m = &t->maps[i], *first;
+			struct ma_elf e;
+			int fd;
+
+			if (!m->path || m->path[0] != '/' || m->perms[2] != 'x')
+				continue;
+			if ((pass == 0) != is_libjemalloc(m->path))
+				continue;
+			first = first_mapping_of(t, m);
+			fd = ma_target_open_mapped_file(t, first);
+			if (fd < 0)
+				continue;
+			if (ma_elf_open_fd(&e, fd, first->path) != 0) {
+				ma_err_clear();
+				continue;
+			}
+			found = probe_object(t, first, &e);
+			if (!found && !e.has_symtab && e.type == 2 /* ET_EXEC */)
+				stripped_static = true;
+			if (!found && !e.has_symtab && i == 0)
+				stripped_static = true;
+			ma_elf_release(&e);
+			if (found < 0)
+				return found;
+		}
+	}
+	if (!found) {
+		if (stripped_static)
+			return ma_fail(MA_E_STRIPPED,
+				       "process %d does not use jemalloc, or links it statically into a "
+				       "stripped binary: no mallctl in its mapped objects and the "
+				       "executable has no .symtab; use an unstripped build",
+				       t->pid);
+		return ma_fail(MA_E_NOJEMALLOC,
+			       "process %d does not use jemalloc: no mallctl in its mapped objects",
+			       t->pid);
+	}
+	find_syscall_insn(t);
+	if (!t->syscall_insn)
+		return ma_fail(MA_E_INTERNAL, "no syscall instruction found in process %d", t->pid);
+	return 0;
+}
+
+bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr)
+{
+	size_t lo = 0, hi = t->je.ntext;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->je.text[mid].hi <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < t->je.ntext && t->je.text[lo].lo <= addr && addr < t->je.text[lo].hi;
+}
+
+void ma_target_release(struct ma_target *t)
+{
+	for (size_t i = 0; i < t->nmaps; i++)
+		free(t->maps[i].path);
+	free(t->maps);
+	free(t->je.object);
+	free(t->je.text);
+	memset(t, 0, sizeof(*t));
+}
+
+static int mem_fallback(pid_t pid, uint64_t addr, void *buf, size_t len, bool write)
+{
+	char path[64];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	fd = open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	if (fd < 0)
+		return ma_fail(MA_E_IO, "cannot open %s: %s", path, strerror(errno));
+	n = write ? pwrite(fd, buf, len, (off_t)addr) : pread(fd, buf, len, (off_t)addr);
+	close(fd);
+	if (n != (ssize_t)len)
+		return ma_fail(MA_E_IO, "cannot %s %zu bytes at 0x%" PRIx64 " in pid %d",
+			       write ? "write" : "read", len, addr, pid);
+	return 0;
+}
+
+int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
+
+	if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len)
+		return 0;
+	return mem_fallback(pid, addr, buf, len, false);
+}
+
+int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	struct iovec local = { (void *)buf, len }, remote = { (void *)(uintptr_t)addr, len };
+
+	if (process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len)
+		return 0;
+	return mem_fallback(pid, addr, (void *)buf, len, true);
+}

@@ -1,0 +1,79 @@
+/*
+ * arch.h - the only interface to CPU-specific code (arch_x86_64.c):
+ * register state, call and syscall set-up, the return stub, syscall restart.
+ */
+#ifndef MA_ARCH_H
+#define MA_ARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+#define MA_XSTATE_MAX 16384
+
+/* Everything a hijacked thread needs restored: general and extended state. */
+struct ma_cpu_state {
+	struct user_regs_struct regs;
+	unsigned char *xstate; /* NT_X86_XSTATE image, MA_XSTATE_MAX bytes */
+	size_t xstate_len; /* as returned by the kernel */
+};
+
+int ma_arch_state_alloc(struct ma_cpu_state *s);
+void ma_arch_state_free(struct ma_cpu_state *s);
+int ma_arch_get_state(pid_t tid, struct ma_cpu_state *s);
+int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r);
+int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s);
+int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r);
+
+/*
+ * The registers to resume with so the thread behaves as if never stopped:
+ * a syscall interrupted with -ERESTART* is restarted the way the kernel
+ * would (ip back over the syscall instruction, number back in ax), and
+ * orig_ax is -1 so the kernel itself does nothing more at this stop.
+ */
+void ma_arch_resume_regs(const struct user_regs_struct *saved, struct user_regs_struct *out);
+/* True if the thread was stopped inside a syscall that will be restarted. */
+bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
+
+/* Set R up for a call of FN(args...) returning to RET on a private stack. */
+void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t *args, int nargs,
+			uint64_t stack_top_after_push, uint64_t ret);
+/* Set R up to execute the syscall instruction at INSN with NR(args...). */
+void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
+			   const uint64_t *args, int nargs);
+
+uint64_t ma_arch_ip(const struct user_regs_struct *r);
+uint64_t ma_arch_sp(const struct user_regs_struct *r);
+uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
+long ma_arch_syscall_nr(const struct user_regs_struct *r);
+
+/*
+ * The return stub.  A call returns into it; it moves the return value to
+ * the first argument register and makes a getpid syscall, where the tracer
+ * stops the thread (syscall-entry stop at MA_STUB_MARKER_END).  If the
+ * tracer died instead, the syscall just runs and the code after it reloads
+ * the saved state (xstate, general registers, flags, stack, ip) from the
+ * state area and jumps back: the thread restores itself.
+ */
+#define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
+#define MA_STUB_MARKER_NR 39 /* __NR_getpid */
+#define MA_STUB_MAX 128
+
+/* Size of the state area for an xstate image of XLEN bytes. */
+size_t ma_arch_state_area_size(size_t xlen);
+/*
+ * Build the stub code (for address STUB_ADDR) into CODE and the state area
+ * image (for address AREA_ADDR, restoring RESUME and XS) into AREA.
+ * Returns the code length.
+ */
+size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char *area,
+			  uint64_t area_addr, const struct user_regs_struct *resume,
+			  const struct ma_cpu_state *xs);
+/* True if R is stopped at the stub's marker (the call has returned). */
+bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr);
+/* Return value of the call, read at the stub marker. */
+uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
+
+#endif

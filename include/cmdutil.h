@@ -1,0 +1,28 @@
+/*
+ * cmdutil.h - helpers shared by the live commands: parse a PID, open the
+ * target, find jemalloc, open a session, with one error message each.
+ */
+#ifndef MA_CMDUTIL_H
+#define MA_CMDUTIL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "remote.h"
+#include "target.h"
+
+/* Parse a positive pid; false if ARG is not one. */
+bool ma_parse_pid(const char *arg, pid_t *pid);
+/* Parse a non-negative integer option value; false if malformed. */
+bool ma_parse_long(const char *arg, long *out);
+
+/*
+ * Open PID, locate jemalloc and borrow a safe thread.  On failure prints
+ * "memattach CMD: <reason>" and returns exit status 1 (0 on success).
+ */
+int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struct ma_target *t,
+	      struct ma_session *s);
+/* Restore and detach; prints an error if that failed.  Returns 0 or 1. */
+int ma_detach(const char *cmd, struct ma_session *s);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * remote.h - calling functions inside a live target, one thread at a time.
+ *
+ * A session seizes exactly one thread that is safe to borrow (see
+ * safepoint.h), saves its complete CPU state, maps a private scratch area
+ * in the target (stub code, saved state, data buffers, a private stack),
+ * runs calls there, and on close unmaps the area, restores the thread bit
+ * for bit (an interrupted syscall is restarted as the kernel would) and
+ * re-delivers any signal that arrived meanwhile.  All other threads run
+ * on undisturbed.
+ *
+ * If memattach dies mid-session, the kernel detaches the thread and the
+ * return stub restores the saved state by itself (arch.h); only the
+ * scratch mapping is left behind.
+ */
+#ifndef MA_REMOTE_H
+#define MA_REMOTE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "arch.h"
+#include "target.h"
+
+#define MA_MAX_HELD_SIGNALS 32
+
+struct ma_session {
+	struct ma_target *t;
+	pid_t tid;
+	bool seized;
+	bool mapped;
+	bool abandoned; /* a call timed out: the stub restores the thread */
+	bool faulted;
+	struct ma_cpu_state saved; /* as stopped */
+	struct user_regs_struct resume; /* what to restore (restart emulated) */
+	uint64_t scratch; /* base of the scratch mapping in the target */
+	size_t scratch_len;
+	uint64_t stub; /* code: return stub */
+	uint64_t data, data_len, data_used; /* bump-allocated buffers */
+	uint64_t stack_top;
+	int call_timeout_ms;
+	siginfo_t held[MA_MAX_HELD_SIGNALS];
+	int nheld;
+	/* measurements */
+	unsigned ncalls;
+	uint64_t stopped_ns; /* time the thread was held by us */
+	uint64_t t_stop_ns;
+	char why[400]; /* why this thread was chosen */
+};
+
+struct ma_session_opts {
+	pid_t tid; /* 0: choose a safe thread */
+	int deadline_ms; /* for finding a safe thread */
+	int call_timeout_ms;
+	size_t data_size; /* scratch data area; 0 = default */
+};
+
+/* Choose, seize and prepare a thread of T.  0 or MA_E_*. */
+int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o);
+/* Call FN(args) in the target; *ret gets the return value. */
+int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
+		    uint64_t *ret);
+/* Like ma_session_call with a specific timeout. */
+int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
+			    uint64_t *ret, int timeout_ms);
+/* Reserve N bytes of scratch data (aligned to 16); returns target address or 0. */
+uint64_t ma_session_alloc(struct ma_session *s, size_t n);
+/* Forget all scratch data allocations. */
+void ma_session_reset(struct ma_session *s);
+/* Restore the thread and detach.  Safe on any path; returns first error. */
+int ma_session_close(struct ma_session *s);
+
+/* Set by SIGINT/SIGTERM handlers; long operations stop early when set. */
+extern volatile sig_atomic_t ma_interrupted;
+/* Install handlers that only set ma_interrupted, so every exit path detaches. */
+void ma_install_signal_guards(void);
+
+uint64_t ma_now_ns(void);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * safepoint.h - is a stopped thread safe to borrow for a jemalloc call?
+ *
+ * A thread is unsafe if any frame of its stack (unwound remotely with
+ * libunwind-ptrace) returns into jemalloc's code: it may hold an allocator
+ * lock.  The one exception is an idle jemalloc background thread blocked in
+ * a syscall (its condition wait released the lock).
+ */
+#ifndef MA_SAFEPOINT_H
+#define MA_SAFEPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "target.h"
+
+#define MA_MAX_FRAMES 128
+
+struct ma_backtrace {
+	uint64_t ip[MA_MAX_FRAMES];
+	size_t n;
+	bool complete; /* reached the outermost frame */
+};
+
+struct ma_thread_info {
+	pid_t tid;
+	char name[64];
+	char state; /* from /proc */
+	long syscall; /* syscall number blocked in, -1 none, -2 running/unknown */
+};
+
+/* Unwind the stopped thread TID. */
+int ma_unwind(pid_t tid, struct ma_backtrace *bt);
+/* Decide; on false, WHY says which frame is in jemalloc etc. */
+bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
+		       const struct ma_backtrace *bt, char *why, size_t whylen);
+/* List the threads of T->pid, best candidates first. */
+int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n);
+/* Release libunwind's address space. */
+void ma_unwind_release(void);
+
+#endif
