@@ -1,8 +1,213 @@
-/* cmd_threads.c - not implemented yet. */
+/*
+ * cmd_threads.c - memattach threads PID: each thread's stack and whether it
+ * is safe to borrow for a jemalloc call.  Each thread is stopped only while
+ * its own stack is unwound.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addrsyms.h"
+#include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
+#include "ma_error.h"
+#include "remote.h"
+#include "safepoint.h"
+
+static const char usage_text[] =
+	"usage: memattach threads PID [--json]\n\n"
+	"List the threads of PID with their state, the syscall they are blocked\n"
+	"in, their stack (unwound remotely, each thread stopped only while its\n"
+	"own stack is read), and whether memattach may borrow the thread for a\n"
+	"jemalloc call: a thread with a frame in jemalloc may hold an allocator\n"
+	"lock and is never used.\n\n"
+	"  --json   machine-readable output\n";
+
+static const char *syscall_name(long nr)
+{
+	static const struct {
+		long nr;
+		const char *name;
+	} names[] = {
+		{ 0, "read" },	       { 1, "write" },	       { 7, "poll" },
+		{ 23, "select" },      { 34, "pause" },	       { 35, "nanosleep" },
+		{ 43, "accept" },      { 45, "recvfrom" },     { 47, "recvmsg" },
+		{ 61, "wait4" },       { 128, "rt_sigtimedwait" }, { 202, "futex" },
+		{ 219, "restart_syscall" }, { 230, "clock_nanosleep" }, { 232, "epoll_wait" },
+		{ 247, "waitid" },     { 270, "pselect6" },    { 271, "ppoll" },
+		{ 281, "epoll_pwait" }, { 288, "accept4" },    { 426, "io_uring_enter" },
+		{ 441, "epoll_pwait2" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].nr == nr)
+			return names[i].name;
+	return NULL;
+}
+
+static void describe_syscall(long nr, char *buf, size_t len)
+{
+	const char *n = syscall_name(nr);
+
+	if (nr == -2)
+		snprintf(buf, len, "running");
+	else if (nr < 0)
+		snprintf(buf, len, "not in a syscall");
+	else if (n)
+		snprintf(buf, len, "in %s", n);
+	else
+		snprintf(buf, len, "in syscall %ld", nr);
+}
+
+struct thread_report {
+	struct ma_thread_info ti;
+	struct ma_backtrace bt;
+	bool safe, inspected;
+	char why[256];
+};
+
+static void print_frames_json(struct ma_json *j, struct ma_addrsyms *as, const struct ma_target *t,
+			      const struct ma_backtrace *bt)
+{
+	ma_json_arr_open(j, "frames");
+	for (size_t k = 0; k < bt->n; k++) {
+		const char *file, *name;
+		uint64_t off, pc = k ? bt->ip[k] - 1 : bt->ip[k];
+
+		name = ma_addrsyms_name(as, pc, &off, &file);
+		ma_json_obj_open(j, NULL);
+		ma_json_u64(j, "ip", bt->ip[k]);
+		ma_json_str(j, "function", name);
+		ma_json_u64(j, "offset", name ? off + (k ? 1 : 0) : 0);
+		ma_json_str(j, "object", file);
+		ma_json_bool(j, "jemalloc", ma_target_in_jemalloc(t, pc));
+		ma_json_obj_close(j);
+	}
+	ma_json_arr_close(j);
+}
+
+static void print_json(const struct ma_target *t, struct thread_report *r, size_t n,
+		       struct ma_addrsyms *as)
+{
+	struct ma_json j;
+	char sc[64];
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "pid", t->pid);
+	ma_json_str(&j, "jemalloc_object", t->je.object);
+	ma_json_arr_open(&j, "threads");
+	for (size_t i = 0; i < n; i++) {
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "tid", r[i].ti.tid);
+		ma_json_str(&j, "name", r[i].ti.name);
+		snprintf(sc, sizeof(sc), "%c", r[i].ti.state ? r[i].ti.state : '?');
+		ma_json_str(&j, "state", sc);
+		ma_json_i64(&j, "syscall", r[i].ti.syscall);
+		ma_json_bool(&j, "safe", r[i].safe);
+		ma_json_str(&j, "reason", r[i].why);
+		print_frames_json(&j, as, t, &r[i].bt);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void print_text(const struct ma_target *t, struct thread_report *r, size_t n,
+		       struct ma_addrsyms *as)
+{
+	unsigned nsafe = 0;
+	char sc[64], frame[512];
+
+	for (size_t i = 0; i < n; i++)
+		nsafe += r[i].safe;
+	printf("pid %d: %zu threads, %u safe to borrow; jemalloc in %s\n", t->pid, n, nsafe,
+	       t->je.object);
+	for (size_t i = 0; i < n; i++) {
+		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
+		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n", r[i].ti.tid, r[i].ti.name,
+		       r[i].ti.state ? r[i].ti.state : '?', sc, r[i].safe ? "SAFE" : "UNSAFE", r[i].why);
+		for (size_t k = 0; k < r[i].bt.n; k++) {
+			uint64_t pc = k ? r[i].bt.ip[k] - 1 : r[i].bt.ip[k];
+
+			printf("  #%-2zu %s%s\n", k, ma_addrsyms_describe(as, pc, frame, sizeof(frame)),
+			       ma_target_in_jemalloc(t, pc) ? "  [jemalloc]" : "");
+		}
+	}
+}
 
 int cmd_threads(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct ma_thread_info *ti = NULL;
+	struct thread_report *r;
+	struct ma_addrsyms as;
+	struct ma_target t;
+	bool json = false;
+	pid_t pid = 0;
+	size_t n = 0;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return MA_EXIT_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
+			continue;
+		} else {
+			fputs(usage_text, stderr);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (!pid) {
+		fputs(usage_text, stderr);
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+	}
+	ma_install_signal_guards();
+	rc = ma_target_open(&t, pid);
+	if (!rc)
+		rc = ma_target_find_jemalloc(&t);
+	if (!rc)
+		rc = ma_list_threads(pid, &ti, &n);
+	if (rc) {
+		ma_target_release(&t);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	r = calloc(n ? n : 1, sizeof(*r));
+	if (!r) {
+		free(ti);
+		ma_target_release(&t);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "out of memory");
+	}
+	for (size_t i = 0; i < n && !ma_interrupted; i++) {
+		r[i].ti = ti[i];
+		rc = ma_inspect_thread(&t, &ti[i], &r[i].bt, r[i].why, sizeof(r[i].why), &r[i].safe);
+		if (rc == MA_E_PERM || rc == MA_E_TRACED)
+			break;
+		if (rc) {
+			snprintf(r[i].why, sizeof(r[i].why), "%s", ma_errmsg());
+			ma_err_clear();
+			rc = 0;
+		}
+	}
+	ma_unwind_release();
+	if (rc) {
+		free(r);
+		free(ti);
+		ma_target_release(&t);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	ma_addrsyms_init(&as, &t);
+	if (json)
+		print_json(&t, r, n, &as);
+	else
+		print_text(&t, r, n, &as);
+	ma_addrsyms_release(&as);
+	free(r);
+	free(ti);
+	ma_target_release(&t);
+	return MA_EXIT_OK;
 }

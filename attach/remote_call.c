@@ -214,10 +214,10 @@ static bool thread_wanted(const struct ma_session_opts *o, const struct ma_threa
 }
 
 /* Stop TI's thread and examine it; 0 = seized and safe, else detached. */
-static int try_thread(struct ma_session *s, const struct ma_thread_info *ti, char *why,
-		      size_t whylen)
+static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
+		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
-	struct ma_backtrace bt;
+	struct ma_backtrace local, *bt = btp ? btp : &local;
 	int status, rc, sig, held_sig = 0;
 
 	s->tid = ti->tid;
@@ -258,15 +258,16 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti, cha
 		held_sig = sig; /* a signal was being delivered */
 	if ((rc = ma_arch_get_state(ti->tid, &s->saved)))
 		goto unsafe;
-	if (ma_unwind(ti->tid, &bt) != 0) {
+	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
 		goto unsafe;
 	}
-	if (!ma_thread_is_safe(s->t, ti, &bt, why, whylen))
+	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
 		goto unsafe;
 	if (held_sig)
 		hold_signal(s);
+	s->held_sig = held_sig;
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return 0;
 unsafe:
@@ -294,7 +295,7 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 			if (!thread_wanted(o, &ti[i]))
 				continue;
 			seen = true;
-			rc = try_thread(s, &ti[i], why, sizeof(why));
+			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
 			if (rc == 0) {
 				free(ti);
 				return 0;
@@ -538,5 +539,34 @@ int ma_session_close(struct ma_session *s)
 		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	}
 	ma_arch_state_free(&s->saved);
+	return rc;
+}
+
+int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, struct ma_backtrace *bt,
+		      char *why, size_t whylen, bool *safe)
+{
+	struct ma_session s;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	s.t = t;
+	bt->n = 0;
+	if ((rc = ma_arch_state_alloc(&s.saved)))
+		return rc;
+	rc = try_thread(&s, ti, bt, why, whylen);
+	*safe = rc == 0;
+	if (rc == 0) {
+		/* Safe, but we only wanted to look: let it go untouched. */
+		ptrace(PTRACE_DETACH, ti->tid, NULL, (void *)(long)s.held_sig);
+		s.seized = false;
+	} else if (rc == MA_E_TIMEOUT && s.seized) {
+		int status;
+
+		if (wait_stop(ti->tid, &status, 200) == 0 && WIFSTOPPED(status))
+			ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
+	}
+	ma_arch_state_free(&s.saved);
+	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT)
+		rc = 0;
 	return rc;
 }

@@ -43,6 +43,7 @@ struct ma_session {
 	int call_timeout_ms;
 	siginfo_t held[MA_MAX_HELD_SIGNALS];
 	int nheld;
+	int held_sig; /* signal pending delivery when the thread was stopped */
 	/* measurements */
 	unsigned ncalls;
 	uint64_t stopped_ns; /* time the thread was held by us */
@@ -78,5 +79,14 @@ extern volatile sig_atomic_t ma_interrupted;
 void ma_install_signal_guards(void);
 
 uint64_t ma_now_ns(void);
+
+struct ma_thread_info;
+struct ma_backtrace;
+/*
+ * Stop one thread just long enough to unwind it and judge it, then let it
+ * go untouched.  *SAFE and WHY give the verdict.  0, or MA_E_PERM etc.
+ */
+int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, struct ma_backtrace *bt,
+		      char *why, size_t whylen, bool *safe);
 
 #endif
