@@ -289,44 +289,67 @@ static void merge_ranges(struct ma_jemalloc *je)
 	je->ntext = out;
 }
 
+/* Source files of jemalloc 5.x; a local symbol after such a FILE is its. */
+static const char *const je_sources[] = {
+	"jemalloc", "arena", "background_thread", "base", "bin", "bin_info", "bitmap",
+	"buf_writer", "cache_bin", "ckh", "counter", "ctl", "decay", "div", "ecache", "edata",
+	"edata_cache", "ehooks", "emap", "eset", "exp_grow", "extent", "extent_dss",
+	"extent_mmap", "fxp", "san", "san_bump", "hook", "hpa", "hpa_hooks", "hpdata",
+	"inspect", "large", "log", "malloc_io", "mutex", "nstime", "pa", "pa_extra", "pai",
+	"pac", "pages", "peak_event", "prof", "prof_data", "prof_log", "prof_recent",
+	"prof_stats", "prof_sys", "psset", "rtree", "safety_check", "sc", "sec", "stats", "sz",
+	"tcache", "test_hooks", "thread_event", "ticker", "tsd", "witness", "jemalloc_cpp",
+	"zone", "mutex_pool", "hash", "prng", "valgrind", "chunk", "chunk_dss", "chunk_mmap",
+	"huge", "quarantine", "util", "atomic", "mb", "nstime", "spin", "prof_sys", NULL,
+};
+
+static bool is_jemalloc_file(const char *file)
+{
+	const char *base = strrchr(file, '/');
+	size_t n;
+
+	base = base ? base + 1 : file;
+	n = strcspn(base, "."); /* arena.pic.o, arena.o, arena.c -> arena */
+	for (int i = 0; je_sources[i]; i++)
+		if (strlen(je_sources[i]) == n && strncmp(base, je_sources[i], n) == 0)
+			return true;
+	return false;
+}
+
 /*
- * Statically linked jemalloc has no file of its own.  Its archive members are
- * linked as one block, so the span of its recognisable functions (je_*
- * internals and the public API) covers its code; .cold fragments of
- * functions inside that span are added too.
+ * Statically linked jemalloc has no file of its own.  Its code is every
+ * function named like jemalloc (je_* internals, the public API) plus the
+ * local functions that follow one of jemalloc's FILE symbols in .symtab.
+ * Without FILE symbols, fall back to the span of the named functions (too
+ * wide rather than too narrow: a wrongly "unsafe" thread is only skipped).
  */
 static int static_text_ranges(struct ma_jemalloc *je, const struct ma_elf *e)
 {
 	uint64_t lo = UINT64_MAX, hi = 0;
+	bool have_files = false;
 
 	for (size_t i = 0; i < e->nsyms; i++) {
 		const struct ma_sym *s = &e->syms[i];
+		bool mine;
 
-		if (s->type != 2 /* STT_FUNC */ || !is_jemalloc_symbol(s->name, je->prefix))
+		if (s->type != 2 /* STT_FUNC */)
+			continue;
+		if (s->file && is_jemalloc_file(s->file))
+			have_files = true;
+		mine = is_jemalloc_symbol(s->name, je->prefix) || (s->file && is_jemalloc_file(s->file));
+		if (!mine)
+			continue;
+		if (add_range(je, s->addr + je->bias, s->addr + s->size + je->bias))
+			return MA_E_NOMEM;
+		if (strstr(s->name, ".cold"))
 			continue;
 		if (s->addr < lo)
 			lo = s->addr;
 		if (s->addr + s->size > hi)
 			hi = s->addr + s->size;
 	}
-	if (lo >= hi)
-		return 0;
-	if (add_range(je, lo + je->bias, hi + je->bias))
+	if (!have_files && lo < hi && add_range(je, lo + je->bias, hi + je->bias))
 		return MA_E_NOMEM;
-	for (size_t i = 0; i < e->nsyms; i++) {
-		const struct ma_sym *s = &e->syms[i], *base;
-		char name[256];
-		const char *dot = strstr(s->name, ".cold");
-
-		if (!dot || (size_t)(dot - s->name) >= sizeof(name))
-			continue;
-		memcpy(name, s->name, dot - s->name);
-		name[dot - s->name] = '\0';
-		base = ma_elf_sym_by_name(e, name);
-		if (base && base->addr >= lo && base->addr < hi &&
-		    add_range(je, s->addr + je->bias, s->addr + s->size + je->bias))
-			return MA_E_NOMEM;
-	}
 	return 0;
 }
 

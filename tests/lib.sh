@@ -18,3 +18,54 @@ skip() { echo "SKIP $*"; }
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 # Register a background pid to be killed at exit.
 track() { _children+=("$1"); }
+
+# --- fixtures with the control protocol (fixtures/fixlib.h) ---
+# fix_start NAME [ARGS...]: start build/fixtures/NAME with a control FIFO;
+# sets FIX_PID, FIX_FD (write commands there), FIX_OUT (its stdout file).
+fix_start() {
+	local name=$1; shift
+	local dir
+	dir=$(mktemp -d "$TMP/$name.XXXX")
+	mkfifo "$dir/in"
+	"$FIX/$name" "$@" <"$dir/in" >"$dir/out" 2>"$dir/err" &
+	FIX_PID=$!
+	track "$FIX_PID"
+	exec {FIX_FD}>"$dir/in"
+	FIX_OUT=$dir/out
+	for _ in $(seq 100); do
+		grep -q '^READY' "$FIX_OUT" && return 0
+		sleep 0.1
+	done
+	echo "fixture $name did not become ready" >&2
+	return 1
+}
+
+# fix_cmd PID FD OUT COMMAND: send COMMAND, print the line it answers with.
+fix_cmd() {
+	local pid=$1 fd=$2 out=$3 cmd=$4 n
+	n=$(wc -l <"$out")
+	echo "$cmd" >&"$fd" || return 1
+	for _ in $(seq 200); do
+		if [ "$(wc -l <"$out")" -gt "$n" ]; then
+			sed -n "$((n + 1))p" "$out"
+			return 0
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	return 1
+}
+
+# fix_quit PID FD OUT: send quit, wait; returns the fixture's exit status.
+fix_quit() {
+	local pid=$1 fd=$2
+	echo quit >&"$fd" 2>/dev/null
+	exec {fd}>&-
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	wait "$pid"
+}
+
+# json_get FILE KEY: print a top-level value of a JSON document.
+json_get() {
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
