@@ -1,8 +1,303 @@
-/* cmd_aggregate.c - not implemented yet. */
+/*
+ * cmd_aggregate.c - which allocation sites hold the heap, from a heap dump.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "commands.h"
+#include "emit.h"
+#include "flame.h"
+#include "ma_error.h"
+#include "pprof.h"
+#include "profcmd.h"
+
+#define CONTEXT_FRAMES 3
+#define STATS_TOLERANCE 0.10
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: memattach aggregate DUMP [--binary PATH] [--top N] [--cum] [--json]\n"
+		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n\n"
+		"Where the heap is: the allocation sites of a jemalloc heap_v2 dump\n"
+		"(MALLOC_CONF=prof:true), unsampled per stack as jeprof does, by scaled\n"
+		"in-use bytes.  'scale' is scaled/raw: ~1 means one or a few large\n"
+		"allocations (raw bytes are real), >>1 many small ones.\n\n"
+		"output:\n"
+		"  --top N, -n N          sites shown (default 20)\n"
+		"  --cum                  inclusive totals per function instead of sites\n"
+		"  --json                 JSON: period, total_raw_bytes, total_scaled_bytes,\n"
+		"                         sites[{leaf, scaled_bytes, raw_bytes, objects,\n"
+		"                         scale, share, frames}]\n"
+		"  --folded               'frame;frame;leaf bytes' per stack (flamegraph.pl,\n"
+		"                         inferno, speedscope)\n"
+		"  --svg FILE             write a flame graph to open in a browser\n"
+		"  --pprof FILE           write gzipped pprof protobuf (go tool pprof)\n"
+		"  --stats FILE.json      compare the scaled total with stats.allocated of a\n"
+		"                         malloc_stats_print JSON file (stats-dump)\n"
+		"%s"
+		"\nexit status: 0 success, 1 unreadable or invalid dump, 2 usage error\n",
+		ma_profcmd_help);
+}
+
+struct stats_check {
+	bool have;
+	uint64_t allocated;
+	double ratio; /* scaled total / allocated */
+	bool off;
+};
+
+static void frame_label(struct ma_profbundle *b, uint32_t fr, char *buf, size_t size)
+{
+	const struct ma_frame *f = &b->sym.frames[fr];
+	const char *name = ma_sym_func_name(&b->sym, f->func);
+
+	if (f->file)
+		snprintf(buf, size, "%s (%s:%d)", name, f->file, f->line);
+	else
+		snprintf(buf, size, "%s", name);
+}
+
+static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
+		       const struct stats_check *sc)
+{
+	struct ma_profile *p = &b->prof;
+	struct ma_json j;
+	char label[4096];
+	size_t n;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_str(&j, "dump", b->path);
+	ma_json_u64(&j, "period", b->hp.period);
+	ma_json_u64(&j, "stacks", b->hp.nstacks);
+	ma_json_bool(&j, "truncated", b->hp.truncated);
+	ma_json_u64(&j, "total_raw_bytes", p->total_raw_bytes);
+	ma_json_u64(&j, "total_scaled_bytes", (uint64_t)llround(p->total_bytes));
+	ma_json_u64(&j, "total_raw_objects", p->total_raw_objs);
+	ma_json_u64(&j, "total_objects", (uint64_t)llround(p->total_objs));
+	ma_json_arr_open(&j, "sites");
+	n = p->nsites < (size_t)c->top ? p->nsites : (size_t)c->top;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t fn = p->sites[i];
+		const struct ma_fstat *fs = &p->fs[fn];
+		size_t st = fs->best_stack;
+
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "leaf", ma_sym_func_name(&b->sym, fn));
+		ma_json_str(&j, "symbol", b->sym.funcs[fn].key);
+		ma_json_str(&j, "object", ma_sym_obj_name(&b->sym, b->sym.funcs[fn].obj));
+		ma_json_u64(&j, "scaled_bytes", (uint64_t)llround(fs->flat));
+		ma_json_u64(&j, "raw_bytes", fs->raw_flat);
+		ma_json_u64(&j, "objects", (uint64_t)llround(fs->flat_objs));
+		ma_json_u64(&j, "raw_objects", fs->raw_flat_objs);
+		ma_json_double(&j, "scale", fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0);
+		ma_json_double(&j, "share", p->total_bytes > 0 ? fs->flat / p->total_bytes : 0);
+		ma_json_u64(&j, "stacks", fs->nstacks);
+		ma_json_arr_open(&j, "frames");
+		for (size_t k = 0; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++) {
+			frame_label(b, ma_profile_frame(p, st, k), label, sizeof(label));
+			ma_json_str(&j, NULL, label);
+		}
+		ma_json_arr_close(&j);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	if (cum) {
+		ma_json_arr_open(&j, "functions");
+		n = p->ncum < (size_t)c->top ? p->ncum : (size_t)c->top;
+		for (size_t i = 0; i < n; i++) {
+			uint32_t fn = p->cum_order[i];
+
+			ma_json_obj_open(&j, NULL);
+			ma_json_str(&j, "name", ma_sym_func_name(&b->sym, fn));
+			ma_json_u64(&j, "flat_bytes", (uint64_t)llround(p->fs[fn].flat));
+			ma_json_u64(&j, "cum_bytes", (uint64_t)llround(p->fs[fn].cum));
+			ma_json_double(&j, "cum_share", p->total_bytes > 0 ? p->fs[fn].cum / p->total_bytes : 0);
+			ma_json_obj_close(&j);
+		}
+		ma_json_arr_close(&j);
+	}
+	if (sc->have) {
+		ma_json_obj_open(&j, "stats");
+		ma_json_u64(&j, "allocated", sc->allocated);
+		ma_json_double(&j, "scaled_over_allocated", sc->ratio);
+		ma_json_bool(&j, "within_tolerance", !sc->off);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_open(&j, "warnings");
+	if (b->hp.nwarnings)
+		ma_json_str(&j, NULL, b->hp.warning);
+	if (b->sym.nwarnings)
+		ma_json_str(&j, NULL, b->sym.warning);
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
+{
+	struct ma_profile *p = &b->prof;
+	char s1[32], s2[32], label[4096];
+	size_t n;
+
+	printf("dump %s: heap_v2, sampling period %s, %zu stacks%s\n", b->path,
+	       ma_prof_fmt_bytes(s1, sizeof(s1), (double)b->hp.period), b->hp.nstacks,
+	       b->hp.truncated ? " (truncated)" : "");
+	printf("in use: %s unsampled in %.0f objects (raw samples: %s in %llu objects)\n\n",
+	       ma_prof_fmt_bytes(s1, sizeof(s1), p->total_bytes), p->total_objs,
+	       ma_prof_fmt_bytes(s2, sizeof(s2), (double)p->total_raw_bytes),
+	       (unsigned long long)p->total_raw_objs);
+	if (cum) {
+		printf("%11s %11s %6s  %s\n", "cum", "flat", "cum%", "function");
+		n = p->ncum < (size_t)c->top ? p->ncum : (size_t)c->top;
+		for (size_t i = 0; i < n; i++) {
+			uint32_t fn = p->cum_order[i];
+
+			printf("%11s %11s %5.1f%%  %s\n", ma_prof_fmt_bytes(s1, sizeof(s1), p->fs[fn].cum),
+			       ma_prof_fmt_bytes(s2, sizeof(s2), p->fs[fn].flat),
+			       p->total_bytes > 0 ? 100 * p->fs[fn].cum / p->total_bytes : 0,
+			       ma_sym_func_name(&b->sym, fn));
+		}
+		return;
+	}
+	printf("%11s %11s %10s %8s %6s  %s\n", "scaled", "raw", "objects", "scale", "share",
+	       "allocation site  (<- callers)");
+	n = p->nsites < (size_t)c->top ? p->nsites : (size_t)c->top;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t fn = p->sites[i];
+		const struct ma_fstat *fs = &p->fs[fn];
+		size_t st = fs->best_stack;
+
+		frame_label(b, ma_profile_frame(p, st, 0), label, sizeof(label));
+		printf("%11s %11s %10.0f %8.1f %5.1f%%  %s\n", ma_prof_fmt_bytes(s1, sizeof(s1), fs->flat),
+		       ma_prof_fmt_bytes(s2, sizeof(s2), (double)fs->raw_flat), fs->flat_objs,
+		       fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
+		       p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0, label);
+		for (size_t k = 1; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++) {
+			frame_label(b, ma_profile_frame(p, st, k), label, sizeof(label));
+			printf("%51s<- %s\n", "", label);
+		}
+	}
+	if (p->nsites > n)
+		printf("(%zu more sites; --top N shows more)\n", p->nsites - n);
+}
 
 int cmd_aggregate(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct ma_profcmd c;
+	struct ma_profbundle b;
+	struct stats_check sc = { 0 };
+	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL, *v;
+	bool cum = false, folded = false;
+	int rc = MA_EXIT_OK, r;
+
+	ma_profcmd_init(&c, argv[0], 20);
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			usage(stdout);
+			ma_profcmd_release(&c);
+			return MA_EXIT_OK;
+		}
+		r = ma_profcmd_opt(&c, argc, argv, &i);
+		if (r == 0) {
+			if (strcmp(argv[i], "--cum") == 0) {
+				cum = true;
+				continue;
+			}
+			if (strcmp(argv[i], "--folded") == 0) {
+				folded = true;
+				continue;
+			}
+			if ((r = ma_profcmd_value(c.cmd, "--svg", argc, argv, &i, &v)) > 0)
+				svg = v;
+			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--pprof", argc, argv, &i, &v)) > 0)
+				pprof = v;
+			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--stats", argc, argv, &i, &v)) > 0)
+				stats = v;
+			else if (r == 0 && strcmp(argv[i], "--pid") == 0)
+				r = -ma_cmd_error(c.cmd, 1, "--pid is not supported yet; "
+					"save stats with 'memattach stats-dump PID -o FILE' and pass --stats FILE");
+			else if (r == 0 && argv[i][0] == '-' && argv[i][1] != '\0')
+				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[i]);
+			else if (r == 0 && !dump)
+				dump = argv[i], r = 1;
+			else if (r == 0)
+				r = -ma_cmd_error(c.cmd, 1, "one dump only (got '%s' too); "
+					"'memattach diff A B' compares two", argv[i]);
+		}
+		if (r < 0) {
+			ma_profcmd_release(&c);
+			return MA_EXIT_USAGE;
+		}
+	}
+	if (!dump) {
+		usage(stderr);
+		ma_profcmd_release(&c);
+		return MA_EXIT_USAGE;
+	}
+	if (c.json && folded) {
+		ma_profcmd_release(&c);
+		return ma_cmd_error(c.cmd, MA_EXIT_USAGE, "--json and --folded are exclusive");
+	}
+	rc = ma_profcmd_load(&c, &b, dump);
+	if (rc) {
+		ma_profcmd_release(&c);
+		return rc;
+	}
+	if (stats) {
+		if (ma_stats_json_allocated(stats, &sc.allocated)) {
+			rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+			goto out;
+		}
+		sc.have = true;
+		sc.ratio = sc.allocated ? b.prof.total_bytes / (double)sc.allocated : 0;
+		sc.off = fabs(sc.ratio - 1) > STATS_TOLERANCE;
+		if (sc.off) {
+			char s1[32], s2[32];
+
+			fprintf(stderr, "memattach %s: warning: the unsampled total %s is %.0f%% %s "
+				"stats.allocated %s; the sampling missed or overweighted small "
+				"allocations: restart with MALLOC_CONF=prof:true,lg_prof_sample:17 "
+				"(128 KiB sampling) for a closer picture\n",
+				c.cmd, ma_prof_fmt_bytes(s1, sizeof(s1), b.prof.total_bytes),
+				fabs(sc.ratio - 1) * 100, sc.ratio < 1 ? "below" : "above",
+				ma_prof_fmt_bytes(s2, sizeof(s2), (double)sc.allocated));
+		}
+	}
+	if (svg) {
+		FILE *f = fopen(svg, "w");
+
+		if (!f || ma_flame_svg(f, &b.prof, dump) || fclose(f)) {
+			rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write '%s': %s", svg,
+					  ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+			goto out;
+		}
+	}
+	if (pprof && ma_pprof_write(pprof, &b.prof)) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+		goto out;
+	}
+	if (folded)
+		ma_flame_folded(stdout, &b.prof);
+	else if (c.json)
+		print_json(&c, &b, cum, &sc);
+	else {
+		print_table(&c, &b, cum);
+		if (sc.have) {
+			char s1[32];
+
+			printf("\nstats.allocated %s: unsampled total is %.1f%% of it%s\n",
+			       ma_prof_fmt_bytes(s1, sizeof(s1), (double)sc.allocated), sc.ratio * 100,
+			       sc.off ? " (off by more than 10%)" : "");
+		}
+	}
+	if (fflush(stdout) != 0)
+		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output");
+out:
+	ma_profbundle_release(&b);
+	ma_profcmd_release(&c);
+	return rc;
 }

@@ -1,0 +1,293 @@
+/*
+ * flame.c - folded stacks and an SVG flame graph.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flame.h"
+#include "ma_error.h"
+
+static void put_name(FILE *f, const char *s)
+{
+	for (; *s; s++)
+		fputc(*s == ';' ? ':' : (*s == '\n' ? ' ' : *s), f);
+}
+
+int ma_flame_folded(FILE *f, struct ma_profile *p)
+{
+	struct ma_symbolizer *sym = p->sym;
+
+	for (size_t i = 0; i < p->hp->nstacks; i++) {
+		double bytes = ma_profile_stack_bytes(p, i);
+		uint32_t n = p->chain_len[i];
+
+		if (n == 0 || llround(bytes) <= 0)
+			continue;
+		for (uint32_t k = n; k-- > 0;) {
+			put_name(f, ma_sym_func_name(sym, sym->frames[ma_profile_frame(p, i, k)].func));
+			if (k)
+				fputc(';', f);
+		}
+		fprintf(f, " %lld\n", llround(bytes));
+	}
+	return ferror(f) ? ma_fail(MA_E_IO, "write error") : 0;
+}
+
+/* The call tree, root first, for the SVG. */
+struct node {
+	uint32_t func, parent, child, sibling;
+	double value;
+};
+
+struct tree {
+	struct node *n;
+	size_t len, cap;
+	uint32_t *slots; /* (parent, func) -> node */
+	size_t nslots;
+};
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x9e3779b97f4a7c15ULL;
+	x ^= x >> 29;
+	return x;
+}
+
+static int tree_rehash(struct tree *t)
+{
+	size_t ns = t->nslots ? t->nslots * 2 : 1 << 12;
+	uint32_t *s = malloc(ns * sizeof(uint32_t));
+
+	if (!s)
+		return -1;
+	memset(s, 0xff, ns * sizeof(uint32_t));
+	for (size_t i = 1; i < t->len; i++) {
+		size_t h = mix(((uint64_t)t->n[i].parent << 32) | t->n[i].func) & (ns - 1);
+
+		while (s[h] != UINT32_MAX)
+			h = (h + 1) & (ns - 1);
+		s[h] = (uint32_t)i;
+	}
+	free(t->slots);
+	t->slots = s;
+	t->nslots = ns;
+	return 0;
+}
+
+static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
+{
+	size_t h;
+
+	if ((t->len + 1) * 2 > t->nslots && tree_rehash(t))
+		return UINT32_MAX;
+	h = mix(((uint64_t)parent << 32) | func) & (t->nslots - 1);
+	while (t->slots[h] != UINT32_MAX) {
+		struct node *n = &t->n[t->slots[h]];
+
+		if (n->parent == parent && n->func == func)
+			return t->slots[h];
+		h = (h + 1) & (t->nslots - 1);
+	}
+	if (t->len == t->cap) {
+		size_t nc = t->cap * 2;
+		struct node *nn = realloc(t->n, nc * sizeof(*nn));
+
+		if (!nn)
+			return UINT32_MAX;
+		t->n = nn;
+		t->cap = nc;
+	}
+	t->n[t->len] = (struct node){ func, parent, UINT32_MAX, t->n[parent].child, 0 };
+	t->n[parent].child = (uint32_t)t->len;
+	t->slots[h] = (uint32_t)t->len;
+	return (uint32_t)t->len++;
+}
+
+static void xml_text(FILE *f, const char *s, size_t max)
+{
+	size_t n = 0;
+
+	for (; *s && n < max; s++, n++) {
+		switch (*s) {
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '&': fputs("&amp;", f); break;
+		case '"': fputs("&quot;", f); break;
+		default:
+			if ((unsigned char)*s >= 0x20)
+				fputc(*s, f);
+		}
+	}
+	if (*s)
+		fputs("..", f);
+}
+
+#define SVG_W 1200.0
+#define ROW_H 17
+#define PAD 10.0
+
+static const char svg_script[] =
+	"<script type=\"text/ecmascript\"><![CDATA[\n"
+	"var W=" "1180" ",X0=10,det,orig=[];\n"
+	"function init(){det=document.getElementById('details').firstChild;\n"
+	" var g=document.getElementsByTagName('g');for(var i=0;i<g.length;i++){var r=g[i].getElementsByTagName('rect')[0];\n"
+	"  if(!r)continue;orig.push([g[i],+r.getAttribute('x'),+r.getAttribute('width')]);\n"
+	"  g[i].onmouseover=function(){det.nodeValue=this.getElementsByTagName('title')[0].textContent};\n"
+	"  g[i].onmouseout=function(){det.nodeValue=' '};\n"
+	"  g[i].onclick=function(){zoom(this)};}}\n"
+	"function fit(g,x,w){var r=g.getElementsByTagName('rect')[0],t=g.getElementsByTagName('text')[0];\n"
+	" r.setAttribute('x',x);r.setAttribute('width',Math.max(w,0));t.setAttribute('x',x+3);\n"
+	" var n=g.getAttribute('data-n'),c=Math.floor((w-6)/7);t.textContent=c<3?'':(n.length>c?n.substr(0,c-2)+'..':n);}\n"
+	"function zoom(z){var zx=+z.getAttribute('data-x'),zw=+z.getAttribute('data-w'),zy=+z.getElementsByTagName('rect')[0].getAttribute('y');\n"
+	" for(var i=0;i<orig.length;i++){var g=orig[i][0],x=+g.getAttribute('data-x'),w=+g.getAttribute('data-w'),y=+g.getElementsByTagName('rect')[0].getAttribute('y');\n"
+	"  var inside=x>=zx-1e-9&&x+w<=zx+zw+1e-9,above=y<zy;\n"
+	"  if(!inside&&!(above&&x<=zx&&x+w>=zx+zw)){g.style.display='none';continue;}\n"
+	"  g.style.display='';if(inside){fit(g,X0+(x-zx)/zw*W,w/zw*W);}else{fit(g,X0,W);}}}\n"
+	"function reset(){for(var i=0;i<orig.length;i++){var g=orig[i][0];g.style.display='';fit(g,orig[i][1],orig[i][2]);}}\n"
+	"document.addEventListener('keydown',function(e){if(e.key=='Escape')reset();});\n"
+	"]]></script>\n";
+
+static void color(uint32_t func, const char *name, int *r, int *g, int *b)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	(void)func;
+	*r = 205 + (int)(h % 50);
+	*g = 80 + (int)((h >> 8) % 130);
+	*b = (int)((h >> 16) % 55);
+}
+
+int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
+{
+	struct tree t = { 0 };
+	struct ma_symbolizer *sym = p->sym;
+	double total = 0, minw;
+	uint32_t *stack = NULL, *depth = NULL;
+	double *xs = NULL;
+	size_t maxdepth = 0, sp = 0;
+	int rc = 0;
+
+	t.cap = 1024;
+	t.n = malloc(t.cap * sizeof(*t.n));
+	if (!t.n || tree_rehash(&t))
+		goto oom;
+	t.n[0] = (struct node){ UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
+	t.len = 1;
+	for (size_t i = 0; i < p->hp->nstacks; i++) {
+		double bytes = ma_profile_stack_bytes(p, i);
+		uint32_t cur = 0, n = p->chain_len[i];
+
+		if (n == 0 || bytes <= 0)
+			continue;
+		t.n[0].value += bytes;
+		for (uint32_t k = n; k-- > 0;) {
+			cur = tree_child(&t, cur, sym->frames[ma_profile_frame(p, i, k)].func);
+			if (cur == UINT32_MAX)
+				goto oom;
+			t.n[cur].value += bytes;
+		}
+		if (n > maxdepth)
+			maxdepth = n;
+	}
+	total = t.n[0].value;
+	minw = total / (SVG_W - 2 * PAD) * 0.5; /* narrower than half a pixel: left out */
+	double height = (double)(maxdepth + 1) * ROW_H + 70;
+
+	fprintf(f, "<?xml version=\"1.0\" standalone=\"no\"?>\n"
+		   "<svg version=\"1.1\" width=\"%.0f\" height=\"%.0f\" onload=\"init()\" "
+		   "viewBox=\"0 0 %.0f %.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n",
+		SVG_W, height, SVG_W, height);
+	fputs("<style>text{font-family:monospace;font-size:12px;fill:#000}g:hover rect{stroke:#000;stroke-width:.5}"
+	      "g{cursor:pointer}</style>\n", f);
+	fputs(svg_script, f);
+	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"100%%\" height=\"100%%\" fill=\"#f8f8f0\"/>\n"
+		   "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" style=\"font-size:17px\">heap in use: ",
+		SVG_W / 2);
+	xml_text(f, title ? title : "", 200);
+	fprintf(f, " (%.0f bytes, unsampled; click to zoom, Esc to reset)</text>\n"
+		   "<text id=\"details\" x=\"%.0f\" y=\"%.0f\"> </text>\n",
+		total, PAD, height - 12);
+
+	/* Depth-first walk; x advances through siblings. */
+	stack = malloc((maxdepth + 2) * sizeof(uint32_t));
+	depth = malloc((maxdepth + 2) * sizeof(uint32_t));
+	xs = malloc((maxdepth + 2) * sizeof(double));
+	if (!stack || !depth || !xs)
+		goto oom;
+	stack[0] = 0;
+	depth[0] = 0;
+	xs[0] = 0;
+	sp = 1;
+	while (sp > 0 && total > 0) {
+		uint32_t id = stack[--sp], d = depth[sp];
+		double x = xs[sp];
+		struct node *n = &t.n[id];
+
+		if (n->value < minw)
+			continue;
+		{
+			double px = PAD + x / total * (SVG_W - 2 * PAD);
+			double pw = n->value / total * (SVG_W - 2 * PAD);
+			double y = height - 40 - (double)(d + 1) * ROW_H;
+			const char *name = id ? ma_sym_func_name(sym, n->func) : "all";
+			int r, g, b, chars = (int)((pw - 6) / 7);
+
+			color(n->func, name, &r, &g, &b);
+			fprintf(f, "<g data-x=\"%.6f\" data-w=\"%.6f\" data-n=\"", x / total, n->value / total);
+			xml_text(f, name, 300);
+			fputs("\"><title>", f);
+			xml_text(f, name, 2000);
+			fprintf(f, " (%.0f bytes, %.2f%%)</title><rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" "
+				   "height=\"%d\" rx=\"2\" fill=\"rgb(%d,%d,%d)\"/><text x=\"%.2f\" y=\"%.0f\">",
+				n->value, 100 * n->value / total, px, y, pw, ROW_H - 1, r, g, b, px + 3,
+				y + ROW_H - 5);
+			if (chars >= 3)
+				xml_text(f, name, (size_t)chars - 2);
+			fputs("</text></g>\n", f);
+		}
+		/* Push children with their x offsets (last pushed is drawn first). */
+		double cx = x;
+
+		for (uint32_t c = n->child; c != UINT32_MAX; c = t.n[c].sibling) {
+			if (sp >= maxdepth + 2) {
+				/* Grow: siblings can outnumber the depth. */
+				size_t nc = (sp + 1) * 2;
+				uint32_t *s2 = realloc(stack, nc * sizeof(uint32_t));
+				uint32_t *d2 = s2 ? realloc(depth, nc * sizeof(uint32_t)) : NULL;
+				double *x2 = d2 ? realloc(xs, nc * sizeof(double)) : NULL;
+
+				if (s2)
+					stack = s2;
+				if (d2)
+					depth = d2;
+				if (!x2)
+					goto oom;
+				xs = x2;
+				maxdepth = nc - 2;
+			}
+			stack[sp] = c;
+			depth[sp] = d + 1;
+			xs[sp] = cx;
+			sp++;
+			cx += t.n[c].value;
+		}
+	}
+	fputs("</svg>\n", f);
+	if (ferror(f))
+		rc = ma_fail(MA_E_IO, "write error");
+	goto out;
+oom:
+	rc = ma_fail(MA_E_NOMEM, "out of memory drawing the flame graph");
+out:
+	free(stack);
+	free(depth);
+	free(xs);
+	free(t.n);
+	free(t.slots);
+	return rc;
+}

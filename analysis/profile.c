@@ -1,0 +1,301 @@
+/*
+ * profile.c - drop allocator frames, unsample, total per function.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ma_error.h"
+#include "profile.h"
+
+double ma_profile_stack_bytes(const struct ma_profile *p, size_t i)
+{
+	const struct ma_hp_stack *s = &p->hp->stacks[i];
+
+	return (double)s->bytes * s->scale;
+}
+
+double ma_profile_stack_objs(const struct ma_profile *p, size_t i)
+{
+	const struct ma_hp_stack *s = &p->hp->stacks[i];
+
+	return (double)s->objs * s->scale;
+}
+
+static bool skipped(struct ma_profile *p, const struct ma_prof_opts *o, uint32_t fn)
+{
+	struct ma_fstat *f = &p->fs[fn];
+
+	if (!o->nskip)
+		return false;
+	if (!f->skip) {
+		const char *dem = ma_sym_func_name(p->sym, fn);
+		const char *key = p->sym->funcs[fn].key;
+
+		f->skip = -1;
+		for (size_t i = 0; i < o->nskip; i++)
+			if (regexec(&o->skip[i], dem, 0, NULL, 0) == 0 ||
+			    regexec(&o->skip[i], key, 0, NULL, 0) == 0)
+				f->skip = 1;
+	}
+	return f->skip > 0;
+}
+
+static int grow_fs(struct ma_profile *p)
+{
+	size_t n = p->sym->nfuncs;
+	struct ma_fstat *fs;
+
+	if (n <= p->nfs)
+		return 0;
+	fs = realloc(p->fs, n * sizeof(*fs));
+	if (!fs)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	memset(fs + p->nfs, 0, (n - p->nfs) * sizeof(*fs));
+	p->fs = fs;
+	p->nfs = n;
+	return 0;
+}
+
+static const struct ma_profile *sort_prof;
+
+static int cmp_flat(const void *a, const void *b)
+{
+	const struct ma_fstat *x = &sort_prof->fs[*(const uint32_t *)a];
+	const struct ma_fstat *y = &sort_prof->fs[*(const uint32_t *)b];
+
+	if (x->flat != y->flat)
+		return x->flat > y->flat ? -1 : 1;
+	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+static int cmp_cum(const void *a, const void *b)
+{
+	const struct ma_fstat *x = &sort_prof->fs[*(const uint32_t *)a];
+	const struct ma_fstat *y = &sort_prof->fs[*(const uint32_t *)b];
+
+	if (x->cum != y->cum)
+		return x->cum > y->cum ? -1 : 1;
+	if (x->flat != y->flat)
+		return x->flat > y->flat ? -1 : 1;
+	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
+		     struct ma_symbolizer *sym, const struct ma_prof_opts *opts)
+{
+	static const struct ma_prof_opts none;
+	const struct ma_prof_opts *o = opts ? opts : &none;
+	uint32_t buf[MA_HP_MAX_FRAMES * 4];
+	size_t cap = 0, used = 0;
+	int rc = MA_E_NOMEM;
+
+	memset(p, 0, sizeof(*p));
+	p->hp = hp;
+	p->sym = sym;
+	p->chain_off = malloc((hp->nstacks + 1) * sizeof(size_t));
+	p->chain_len = malloc((hp->nstacks + 1) * sizeof(uint32_t));
+	if (!p->chain_off || !p->chain_len)
+		goto oom;
+	for (size_t i = 0; i < hp->nstacks; i++) {
+		const struct ma_hp_stack *st = &hp->stacks[i];
+		size_t n = 0, k = 0;
+		double bytes = (double)st->bytes * st->scale;
+		double objs = (double)st->objs * st->scale;
+		struct ma_fstat *leaf;
+
+		/* Expand pcs into frames (several per pc with --lines). */
+		for (uint32_t j = 0; j < st->npcs && n < sizeof(buf) / sizeof(buf[0]); j++) {
+			uint32_t f = ma_sym_pc(sym, hp->pcs[st->pc_first + j]);
+
+			if (f == MA_NONE)
+				goto oom;
+			for (; f != MA_NONE && n < sizeof(buf) / sizeof(buf[0]); f = sym->frames[f].inline_next)
+				buf[n++] = f;
+		}
+		if (grow_fs(p))
+			goto oom;
+		/* Leading allocator frames, then --skip frames; keep at least one. */
+		if (!o->keep_allocator)
+			while (k + 1 < n && sym->funcs[sym->frames[buf[k]].func].allocator)
+				k++;
+		while (k + 1 < n && skipped(p, o, sym->frames[buf[k]].func))
+			k++;
+		if (used + (n - k) > cap) {
+			size_t nc = cap ? cap * 2 : 1 << 16;
+			uint32_t *c;
+
+			while (nc < used + (n - k))
+				nc *= 2;
+			c = realloc(p->chain, nc * sizeof(uint32_t));
+			if (!c)
+				goto oom;
+			p->chain = c;
+			cap = nc;
+		}
+		memcpy(p->chain + used, buf + k, (n - k) * sizeof(uint32_t));
+		p->chain_off[i] = used;
+		p->chain_len[i] = (uint32_t)(n - k);
+		used += n - k;
+
+		p->total_bytes += bytes;
+		p->total_objs += objs;
+		p->total_raw_bytes += st->bytes;
+		p->total_raw_objs += st->objs;
+		if (n == k || st->bytes == 0)
+			continue;
+		leaf = &p->fs[sym->frames[buf[k]].func];
+		leaf->flat += bytes;
+		leaf->flat_objs += objs;
+		leaf->raw_flat += st->bytes;
+		leaf->raw_flat_objs += st->objs;
+		leaf->nstacks++;
+		if (bytes > leaf->best_bytes || leaf->nstacks == 1) {
+			leaf->best_bytes = bytes;
+			leaf->best_stack = (uint32_t)i;
+		}
+		for (size_t j = k; j < n; j++) {
+			struct ma_fstat *f = &p->fs[sym->frames[buf[j]].func];
+
+			if (f->stamp != i + 1) {
+				f->stamp = (uint32_t)(i + 1);
+				f->cum += bytes;
+			}
+		}
+	}
+	if (grow_fs(p))
+		goto oom;
+	p->sites = malloc((p->nfs + 1) * sizeof(uint32_t));
+	p->cum_order = malloc((p->nfs + 1) * sizeof(uint32_t));
+	if (!p->sites || !p->cum_order)
+		goto oom;
+	for (size_t f = 0; f < p->nfs; f++) {
+		if (p->fs[f].flat > 0 || p->fs[f].nstacks)
+			p->sites[p->nsites++] = (uint32_t)f;
+		if (p->fs[f].cum > 0)
+			p->cum_order[p->ncum++] = (uint32_t)f;
+	}
+	sort_prof = p;
+	qsort(p->sites, p->nsites, sizeof(uint32_t), cmp_flat);
+	qsort(p->cum_order, p->ncum, sizeof(uint32_t), cmp_cum);
+	return 0;
+oom:
+	ma_profile_release(p);
+	return ma_fail(rc, "out of memory building the profile");
+}
+
+void ma_profile_release(struct ma_profile *p)
+{
+	free(p->chain);
+	free(p->chain_off);
+	free(p->chain_len);
+	free(p->fs);
+	free(p->sites);
+	free(p->cum_order);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Skip a JSON string starting at the opening quote; tolerate no escaping
+ * (jemalloc does not escape) by ending at a quote followed by , : } ] or
+ * whitespace. */
+static const char *skip_string(const char *p, const char *end)
+{
+	for (p++; p < end; p++) {
+		if (*p == '\\' && p + 1 < end) {
+			p++;
+			continue;
+		}
+		if (*p == '"') {
+			const char *q = p + 1;
+
+			while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+				q++;
+			if (q >= end || *q == ',' || *q == ':' || *q == '}' || *q == ']')
+				return p + 1;
+		}
+	}
+	return end;
+}
+
+int ma_stats_json_allocated(const char *path, uint64_t *allocated)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL, *end;
+	size_t len = 0, cap = 0, n;
+	int depth = 0, stats_depth = -1;
+	const char *p;
+	char key[64];
+
+	if (!f)
+		return ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	for (;;) {
+		if (cap - len < 65536) {
+			char *nb = realloc(buf, cap + (1 << 20));
+
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				return ma_fail(MA_E_NOMEM, "out of memory reading '%s'", path);
+			}
+			buf = nb;
+			cap += 1 << 20;
+		}
+		n = fread(buf + len, 1, cap - len, f);
+		if (n == 0)
+			break;
+		len += n;
+	}
+	fclose(f);
+	end = buf + len;
+	key[0] = '\0';
+	/* Walk the structure, remembering the last key, looking for
+	 * jemalloc -> stats -> allocated (depth 1 -> 2 -> 3). */
+	for (p = buf; p < end; p++) {
+		if (*p == '"') {
+			const char *q = skip_string(p, end), *r = q;
+
+			while (r < end && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t'))
+				r++;
+			if (r < end && *r == ':') {
+				size_t kl = (size_t)(q - p - 2 < 63 ? q - p - 2 : 63);
+
+				memcpy(key, p + 1, kl);
+				key[kl] = '\0';
+				if (stats_depth >= 0 && depth == stats_depth + 1 &&
+				    strcmp(key, "allocated") == 0) {
+					char *e;
+					unsigned long long v;
+
+					r++;
+					errno = 0;
+					v = strtoull(r, &e, 10);
+					if (e == r || errno) {
+						free(buf);
+						return ma_fail(MA_E_FORMAT, "'%s': stats.allocated is not a number", path);
+					}
+					*allocated = v;
+					free(buf);
+					return 0;
+				}
+			}
+			p = q - 1;
+			continue;
+		}
+		if (*p == '{' || *p == '[') {
+			depth++;
+			if (*p == '{' && stats_depth < 0 && depth == 3 && strcmp(key, "stats") == 0)
+				stats_depth = 2;
+			key[0] = '\0';
+		} else if (*p == '}' || *p == ']') {
+			if (stats_depth >= 0 && depth == stats_depth + 1)
+				stats_depth = -1;
+			depth--;
+		}
+	}
+	free(buf);
+	if (len == 0)
+		return ma_fail(MA_E_FORMAT, "'%s' is empty, expected malloc_stats_print JSON", path);
+	return ma_fail(MA_E_FORMAT, "'%s' has no jemalloc.stats.allocated (is it malloc_stats_print JSON?)",
+		       path);
+}

@@ -1,0 +1,598 @@
+/*
+ * symbolize.c - pcs of a heap dump -> frames -> functions, cached.
+ */
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "demangle.h"
+#include "ma_error.h"
+#include "symbolize.h"
+
+static void warn(struct ma_symbolizer *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void warn(struct ma_symbolizer *s, const char *fmt, ...)
+{
+	if (s->nwarnings++ == 0) {
+		va_list ap;
+
+		va_start(ap, fmt);
+		vsnprintf(s->warning, sizeof(s->warning), fmt, ap);
+		va_end(ap);
+	}
+}
+
+static const char *base_name(const char *p)
+{
+	const char *b = strrchr(p, '/');
+
+	return b ? b + 1 : p;
+}
+
+/* jemalloc's own functions, for statically linked jemalloc (where there is
+ * no separate library whose address range we could drop). */
+bool ma_sym_is_allocator_name(const char *n)
+{
+	static const char *const exact[] = {
+		"malloc", "calloc", "realloc", "free", "mallocx", "rallocx", "xallocx",
+		"sdallocx", "dallocx", "posix_memalign", "aligned_alloc", "memalign",
+		"valloc", "pvalloc", "malloc_default", "do_rallocx", "imalloc",
+		"imalloc_body", "ialloc", "prof_backtrace", "prof_backtrace_impl",
+		"prof_tctx_create", "prof_alloc_prep", "prof_malloc_sample_object",
+		"ifree", "isfree", "malloc_usable_size", "irealloc_prof", "irallocx_prof",
+		"ialloc_prof", "imalloc_prof",
+		/* operator new / new[] (nothrow, aligned) from jemalloc_cpp.cpp */
+		"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+		"_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+		"_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
+	};
+
+	if (!n)
+		return false;
+	if (strncmp(n, "je_", 3) == 0 || strncmp(n, "_rjem_", 6) == 0 ||
+	    strncmp(n, "_ZN12_GLOBAL__N_17newImpl", 25) == 0 || strncmp(n, "_Z7newImpl", 10) == 0 ||
+	    strncmp(n, "_ZL7newImpl", 11) == 0 || strncmp(n, "_ZL10handleOOM", 14) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++)
+		if (strcmp(n, exact[i]) == 0)
+			return true;
+	return false;
+}
+
+static char *remap_path(const struct ma_sym_opts *o, const char *p)
+{
+	for (size_t i = 0; i < o->nprefix_maps; i++) {
+		size_t n = strlen(o->prefix_maps[i].from);
+
+		if (n && strncmp(p, o->prefix_maps[i].from, n) == 0) {
+			char *r = malloc(strlen(o->prefix_maps[i].to) + strlen(p + n) + 1);
+
+			if (r)
+				sprintf(r, "%s%s", o->prefix_maps[i].to, p + n);
+			return r;
+		}
+	}
+	return strdup(p);
+}
+
+int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
+		const struct ma_sym_opts *opts)
+{
+	size_t main_map = SIZE_MAX;
+
+	memset(s, 0, sizeof(*s));
+	s->hp = hp;
+	if (opts)
+		s->opts = *opts;
+	s->map_obj = malloc((hp->nmaps ? hp->nmaps : 1) * sizeof(uint32_t));
+	s->objs = calloc(hp->nmaps + 1, sizeof(*s->objs));
+	s->pc_cap = 1 << 12;
+	s->pc_keys = calloc(s->pc_cap, sizeof(uint64_t));
+	s->pc_vals = malloc(s->pc_cap * sizeof(uint32_t));
+	s->fn_cap = 1 << 12;
+	s->fn_slots = malloc(s->fn_cap * sizeof(uint32_t));
+	if (!s->map_obj || !s->objs || !s->pc_keys || !s->pc_vals || !s->fn_slots) {
+		ma_sym_release(s);
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	}
+	memset(s->fn_slots, 0xff, s->fn_cap * sizeof(uint32_t));
+	for (size_t i = 0; i < hp->nmaps; i++) {
+		const char *p = hp->maps[i].path;
+		size_t j;
+
+		s->map_obj[i] = MA_NONE;
+		if (!p || p[0] != '/')
+			continue; /* anonymous, [vdso], [heap], memfd:... */
+		if (main_map == SIZE_MAX)
+			main_map = i; /* the lowest file mapping: the executable */
+		for (j = 0; j < s->nobjs; j++)
+			if (strcmp(s->objs[j].dump_path, p) == 0)
+				break;
+		if (j == s->nobjs) {
+			struct ma_symobj *o = &s->objs[s->nobjs++];
+			char *del;
+
+			o->dump_path = strdup(p);
+			o->main = (i == main_map);
+			if (o->main && s->opts.binary)
+				o->path = strdup(s->opts.binary);
+			else
+				o->path = remap_path(&s->opts, p);
+			if (!o->dump_path || !o->path) {
+				ma_sym_release(s);
+				return ma_fail(MA_E_NOMEM, "out of memory");
+			}
+			/* The file was replaced or deleted after the process started. */
+			del = strstr(o->path, " (deleted)");
+			if (del && del[10] == '\0')
+				*del = '\0';
+			o->jemalloc = strncmp(base_name(p), "libjemalloc", 11) == 0;
+			o->elf.fd = o->debug.fd = -1;
+		}
+		s->map_obj[i] = (uint32_t)j;
+	}
+	if (hp->nmaps == 0 && s->opts.binary) {
+		/* No MAPPED_LIBRARIES (truncated dump): take pcs as link-time
+		 * addresses of --binary, right for non-PIE executables. */
+		struct ma_symobj *o = &s->objs[s->nobjs++];
+
+		o->dump_path = strdup(s->opts.binary);
+		o->path = strdup(s->opts.binary);
+		o->main = true;
+		o->elf.fd = o->debug.fd = -1;
+		if (!o->dump_path || !o->path) {
+			ma_sym_release(s);
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		}
+	}
+	return 0;
+}
+
+void ma_sym_release(struct ma_symbolizer *s)
+{
+	for (size_t i = 0; i < s->nobjs; i++) {
+		struct ma_symobj *o = &s->objs[i];
+
+		if (o->ok)
+			ma_elf_release(&o->elf);
+		if (o->has_debug)
+			ma_elf_release(&o->debug);
+		if (o->dwfl)
+			dwfl_end(o->dwfl);
+		free(o->dump_path);
+		free(o->path);
+	}
+	for (size_t i = 0; i < s->nfuncs; i++) {
+		free(s->funcs[i].key);
+		free(s->funcs[i].name);
+	}
+	for (size_t i = 0; i < s->nstrings; i++)
+		free(s->strings[i]);
+	free(s->strings);
+	free(s->objs);
+	free(s->map_obj);
+	free(s->frames);
+	free(s->funcs);
+	free(s->pc_keys);
+	free(s->pc_vals);
+	free(s->fn_slots);
+	memset(s, 0, sizeof(*s));
+}
+
+static bool same_build_id(const struct ma_elf *a, const struct ma_elf *b)
+{
+	return !a->build_id_len || !b->build_id_len ||
+	       (a->build_id_len == b->build_id_len &&
+		memcmp(a->build_id, b->build_id, a->build_id_len) == 0);
+}
+
+static bool try_debug(struct ma_symobj *o, const char *path)
+{
+	if (access(path, R_OK) != 0)
+		return false;
+	if (ma_elf_open(&o->debug, path) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	if (!o->debug.has_symtab || !same_build_id(&o->elf, &o->debug)) {
+		ma_elf_release(&o->debug);
+		return false;
+	}
+	o->has_debug = true;
+	return true;
+}
+
+/* A stripped file: look for its separate debug file, like gdb and libdwfl. */
+static void find_debug(struct ma_symobj *o)
+{
+	char p[4600], dir[4096];
+	const char *slash;
+
+	if (o->elf.build_id_len >= 2) {
+		int n = snprintf(p, sizeof(p), "/usr/lib/debug/.build-id/%02x/", o->elf.build_id[0]);
+
+		for (size_t i = 1; i < o->elf.build_id_len && n + 3 < (int)sizeof(p); i++)
+			n += snprintf(p + n, sizeof(p) - (size_t)n, "%02x", o->elf.build_id[i]);
+		snprintf(p + n, sizeof(p) - (size_t)n, ".debug");
+		if (try_debug(o, p))
+			return;
+	}
+	if (!o->elf.debuglink)
+		return;
+	slash = strrchr(o->path, '/');
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - o->path) : 1, slash ? o->path : ".");
+	snprintf(p, sizeof(p), "%s/%.255s", dir, o->elf.debuglink);
+	if (strcmp(p, o->path) != 0 && try_debug(o, p))
+		return;
+	snprintf(p, sizeof(p), "%s/.debug/%.255s", dir, o->elf.debuglink);
+	if (try_debug(o, p))
+		return;
+	snprintf(p, sizeof(p), "/usr/lib/debug%.4000s/%.255s", dir, o->elf.debuglink);
+	try_debug(o, p);
+}
+
+static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
+{
+	if (o->tried)
+		return o->ok;
+	o->tried = true;
+	if (ma_elf_open(&o->elf, o->path) != 0) {
+		if (o->main && !s->opts.binary)
+			warn(s, "%s; frames in it stay unnamed (use --binary PATH%s)", ma_errmsg(),
+			     s->opts.nprefix_maps ? "" : " or --prefix-map OLD=NEW");
+		else
+			warn(s, "%s; frames in it stay unnamed%s", ma_errmsg(),
+			     s->opts.nprefix_maps ? "" : " (use --prefix-map OLD=NEW)");
+		ma_err_clear();
+		o->elf.fd = -1;
+		return false;
+	}
+	o->ok = true;
+	if (!o->elf.has_symtab)
+		find_debug(o);
+	if (!o->elf.has_symtab && !o->has_debug && !o->elf.has_dynsym)
+		warn(s, "'%s' has no symbols; frames in it stay unnamed", o->path);
+	return true;
+}
+
+static uint64_t hash64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static uint64_t hash_str(const char *p)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	while (*p)
+		h = (h ^ (unsigned char)*p++) * 1099511628211ULL;
+	return h;
+}
+
+static int fn_rehash(struct ma_symbolizer *s)
+{
+	size_t ncap = s->fn_cap * 2;
+	uint32_t *n = malloc(ncap * sizeof(uint32_t));
+
+	if (!n)
+		return -1;
+	memset(n, 0xff, ncap * sizeof(uint32_t));
+	for (size_t i = 0; i < s->nfuncs; i++) {
+		size_t h = hash_str(s->funcs[i].key) & (ncap - 1);
+
+		while (n[h] != MA_NONE)
+			h = (h + 1) & (ncap - 1);
+		n[h] = (uint32_t)i;
+	}
+	free(s->fn_slots);
+	s->fn_slots = n;
+	s->fn_cap = ncap;
+	return 0;
+}
+
+/* Function with KEY (copied if new). */
+static uint32_t intern_func(struct ma_symbolizer *s, const char *key, uint32_t obj, bool alloc)
+{
+	size_t h;
+
+	if ((s->nfuncs + 1) * 2 > s->fn_cap && fn_rehash(s))
+		return MA_NONE;
+	h = hash_str(key) & (s->fn_cap - 1);
+	while (s->fn_slots[h] != MA_NONE) {
+		if (strcmp(s->funcs[s->fn_slots[h]].key, key) == 0)
+			return s->fn_slots[h];
+		h = (h + 1) & (s->fn_cap - 1);
+	}
+	if (s->nfuncs == s->cap_funcs) {
+		size_t nc = s->cap_funcs ? s->cap_funcs * 2 : 1024;
+		struct ma_func *n = realloc(s->funcs, nc * sizeof(*n));
+
+		if (!n)
+			return MA_NONE;
+		s->funcs = n;
+		s->cap_funcs = nc;
+	}
+	s->funcs[s->nfuncs] = (struct ma_func){ .key = strdup(key), .obj = obj, .allocator = alloc };
+	if (!s->funcs[s->nfuncs].key)
+		return MA_NONE;
+	s->fn_slots[h] = (uint32_t)s->nfuncs;
+	return (uint32_t)s->nfuncs++;
+}
+
+static uint32_t new_frame(struct ma_symbolizer *s, uint32_t func, uint32_t obj, uint64_t addr)
+{
+	if (func == MA_NONE)
+		return MA_NONE;
+	if (s->nframes == s->cap_frames) {
+		size_t nc = s->cap_frames ? s->cap_frames * 2 : 4096;
+		struct ma_frame *n = realloc(s->frames, nc * sizeof(*n));
+
+		if (!n)
+			return MA_NONE;
+		s->frames = n;
+		s->cap_frames = nc;
+	}
+	s->frames[s->nframes] = (struct ma_frame){
+		.func = func, .obj = obj, .inline_next = MA_NONE, .addr = addr,
+	};
+	return (uint32_t)s->nframes++;
+}
+
+static const char *keep_string(struct ma_symbolizer *s, const char *str)
+{
+	char *c;
+
+	if (!str)
+		return NULL;
+	/* The same file names repeat: reuse the last few. */
+	for (size_t i = s->nstrings; i-- > 0 && i + 8 >= s->nstrings;)
+		if (strcmp(s->strings[i], str) == 0)
+			return s->strings[i];
+	if (s->nstrings == s->cap_strings) {
+		size_t nc = s->cap_strings ? s->cap_strings * 2 : 64;
+		char **n = realloc(s->strings, nc * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		s->strings = n;
+		s->cap_strings = nc;
+	}
+	c = strdup(str);
+	if (c)
+		s->strings[s->nstrings++] = c;
+	return c;
+}
+
+static void *dwfl_open(struct ma_symobj *o)
+{
+	static char *debuginfo_path = NULL;
+	static const Dwfl_Callbacks cb = {
+		.find_elf = dwfl_build_id_find_elf,
+		.find_debuginfo = dwfl_standard_find_debuginfo,
+		.section_address = dwfl_offline_section_address,
+		.debuginfo_path = &debuginfo_path,
+	};
+	Dwfl *d;
+	Dwfl_Module *m;
+	Dwarf_Addr bias = 0;
+
+	d = dwfl_begin(&cb);
+	if (!d)
+		return NULL;
+	m = dwfl_report_offline(d, base_name(o->path), o->path, -1);
+	dwfl_report_end(d, NULL, NULL);
+	if (!m || !dwfl_module_getelf(m, &bias)) {
+		dwfl_end(d);
+		return NULL;
+	}
+	o->dwmod = m;
+	o->dwbias = bias;
+	return d;
+}
+
+static const char *die_name(Dwarf_Die *die)
+{
+	Dwarf_Attribute a;
+	const char *n;
+
+	n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &a));
+	if (!n)
+		n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &a));
+	if (!n)
+		n = dwarf_diename(die);
+	return n;
+}
+
+/*
+ * --lines: turn frame F (the whole function at ADDR) into the chain of
+ * inlined frames at ADDR, innermost first, each with its file:line.
+ * Returns the innermost frame (F itself when nothing is inlined).
+ */
+static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
+{
+	struct ma_symobj *o = &s->objs[oi];
+	Dwarf_Addr a, cubias = 0;
+	Dwarf_Die *cu, *scopes = NULL;
+	Dwfl_Line *line;
+	const char *file = NULL;
+	int lineno = 0, n;
+	uint32_t first = f, prev = MA_NONE;
+
+	if (!o->dwfl)
+		o->dwfl = dwfl_open(o);
+	if (!o->dwfl)
+		return f;
+	a = s->frames[f].addr + o->dwbias;
+	line = dwfl_module_getsrc(o->dwmod, a);
+	if (line)
+		file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
+	cu = dwfl_module_addrdie(o->dwmod, a, &cubias);
+	n = cu ? dwarf_getscopes(cu, a - cubias, &scopes) : 0;
+	/* scopes[0] is innermost; each inlined_subroutine is a frame whose
+	 * caller's line is its DW_AT_call_line. */
+	for (int i = 0; i < n; i++) {
+		int tag = dwarf_tag(&scopes[i]);
+		Dwarf_Attribute at;
+		Dwarf_Word cl = 0, cf = 0;
+		const char *name;
+		uint32_t nf;
+
+		if (tag != DW_TAG_inlined_subroutine)
+			continue;
+		name = die_name(&scopes[i]);
+		nf = new_frame(s, intern_func(s, name ? name : "??", oi, false), oi, s->frames[f].addr);
+		if (nf == MA_NONE)
+			break;
+		s->frames[nf].file = keep_string(s, file);
+		s->frames[nf].line = lineno;
+		if (prev == MA_NONE)
+			first = nf;
+		else
+			s->frames[prev].inline_next = nf;
+		prev = nf;
+		/* The caller continues at this inlined call's call site. */
+		if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &at), &cl) == 0)
+			lineno = (int)cl;
+		if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &at), &cf) == 0) {
+			Dwarf_Files *files;
+			size_t nfiles;
+			Dwarf_Die cudie;
+
+			if (dwarf_diecu(&scopes[i], &cudie, NULL, NULL) &&
+			    dwarf_getsrcfiles(&cudie, &files, &nfiles) == 0 && cf < nfiles)
+				file = dwarf_filesrc(files, cf, NULL, NULL);
+		}
+	}
+	free(scopes);
+	s->frames[f].file = keep_string(s, file);
+	s->frames[f].line = lineno;
+	if (prev != MA_NONE)
+		s->frames[prev].inline_next = f;
+	return first;
+}
+
+static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
+{
+	const struct ma_hp_map *m = ma_heapprof_map_at(s->hp, pc);
+	uint64_t a = pc ? pc - 1 : 0, vaddr = a;
+	uint32_t oi = MA_NONE;
+	struct ma_symobj *o = NULL;
+	const struct ma_sym *sym = NULL;
+	char key[4200];
+	uint32_t f;
+
+	if (m && s->map_obj[m - s->hp->maps] != MA_NONE) {
+		oi = s->map_obj[m - s->hp->maps];
+		o = &s->objs[oi];
+		vaddr = a - m->start + m->offset; /* file offset for now */
+		if (load_obj(s, o) && ma_elf_offset_to_vaddr(&o->elf, vaddr, &vaddr) == 0) {
+			if (o->has_debug)
+				sym = ma_elf_sym_at(&o->debug, vaddr);
+			if (!sym)
+				sym = ma_elf_sym_at(&o->elf, vaddr);
+		}
+	} else if (!m && s->hp->nmaps == 0 && s->nobjs == 1) {
+		oi = 0;
+		o = &s->objs[0];
+		if (load_obj(s, o))
+			sym = ma_elf_sym_at(&o->elf, a);
+	}
+	if (sym)
+		snprintf(key, sizeof(key), "%s", sym->name);
+	else if (o)
+		snprintf(key, sizeof(key), "%s+0x%" PRIx64, base_name(o->dump_path), vaddr);
+	else
+		snprintf(key, sizeof(key), "0x%" PRIx64, pc);
+	f = new_frame(s, intern_func(s, key, oi,
+				     (o && o->jemalloc) || (sym && ma_sym_is_allocator_name(sym->name))),
+		      oi, vaddr);
+	if (f != MA_NONE && s->opts.lines && o && o->ok && !o->jemalloc)
+		f = add_lines(s, f, oi);
+	return f;
+}
+
+static int pc_rehash(struct ma_symbolizer *s)
+{
+	size_t ncap = s->pc_cap * 2;
+	uint64_t *k = calloc(ncap, sizeof(uint64_t));
+	uint32_t *v = malloc(ncap * sizeof(uint32_t));
+
+	if (!k || !v) {
+		free(k);
+		free(v);
+		return -1;
+	}
+	for (size_t i = 0; i < s->pc_cap; i++) {
+		size_t h;
+
+		if (!s->pc_keys[i])
+			continue;
+		h = hash64(s->pc_keys[i]) & (ncap - 1);
+		while (k[h])
+			h = (h + 1) & (ncap - 1);
+		k[h] = s->pc_keys[i];
+		v[h] = s->pc_vals[i];
+	}
+	free(s->pc_keys);
+	free(s->pc_vals);
+	s->pc_keys = k;
+	s->pc_vals = v;
+	s->pc_cap = ncap;
+	return 0;
+}
+
+uint32_t ma_sym_pc(struct ma_symbolizer *s, uint64_t pc)
+{
+	uint64_t key = pc + 1; /* 0 marks an empty slot; pc ~0 is not a pc */
+	size_t h;
+	uint32_t f;
+
+	h = hash64(key) & (s->pc_cap - 1);
+	while (s->pc_keys[h]) {
+		if (s->pc_keys[h] == key)
+			return s->pc_vals[h];
+		h = (h + 1) & (s->pc_cap - 1);
+	}
+	f = symbolize(s, pc);
+	if (f == MA_NONE)
+		return MA_NONE;
+	if ((s->pc_used + 1) * 2 > s->pc_cap) {
+		if (pc_rehash(s))
+			return f;
+		h = hash64(key) & (s->pc_cap - 1);
+		while (s->pc_keys[h])
+			h = (h + 1) & (s->pc_cap - 1);
+	}
+	s->pc_keys[h] = key;
+	s->pc_vals[h] = f;
+	s->pc_used++;
+	return f;
+}
+
+const char *ma_sym_func_name(struct ma_symbolizer *s, uint32_t f)
+{
+	struct ma_func *fn = &s->funcs[f];
+
+	if (!fn->name)
+		fn->name = ma_demangle(fn->key);
+	return fn->name ? fn->name : fn->key;
+}
+
+const char *ma_sym_obj_name(const struct ma_symbolizer *s, uint32_t obj)
+{
+	if (obj == MA_NONE || obj >= s->nobjs)
+		return "?";
+	return base_name(s->objs[obj].dump_path);
+}
