@@ -90,10 +90,39 @@ bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 	       ax == -ERESTART_RESTARTBLOCK;
 }
 
-void ma_arch_resume_regs(const struct user_regs_struct *saved, struct user_regs_struct *out)
+/*
+ * Syscalls that fail with EINTR (not -ERESTART*) when a stop or a ptrace
+ * interrupt wakes them, though no signal handler ran (see signal(7)), and
+ * that can be issued again with no effect lost: they consumed nothing.
+ */
+bool ma_arch_interrupted_eintr(const struct user_regs_struct *r)
+{
+	static const long nrs[] = {
+		0 /* read */, 17 /* pread64 */, 19 /* readv */, 43 /* accept */, 45 /* recvfrom */,
+		47 /* recvmsg */, 65 /* semop */, 69 /* msgsnd */, 70 /* msgrcv */,
+		128 /* rt_sigtimedwait */, 208 /* io_getevents */, 220 /* semtimedop */,
+		232 /* epoll_wait */, 243 /* mq_timedreceive */, 281 /* epoll_pwait */,
+		288 /* accept4 */, 299 /* recvmmsg */, 333 /* io_pgetevents */,
+		441 /* epoll_pwait2 */,
+	};
+
+	if ((long)r->orig_rax < 0 || (long)r->rax != -EINTR)
+		return false;
+	for (size_t i = 0; i < sizeof(nrs) / sizeof(nrs[0]); i++)
+		if ((long)r->orig_rax == nrs[i])
+			return true;
+	return false;
+}
+
+void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eintr,
+			 struct user_regs_struct *out)
 {
 	*out = *saved;
-	if (ma_arch_in_restartable_syscall(saved)) {
+	if (reissue_eintr && ma_arch_interrupted_eintr(saved)) {
+		/* Our interrupt caused the EINTR: issue the syscall again. */
+		out->rax = saved->orig_rax;
+		out->rip = saved->rip - 2;
+	} else if (ma_arch_in_restartable_syscall(saved)) {
 		/* What the kernel's signal code does when no handler runs. */
 		out->rax = (long)saved->rax == -ERESTART_RESTARTBLOCK ? NR_restart_syscall
 								       : saved->orig_rax;

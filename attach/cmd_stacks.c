@@ -1,4 +1,4 @@
-/* cmd_stacks.c - not implemented yet. */
+/* cmd_stacks.c - placeholder until implemented below. */
 #include "commands.h"
 
 int cmd_stacks(int argc, char **argv)

@@ -213,6 +213,31 @@ static bool thread_wanted(const struct ma_session_opts *o, const struct ma_threa
 	return o->tid == 0 || o->tid == ti->tid;
 }
 
+/* A real signal waits for the thread: an EINTR it got is its own. */
+static bool real_signal_pending(pid_t pid, pid_t tid)
+{
+	struct ma_proc_status st;
+
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	return ((st.sig_pending | st.sig_shared_pending) & ~st.sig_blocked) != 0;
+}
+
+/*
+ * Let a thread we only looked at go.  The kernel restarts an interrupted
+ * syscall by itself, except the ones that fail with EINTR when stopped:
+ * those get the registers that issue them again.
+ */
+static void release_untouched(struct ma_session *s, int held_sig)
+{
+	if (s->resume.rip != s->saved.regs.rip && ma_arch_interrupted_eintr(&s->saved.regs))
+		ma_arch_set_regs(s->tid, &s->resume);
+	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)held_sig);
+	s->seized = false;
+}
+
 /* Stop TI's thread and examine it; 0 = seized and safe, else detached. */
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
@@ -258,6 +283,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		held_sig = sig; /* a signal was being delivered */
 	if ((rc = ma_arch_get_state(ti->tid, &s->saved)))
 		goto unsafe;
+	ma_arch_resume_regs(&s->saved.regs, !held_sig && !real_signal_pending(s->t->pid, ti->tid),
+			    &s->resume);
 	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
@@ -271,9 +298,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return 0;
 unsafe:
-	/* Nothing was changed: detaching lets the kernel restart any syscall. */
-	ptrace(PTRACE_DETACH, ti->tid, NULL, (void *)(long)held_sig);
-	s->seized = false;
+	release_untouched(s, held_sig);
 	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	return MA_E_NOSAFE;
 }
@@ -389,7 +414,6 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	rc = choose_thread(s, o);
 	if (rc)
 		return rc;
-	ma_arch_resume_regs(&s->saved.regs, &s->resume);
 	rc = map_scratch(s, o->data_size ? o->data_size : DEFAULT_DATA);
 	if (rc) {
 		int err = rc;
@@ -555,11 +579,8 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 		return rc;
 	rc = try_thread(&s, ti, bt, why, whylen);
 	*safe = rc == 0;
-	if (rc == 0) {
-		/* Safe, but we only wanted to look: let it go untouched. */
-		ptrace(PTRACE_DETACH, ti->tid, NULL, (void *)(long)s.held_sig);
-		s.seized = false;
-	} else if (rc == MA_E_TIMEOUT && s.seized) {
+	if (rc == 0) /* safe, but we only wanted to look */
+		release_untouched(&s, s.held_sig); else if (rc == MA_E_TIMEOUT && s.seized) {
 		int status;
 
 		if (wait_stop(ti->tid, &status, 200) == 0 && WIFSTOPPED(status))

@@ -69,6 +69,12 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 			st->tgid = atoi(line + 5);
 		} else if (strncmp(line, "TracerPid:", 10) == 0) {
 			st->tracer = atoi(line + 10);
+		} else if (strncmp(line, "SigPnd:", 7) == 0) {
+			st->sig_pending = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "ShdPnd:", 7) == 0) {
+			st->sig_shared_pending = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "SigBlk:", 7) == 0) {
+			st->sig_blocked = strtoull(line + 7, NULL, 16);
 		} else if (strncmp(line, "VmRSS:", 6) == 0) {
 			st->vm_rss = kb_field(line);
 		} else if (strncmp(line, "VmHWM:", 6) == 0) {

@@ -33,7 +33,15 @@ int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r);
  * would (ip back over the syscall instruction, number back in ax), and
  * orig_ax is -1 so the kernel itself does nothing more at this stop.
  */
-void ma_arch_resume_regs(const struct user_regs_struct *saved, struct user_regs_struct *out);
+void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eintr,
+			 struct user_regs_struct *out);
+/*
+ * True if the thread sits at the end of a syscall that returned EINTR only
+ * because it was stopped (epoll_wait & co. are never restarted by the
+ * kernel).  With REISSUE_EINTR, ma_arch_resume_regs issues it again, so no
+ * spurious EINTR reaches the program.
+ */
+bool ma_arch_interrupted_eintr(const struct user_regs_struct *r);
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 

@@ -45,6 +45,7 @@ struct ma_proc_status {
 	pid_t tgid;
 	pid_t tracer;
 	uint64_t vm_rss, vm_hwm; /* bytes */
+	uint64_t sig_pending, sig_shared_pending, sig_blocked; /* masks */
 };
 
 struct ma_target {

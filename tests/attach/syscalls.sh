@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Threads blocked in read, nanosleep, epoll_wait, futex and accept are
+# borrowed 200 times each (memattach stats --tid); the target checks every
+# syscall result and counts any EINTR or wrong result as an error.
+. "$(dirname "$0")/../lib.sh"
+CYCLES=${CYCLES:-200}
+
+tid_of() { # tid_of PID NAME
+	for t in /proc/"$1"/task/*; do
+		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
+	done
+}
+
+fix_start sysc || { fail "sysc: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+before=$(fix_cmd "$pid" "$fd" "$out" verdict)
+for name in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
+	tid=$(tid_of "$pid" "$name")
+	if [ -z "$tid" ]; then fail "$name: thread not found"; continue; fi
+	ok=0 used=0
+	for _ in $(seq "$CYCLES"); do
+		if "$MA" stats "$pid" --tid "$tid" --json >"$TMP/s.json" 2>"$TMP/s.err"; then
+			ok=$((ok + 1))
+			[ "$(json_get "$TMP/s.json" thread)" = "$tid" ] && used=$((used + 1))
+		fi
+	done
+	check "$name: $ok of $CYCLES attach cycles succeeded" [ "$ok" -eq "$CYCLES" ]
+	check "$name: all $used cycles borrowed the $name thread itself" [ "$used" -eq "$CYCLES" ]
+done
+# Inspecting without borrowing (memattach threads) must not leak EINTR either.
+ok=0
+for _ in $(seq $((CYCLES / 4))); do "$MA" threads "$pid" >/dev/null 2>&1 && ok=$((ok + 1)); done
+check "threads: $ok of $((CYCLES / 4)) inspections succeeded" [ "$ok" -eq $((CYCLES / 4)) ]
+after=$(fix_cmd "$pid" "$fd" "$out" verdict)
+echo "# before: $before"
+echo "# after:  $after"
+check "sysc: no spurious EINTR, no wrong result ($after)" grep -q '^VERDICT ok' <<<"$after"
+# Every kind kept making progress while it was being borrowed.
+for k in read nanosleep epoll futex accept; do
+	b=$(grep -o " $k=[0-9]*" <<<"$before" | cut -d= -f2)
+	a=$(grep -o " $k=[0-9]*" <<<"$after" | cut -d= -f2)
+	check "sysc: $k calls kept completing ($b -> $a)" [ "${a:-0}" -gt "${b:-0}" ]
+done
+fix_quit "$pid" "$fd"
+check "sysc: exits cleanly" [ $? -eq 0 ]
