@@ -1,7 +1,7 @@
 # tests/lib.sh - helpers for shell tests.  Source it; report each check with
 # pass/fail/skip.  tests/run.sh counts the PASS/FAIL/SKIP lines.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MA="$ROOT/build/memattach"
+MA=${MA_BIN:-"$ROOT/build/memattach"}
 FIX="$ROOT/build/fixtures"
 TMP=$(mktemp -d /tmp/matest.XXXXXX)
 _children=()
