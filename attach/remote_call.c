@@ -189,7 +189,7 @@ static int run_until(struct ma_session *s, enum run_goal goal, long nr, int time
 }
 
 /* Execute one syscall in the borrowed thread; *ret gets the raw result. */
-static int remote_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 			  uint64_t *ret)
 {
 	struct user_regs_struct r = s->saved.regs;
@@ -366,7 +366,7 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	uint64_t addr, ret, area_addr;
 	int rc;
 
-	rc = remote_syscall(s, SYS_mmap, args, 6, &addr);
+	rc = ma_session_syscall(s, SYS_mmap, args, 6, &addr);
 	if (rc)
 		return rc;
 	if (addr > (uint64_t)-4096)
@@ -396,7 +396,7 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	args[0] = s->stub;
 	args[1] = PAGE;
 	args[2] = PROT_READ | PROT_EXEC;
-	rc = remote_syscall(s, SYS_mprotect, args, 3, &ret);
+	rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret);
 	if (!rc && ret != 0)
 		rc = ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
 	return rc;
@@ -545,7 +545,7 @@ int ma_session_close(struct ma_session *s)
 		if (s->mapped) {
 			uint64_t args[2] = { s->scratch, s->scratch_len }, ret;
 
-			rc = remote_syscall(s, SYS_munmap, args, 2, &ret);
+			rc = ma_session_syscall(s, SYS_munmap, args, 2, &ret);
 			if (!rc)
 				s->mapped = false;
 		}

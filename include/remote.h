@@ -66,6 +66,13 @@ int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int
 /* Like ma_session_call with a specific timeout. */
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms);
+/*
+ * Execute syscall NR(args) in the borrowed thread (through a syscall
+ * instruction of the target, not through libc); *ret gets the raw result
+ * (negative errno on failure).
+ */
+int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+		       uint64_t *ret);
 /* Reserve N bytes of scratch data (aligned to 16); returns target address or 0. */
 uint64_t ma_session_alloc(struct ma_session *s, size_t n);
 /* Forget all scratch data allocations. */
