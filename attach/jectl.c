@@ -2,6 +2,7 @@
  * jectl.c - mallctl calls in the target: names and buffers go to the
  * session's scratch area, results come back with one read.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "jectl.h"
@@ -68,6 +69,23 @@ int ma_mallctl_write(struct ma_session *s, const char *name, const void *in, siz
 	return mallctl_raw(s, name, NULL, 0, in, len);
 }
 
+/* Copy a NUL-terminated string from the target; it may end near a page edge. */
+static void read_target_string(pid_t pid, uint64_t p, char *buf, size_t buflen)
+{
+	memset(buf, 0, buflen);
+	for (size_t off = 0; off + 1 < buflen; off += 32) {
+		size_t n = buflen - 1 - off < 32 ? buflen - 1 - off : 32;
+
+		if (ma_mem_read(pid, p + off, buf + off, n) != 0) {
+			ma_err_clear();
+			break;
+		}
+		if (memchr(buf + off, '\0', n))
+			break;
+	}
+	buf[buflen - 1] = '\0';
+}
+
 int ma_mallctl_read_string(struct ma_session *s, const char *name, char *buf, size_t buflen)
 {
 	uint64_t p;
@@ -77,19 +95,7 @@ int ma_mallctl_read_string(struct ma_session *s, const char *name, char *buf, si
 		return rc;
 	if (!p || buflen == 0)
 		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") returned NULL", name);
-	memset(buf, 0, buflen);
-	/* The string may sit near the end of a mapping: read in small steps. */
-	for (size_t off = 0; off + 1 < buflen; off += 32) {
-		size_t n = buflen - 1 - off < 32 ? buflen - 1 - off : 32;
-
-		if (ma_mem_read(s->t->pid, p + off, buf + off, n) != 0) {
-			ma_err_clear();
-			break;
-		}
-		if (memchr(buf + off, '\0', n))
-			break;
-	}
-	buf[buflen - 1] = '\0';
+	read_target_string(s->t->pid, p, buf, buflen);
 	return 0;
 }
 
@@ -157,57 +163,248 @@ int ma_mallctlbymib_read(struct ma_session *s, const size_t *mib, size_t miblen,
 	return ma_mem_read(s->t->pid, a_out, out, len);
 }
 
-/* Read an optional value; absent names (e.g. no prof support) leave *out. */
-static void read_optional(struct ma_session *s, const char *name, void *out, size_t len)
+int ma_ctl_batch_init(struct ma_ctl_batch *b, struct ma_session *s, size_t max_entries,
+		      size_t payload_bytes)
 {
-	if (ma_mallctl_read(s, name, out, len) != 0)
+	memset(b, 0, sizeof(*b));
+	b->s = s;
+	b->max_entries = max_entries;
+	b->payload_off = max_entries * sizeof(struct ma_batch_entry);
+	b->cap = b->payload_off + payload_bytes;
+	b->used = b->payload_off;
+	ma_session_reset(s);
+	b->base = ma_session_alloc(s, b->cap);
+	b->img = calloc(1, b->cap);
+	b->items = calloc(max_entries ? max_entries : 1, sizeof(*b->items));
+	if (!b->base || !b->img || !b->items) {
+		ma_ctl_batch_release(b);
+		return ma_fail(b->base ? MA_E_NOMEM : MA_E_INTERNAL,
+			       "cannot prepare a batch of %zu mallctl calls", max_entries);
+	}
+	return 0;
+}
+
+void ma_ctl_batch_release(struct ma_ctl_batch *b)
+{
+	free(b->img);
+	free(b->items);
+	b->img = NULL;
+	b->items = NULL;
+}
+
+/* Reserve LEN bytes (16-aligned) of payload; offset or 0 if full. */
+static size_t payload(struct ma_ctl_batch *b, size_t len)
+{
+	size_t off = b->used;
+
+	len = (len + 15) & ~(size_t)15;
+	if (off + len > b->cap)
+		return 0;
+	b->used += len;
+	return off;
+}
+
+static int add_entry(struct ma_ctl_batch *b, uint64_t fn, const uint64_t *args, int nargs,
+		     const char *name, size_t len_off, size_t out_off, size_t outlen)
+{
+	struct ma_batch_entry e;
+	size_t off;
+
+	if (b->n == b->max_entries)
+		return ma_fail(MA_E_INTERNAL, "mallctl batch full");
+	memset(&e, 0, sizeof(e));
+	e.fn = fn;
+	memcpy(e.args, args, (size_t)nargs * sizeof(uint64_t));
+	e.ret = (uint64_t)-1; /* stays if the call never ran */
+	off = b->n * sizeof(e);
+	memcpy(b->img + off, &e, sizeof(e));
+	b->items[b->n] = (struct ma_ctl_item){ off, len_off, out_off, outlen, name };
+	return (int)b->n++;
+}
+
+/* Queue a read through FN with its name/mib argument(s) prepared by the caller. */
+static int queue_read(struct ma_ctl_batch *b, uint64_t fn, uint64_t a0, uint64_t a1, bool bymib,
+		      const char *name, size_t outlen)
+{
+	size_t len_off = payload(b, 8), out_off = payload(b, outlen);
+	uint64_t len = outlen;
+
+	if (!len_off || !out_off)
+		return ma_fail(MA_E_INTERNAL, "mallctl batch payload full");
+	memcpy(b->img + len_off, &len, 8);
+	if (bymib) {
+		uint64_t args[6] = { a0, a1, b->base + out_off, b->base + len_off, 0, 0 };
+
+		return add_entry(b, fn, args, 6, name, len_off, out_off, outlen);
+	} else {
+		uint64_t args[5] = { a0, b->base + out_off, b->base + len_off, 0, 0 };
+
+		return add_entry(b, fn, args, 5, name, len_off, out_off, outlen);
+	}
+}
+
+static size_t put_string(struct ma_ctl_batch *b, const char *str)
+{
+	size_t n = strlen(str) + 1, off = payload(b, n);
+
+	if (off)
+		memcpy(b->img + off, str, n);
+	return off;
+}
+
+int ma_ctl_batch_read(struct ma_ctl_batch *b, const char *name, size_t outlen)
+{
+	size_t name_off = put_string(b, name);
+
+	if (!name_off)
+		return ma_fail(MA_E_INTERNAL, "mallctl batch payload full");
+	return queue_read(b, b->s->t->je.mallctl, b->base + name_off, 0, false, name, outlen);
+}
+
+int ma_ctl_batch_read_mib(struct ma_ctl_batch *b, const size_t *mib, size_t miblen,
+			  size_t outlen)
+{
+	size_t mib_off = payload(b, miblen * 8);
+
+	if (!mib_off)
+		return ma_fail(MA_E_INTERNAL, "mallctl batch payload full");
+	if (!b->s->t->je.mallctlbymib)
+		return ma_fail(MA_E_NOJEMALLOC, "mallctlbymib not found in the target");
+	memcpy(b->img + mib_off, mib, miblen * 8);
+	return queue_read(b, b->s->t->je.mallctlbymib, b->base + mib_off, miblen, true, NULL,
+			  outlen);
+}
+
+int ma_ctl_batch_write(struct ma_ctl_batch *b, const char *name, const void *in, size_t inlen)
+{
+	size_t name_off = put_string(b, name), in_off = inlen ? payload(b, inlen) : 0;
+	uint64_t args[5];
+
+	if (!name_off || (inlen && !in_off))
+		return ma_fail(MA_E_INTERNAL, "mallctl batch payload full");
+	if (inlen)
+		memcpy(b->img + in_off, in, inlen);
+	args[0] = b->base + name_off;
+	args[1] = 0;
+	args[2] = 0;
+	args[3] = inlen ? b->base + in_off : 0;
+	args[4] = inlen;
+	return add_entry(b, b->s->t->je.mallctl, args, 5, name, 0, 0, 0);
+}
+
+int ma_ctl_batch_run(struct ma_ctl_batch *b)
+{
+	pid_t pid = b->s->t->pid;
+	int rc;
+
+	if ((rc = ma_mem_write(pid, b->base, b->img, b->used)))
+		return rc;
+	if ((rc = ma_session_call_batch(b->s, b->base, b->n, 0)))
+		return rc;
+	return ma_mem_read(pid, b->base, b->img, b->used);
+}
+
+int ma_ctl_batch_result(struct ma_ctl_batch *b, int i, void *out, size_t outlen)
+{
+	const struct ma_ctl_item *it;
+	struct ma_batch_entry e;
+	uint64_t len;
+
+	if (i < 0 || (size_t)i >= b->n)
+		return ma_fail(MA_E_INTERNAL, "bad mallctl batch index");
+	it = &b->items[i];
+	memcpy(&e, b->img + it->entry_off, sizeof(e));
+	if ((int)e.ret != 0)
+		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s",
+			       it->name ? it->name : "(by mib)", strerror((int)e.ret));
+	if (!out)
+		return 0;
+	memcpy(&len, b->img + it->len_off, 8);
+	if (len != outlen || outlen != it->outlen)
+		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") returned %llu bytes, expected %zu",
+			       it->name ? it->name : "(by mib)", (unsigned long long)len, outlen);
+	memcpy(out, b->img + it->out_off, outlen);
+	return 0;
+}
+
+/* An optional value: absent names (no prof support...) leave *out alone. */
+static void result_optional(struct ma_ctl_batch *b, int i, void *out, size_t len)
+{
+	if (i < 0 || ma_ctl_batch_result(b, i, out, len) != 0)
 		ma_err_clear();
 }
 
 int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 {
-	uint64_t epoch = 1;
-	size_t sz;
-	ssize_t ssz;
-	int rc;
-	struct {
-		const char *name;
-		uint64_t *dst;
-	} headline[] = {
-		{ "stats.allocated", &st->allocated }, { "stats.active", &st->active },
-		{ "stats.resident", &st->resident },   { "stats.mapped", &st->mapped },
-		{ "stats.retained", &st->retained },   { "stats.metadata", &st->metadata },
+	static const char *const headline[] = {
+		"stats.allocated", "stats.active", "stats.resident",
+		"stats.mapped", "stats.retained", "stats.metadata",
 	};
+	uint64_t *dst[] = { &st->allocated, &st->active, &st->resident,
+			    &st->mapped, &st->retained, &st->metadata };
+	struct ma_ctl_batch b;
+	int ih[6], iprof, iprof_act, iprof_active, ilg, itc, ibg_opt, ibg, inar, idirty, imuzzy, iver;
+	uint64_t epoch = 1, ver = 0;
+	ssize_t ssz;
+	size_t sz;
+	int rc;
 
 	memset(st, 0, sizeof(*st));
-	if ((rc = ma_mallctl_write(s, "epoch", &epoch, sizeof(epoch))))
+	if ((rc = ma_ctl_batch_init(&b, s, 24, 4096)))
 		return rc;
-	for (size_t i = 0; i < sizeof(headline) / sizeof(headline[0]); i++) {
-		if ((rc = ma_mallctl_read(s, headline[i].name, &sz, sizeof(sz)))) {
-			if (rc == MA_E_JEMALLOC)
-				return ma_fail(rc, "jemalloc in the target has no statistics (%s)",
-					       ma_errmsg());
-			return rc;
-		}
-		*headline[i].dst = sz;
+	/* The epoch write comes first: the reads below see fresh values. */
+	rc = ma_ctl_batch_write(&b, "epoch", &epoch, sizeof(epoch));
+	for (int i = 0; i < 6 && rc >= 0; i++)
+		rc = ih[i] = ma_ctl_batch_read(&b, headline[i], sizeof(size_t));
+	iver = ma_ctl_batch_read(&b, "version", sizeof(uint64_t));
+	iprof = ma_ctl_batch_read(&b, "opt.prof", sizeof(bool));
+	iprof_act = ma_ctl_batch_read(&b, "opt.prof_active", sizeof(bool));
+	iprof_active = ma_ctl_batch_read(&b, "prof.active", sizeof(bool));
+	ilg = ma_ctl_batch_read(&b, "opt.lg_prof_sample", sizeof(size_t));
+	itc = ma_ctl_batch_read(&b, "opt.tcache", sizeof(bool));
+	ibg_opt = ma_ctl_batch_read(&b, "opt.background_thread", sizeof(bool));
+	ibg = ma_ctl_batch_read(&b, "background_thread", sizeof(bool));
+	inar = ma_ctl_batch_read(&b, "arenas.narenas", sizeof(unsigned));
+	idirty = ma_ctl_batch_read(&b, "opt.dirty_decay_ms", sizeof(ssize_t));
+	imuzzy = ma_ctl_batch_read(&b, "opt.muzzy_decay_ms", sizeof(ssize_t));
+	if (rc < 0 || imuzzy < 0 || (rc = ma_ctl_batch_run(&b))) {
+		ma_ctl_batch_release(&b);
+		return rc < 0 ? rc : MA_E_INTERNAL;
 	}
-	if (ma_mallctl_read_string(s, "version", st->version, sizeof(st->version)))
-		ma_err_clear();
-	read_optional(s, "opt.prof", &st->opt_prof, sizeof(bool));
-	read_optional(s, "opt.prof_active", &st->opt_prof_active, sizeof(bool));
-	read_optional(s, "prof.active", &st->prof_active, sizeof(bool));
+	if ((rc = ma_ctl_batch_result(&b, 0, NULL, 0)))
+		goto out;
+	for (int i = 0; i < 6; i++) {
+		if ((rc = ma_ctl_batch_result(&b, ih[i], &sz, sizeof(sz)))) {
+			ma_err_clear();
+			rc = ma_fail(MA_E_JEMALLOC, "jemalloc in the target has no statistics "
+				     "(%s failed; built without --enable-stats?)", headline[i]);
+			goto out;
+		}
+		*dst[i] = sz;
+	}
+	result_optional(&b, iprof, &st->opt_prof, sizeof(bool));
+	result_optional(&b, iprof_act, &st->opt_prof_active, sizeof(bool));
+	result_optional(&b, iprof_active, &st->prof_active, sizeof(bool));
 	sz = 0;
-	read_optional(s, "opt.lg_prof_sample", &sz, sizeof(sz));
+	result_optional(&b, ilg, &sz, sizeof(sz));
 	st->lg_prof_sample = sz;
-	read_optional(s, "opt.tcache", &st->opt_tcache, sizeof(bool));
-	read_optional(s, "opt.background_thread", &st->opt_background_thread, sizeof(bool));
-	read_optional(s, "background_thread", &st->background_thread, sizeof(bool));
-	read_optional(s, "arenas.narenas", &st->narenas, sizeof(unsigned));
+	result_optional(&b, itc, &st->opt_tcache, sizeof(bool));
+	result_optional(&b, ibg_opt, &st->opt_background_thread, sizeof(bool));
+	result_optional(&b, ibg, &st->background_thread, sizeof(bool));
+	result_optional(&b, inar, &st->narenas, sizeof(unsigned));
 	ssz = 0;
-	read_optional(s, "opt.dirty_decay_ms", &ssz, sizeof(ssz));
+	result_optional(&b, idirty, &ssz, sizeof(ssz));
 	st->dirty_decay_ms = ssz;
 	ssz = 0;
-	read_optional(s, "opt.muzzy_decay_ms", &ssz, sizeof(ssz));
+	result_optional(&b, imuzzy, &ssz, sizeof(ssz));
 	st->muzzy_decay_ms = ssz;
+	result_optional(&b, iver, &ver, sizeof(ver));
+	ma_ctl_batch_release(&b);
+	/* The version string lives in the target: one more read, no call. */
+	if (ver)
+		read_target_string(s->t->pid, ver, st->version, sizeof(st->version));
 	return 0;
+out:
+	ma_ctl_batch_release(&b);
+	return rc;
 }

@@ -362,7 +362,7 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	size_t len = PAGE + area + data_size + STACK_SIZE;
 	uint64_t args[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 			     (uint64_t)-1, 0 };
-	unsigned char code[MA_STUB_MAX], *image;
+	unsigned char code[MA_STUB_MAX + MA_BATCH_MAX_CODE], *image;
 	uint64_t addr, ret, area_addr;
 	int rc;
 
@@ -386,6 +386,8 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	memset(code, 0xcc, sizeof(code));
 	ma_arch_build_stub(code, s->stub, image, area_addr, &s->resume, &s->saved);
+	s->batch_fn = s->stub + MA_STUB_MAX;
+	ma_arch_build_batch(code + MA_STUB_MAX);
 	rc = ma_mem_write(s->t->pid, s->stub, code, sizeof(code));
 	if (!rc)
 		rc = ma_mem_write(s->t->pid, area_addr, image, ma_arch_state_area_size(s->saved.xstate_len));
@@ -459,6 +461,14 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		return rc;
 	*ret = ma_arch_stub_retval(&r);
 	return 0;
+}
+
+int ma_session_call_batch(struct ma_session *s, uint64_t table, size_t n, int timeout_ms)
+{
+	uint64_t args[2] = { table, n }, ret;
+
+	return ma_session_call_timeout(s, s->batch_fn, args, 2, &ret,
+				       timeout_ms > 0 ? timeout_ms : s->call_timeout_ms);
 }
 
 int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,

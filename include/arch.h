@@ -79,6 +79,14 @@ size_t ma_arch_state_area_size(size_t xlen);
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char *area,
 			  uint64_t area_addr, const struct user_regs_struct *resume,
 			  const struct ma_cpu_state *xs);
+/*
+ * Build the batch runner into CODE: batch(entries, n) calls each entry's
+ * function with its six arguments and stores the result (struct
+ * ma_batch_entry in remote.h).  One injected call then does many
+ * mallctl calls: one stop of the thread instead of one per value.
+ */
+#define MA_BATCH_MAX_CODE 64
+size_t ma_arch_build_batch(unsigned char *code);
 /* True if R is stopped at the stub's marker (the call has returned). */
 bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr);
 /* Return value of the call, read at the stub marker. */

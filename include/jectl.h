@@ -22,6 +22,40 @@ int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, si
 int ma_mallctlbymib_read(struct ma_session *s, const size_t *mib, size_t miblen, void *out,
 			 size_t len);
 
+/*
+ * A batch of mallctl calls run by one injected call (one stop of the
+ * borrowed thread instead of one per value).  Queue reads and writes, run,
+ * then fetch each result by the index the queueing call returned.
+ */
+struct ma_ctl_item {
+	size_t entry_off, len_off, out_off, outlen;
+	const char *name;
+};
+
+struct ma_ctl_batch {
+	struct ma_session *s;
+	uint64_t base; /* target address of the image */
+	unsigned char *img; /* local image: entries, then payload */
+	size_t max_entries, payload_off, cap, used;
+	struct ma_ctl_item *items;
+	size_t n;
+};
+
+int ma_ctl_batch_init(struct ma_ctl_batch *b, struct ma_session *s, size_t max_entries,
+		      size_t payload_bytes);
+/* Queue mallctl(name, out, &outlen, NULL, 0); returns the item index or < 0. */
+int ma_ctl_batch_read(struct ma_ctl_batch *b, const char *name, size_t outlen);
+/* Queue mallctlbymib(mib, miblen, out, &outlen, NULL, 0). */
+int ma_ctl_batch_read_mib(struct ma_ctl_batch *b, const size_t *mib, size_t miblen,
+			  size_t outlen);
+/* Queue mallctl(name, NULL, NULL, in, inlen). */
+int ma_ctl_batch_write(struct ma_ctl_batch *b, const char *name, const void *in, size_t inlen);
+/* Run every queued call in one injected call and read the results back. */
+int ma_ctl_batch_run(struct ma_ctl_batch *b);
+/* Result of item I: 0 and OUT filled, or MA_E_JEMALLOC with a message. */
+int ma_ctl_batch_result(struct ma_ctl_batch *b, int i, void *out, size_t outlen);
+void ma_ctl_batch_release(struct ma_ctl_batch *b);
+
 /* Refresh `epoch`, then read version, options and the headline counters. */
 int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st);
 

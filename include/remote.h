@@ -38,6 +38,7 @@ struct ma_session {
 	uint64_t scratch; /* base of the scratch mapping in the target */
 	size_t scratch_len;
 	uint64_t stub; /* code: return stub */
+	uint64_t batch_fn; /* code: batch runner */
 	uint64_t data, data_len, data_used; /* bump-allocated buffers */
 	uint64_t stack_top;
 	int call_timeout_ms;
@@ -66,6 +67,16 @@ int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int
 /* Like ma_session_call with a specific timeout. */
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms);
+/* One call of a batch, as the batch runner in the target reads it. */
+struct ma_batch_entry {
+	uint64_t fn;
+	uint64_t args[6];
+	uint64_t ret;
+};
+
+/* Run N entries already written at target address TABLE, in one call. */
+int ma_session_call_batch(struct ma_session *s, uint64_t table, size_t n, int timeout_ms);
+
 /*
  * Execute syscall NR(args) in the borrowed thread (through a syscall
  * instruction of the target, not through libc); *ret gets the raw result
