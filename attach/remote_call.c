@@ -61,6 +61,19 @@ uint64_t ma_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * Tests only: MEMATTACH_TEST_KILL_AT=call|marker makes memattach SIGKILL
+ * itself with the borrowed thread stopped just before a call, or stopped
+ * at the return stub after one, to show the thread restores itself.
+ */
+static void test_kill_point(const char *where)
+{
+	const char *want = getenv("MEMATTACH_TEST_KILL_AT");
+
+	if (want && strcmp(want, where) == 0)
+		kill(getpid(), SIGKILL);
+}
+
 /* Wait for TID to stop or die; MA_E_TIMEOUT (no message) after timeout_ms. */
 static int wait_stop(pid_t tid, int *status, int timeout_ms)
 {
@@ -442,7 +455,10 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
 	s->ncalls++;
+	test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, 0, timeout_ms, &r);
+	if (!rc)
+		test_kill_point("marker");
 	if (rc == MA_E_TIMEOUT) {
 		/*
 		 * The call is still running (waiting for a lock?).  We cannot
