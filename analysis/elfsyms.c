@@ -326,3 +326,26 @@ uint64_t ma_elf_base_vaddr(const struct ma_elf *e)
 			lo = e->segs[i].vaddr;
 	return lo == UINT64_MAX ? 0 : lo & ~(uint64_t)0xfff;
 }
+
+bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const char *needle)
+{
+	size_t shstrndx, nlen = strlen(needle);
+	Elf_Scn *scn = NULL;
+
+	if (!e->elf || elf_getshdrstrndx(e->elf, &shstrndx) != 0)
+		return false;
+	while ((scn = elf_nextscn(e->elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		const char *name;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+			continue;
+		name = elf_strptr(e->elf, shstrndx, sh.sh_name);
+		if (!name || strcmp(name, section) != 0)
+			continue;
+		d = elf_getdata(scn, NULL);
+		return d && d->d_buf && memmem(d->d_buf, d->d_size, needle, nlen) != NULL;
+	}
+	return false;
+}

@@ -138,13 +138,14 @@ int cmd_stats(int argc, char **argv)
 		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE,
+					    "unexpected argument '%s'; see 'memattach %s --help'", argv[i],
+					    argv[0]);
 		}
 	}
 	if (!pid) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE,
+				    "a PID is required; see 'memattach %s --help'", argv[0]);
 	}
 	if ((rc = ma_attach(argv[0], pid, &o, &t, &s)))
 		return rc;

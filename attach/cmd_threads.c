@@ -158,13 +158,14 @@ int cmd_threads(int argc, char **argv)
 		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE,
+					    "unexpected argument '%s'; see 'memattach %s --help'", argv[i],
+					    argv[0]);
 		}
 	}
 	if (!pid) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE,
+				    "a PID is required; see 'memattach %s --help'", argv[0]);
 	}
 	ma_install_signal_guards();
 	rc = ma_target_open(&t, pid);

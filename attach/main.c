@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 	int nmatch = 0;
 
 	if (argc < 2) {
-		usage(stderr);
+		fprintf(stderr, "memattach: a command is required; see 'memattach --help'\n");
 		return MA_EXIT_USAGE;
 	}
 	if (ma_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {

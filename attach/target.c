@@ -434,6 +434,22 @@ static void find_syscall_insn(struct ma_target *t)
 	}
 }
 
+/* Is M a mapping of the process's executable (/proc/PID/exe)? */
+static bool is_main_executable(const struct ma_target *t, const struct ma_mapping *m)
+{
+	char path[64], exe[4096];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
+	n = readlink(path, exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	if (n > 10 && strcmp(exe + n - 10, " (deleted)") == 0)
+		exe[n - 10] = '\0';
+	return m->path && strcmp(m->path, exe) == 0;
+}
+
 int ma_target_find_jemalloc(struct ma_target *t)
 {
 	bool stripped_static = false;
@@ -460,9 +476,9 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				continue;
 			}
 			found = probe_object(t, first, &e);
-			if (!found && !e.has_symtab && e.type == 2 /* ET_EXEC */)
-				stripped_static = true;
-			if (!found && !e.has_symtab && i == 0)
+			/* jemalloc's messages start with "<jemalloc>": its code is here. */
+			if (!found && !e.has_symtab && is_main_executable(t, first) &&
+			    ma_elf_section_contains(&e, ".rodata", "<jemalloc>"))
 				stripped_static = true;
 			ma_elf_release(&e);
 			if (found < 0)
@@ -472,9 +488,9 @@ int ma_target_find_jemalloc(struct ma_target *t)
 	if (!found) {
 		if (stripped_static)
 			return ma_fail(MA_E_STRIPPED,
-				       "process %d does not use jemalloc, or links it statically into a "
-				       "stripped binary: no mallctl in its mapped objects and the "
-				       "executable has no .symtab; use an unstripped build",
+				       "process %d links jemalloc statically into a stripped binary: "
+				       "no mallctl in its mapped objects and the executable has no "
+				       ".symtab; run an unstripped build (or keep .symtab)",
 				       t->pid);
 		return ma_fail(MA_E_NOJEMALLOC,
 			       "process %d does not use jemalloc: no mallctl in its mapped objects",

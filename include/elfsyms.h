@@ -57,6 +57,8 @@ const struct ma_sym *ma_elf_sym_by_name(const struct ma_elf *e, const char *name
 const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr);
 /* File offset -> link-time vaddr through the PT_LOAD segments; 0 or -1. */
 int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr);
+/* True if section SECTION's bytes contain NEEDLE (e.g. a string in .rodata). */
+bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const char *needle);
 /* Lowest PT_LOAD vaddr rounded down to its page (the load bias base). */
 uint64_t ma_elf_base_vaddr(const struct ma_elf *e);
 

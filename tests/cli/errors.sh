@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Bad input gets one clear line on stderr and the documented exit status:
+# 1 when the operation fails on the target, 2 for usage errors.
+. "$(dirname "$0")/../lib.sh"
+
+# expect NAME STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN.
+expect() {
+	local name=$1 want=$2 pat=$3 rc lines; shift 3
+	"$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+	lines=$(wc -l <"$TMP/err")
+	if [ "$rc" -eq "$want" ] && grep -qE "$pat" "$TMP/err" && [ "$lines" -le 1 ]; then
+		pass "$name (exit $rc: $(cat "$TMP/err"))"
+	else
+		fail "$name: exit $rc (want $want), stderr: $(head -c 300 "$TMP/err")"
+	fi
+}
+
+expect "no arguments is a usage error" 2 "a command is required" "$MA"
+expect "unknown command" 2 "unknown command 'frobnicate'" "$MA" frobnicate
+expect "stats without pid" 2 "a PID is required" "$MA" stats
+expect "stats with a non-numeric pid" 2 "unexpected argument 'abc'" "$MA" stats abc
+expect "stats with an unknown option" 2 "unexpected argument '--bogus'" "$MA" stats 1 --bogus
+expect "threads without pid" 2 "a PID is required" "$MA" threads
+
+# A pid that does not exist (pid_max + 1 can never be in use).
+nopid=$(( $(cat /proc/sys/kernel/pid_max) + 1 ))
+expect "nonexistent pid" 1 "no process with pid $nopid" "$MA" stats "$nopid"
+
+# A process without jemalloc.
+sleep 30 & plain=$!; track $plain
+expect "process without jemalloc" 1 "does not use jemalloc: no mallctl in its mapped objects" \
+	"$MA" stats "$plain"
+expect "threads on a process without jemalloc" 1 "does not use jemalloc" "$MA" threads "$plain"
+
+# A thread id instead of a process id.
+fix_start daemon -t 2 || fail "daemon: start"
+dpid=$FIX_PID dfd=$FIX_FD
+tid=$(ls /proc/"$dpid"/task | grep -v "^$dpid\$" | head -1)
+expect "a thread id is refused" 1 "is a thread of process $dpid" "$MA" stats "$tid"
+
+# A zombie: its parent never reaps it.
+bash -c 'sleep 0.2 & echo $! > '"$TMP"'/zpid; exec sleep 30' & zparent=$!; track $zparent
+sleep 0.6
+zpid=$(cat "$TMP/zpid")
+expect "zombie" 1 "is a zombie" "$MA" stats "$zpid"
+
+# A stripped static binary: jemalloc is in it but nothing names mallctl.
+strip -o "$TMP/stripped_static" "$FIX/daemon_static"
+mkfifo "$TMP/sin"
+"$TMP/stripped_static" <"$TMP/sin" >"$TMP/sout" 2>&1 & spid=$!; track $spid
+exec {sfd}>"$TMP/sin"
+sleep 0.5
+expect "stripped static binary" 1 "statically into a stripped binary: no mallctl .* no .symtab" "$MA" stats "$spid"
+
+# Already traced by another tracer.
+if command -v strace >/dev/null; then
+	strace -o /dev/null -p "$dpid" 2>/dev/null & tracer=$!; track $tracer
+	for _ in $(seq 50); do grep -q "TracerPid:[[:space:]]*$tracer" /proc/"$dpid"/status && break; sleep 0.1; done
+	expect "target already traced" 1 "already traced by pid $tracer" "$MA" stats "$dpid"
+	kill "$tracer"; wait "$tracer" 2>/dev/null
+else
+	skip "target already traced: strace is not installed"
+fi
+
+# No permission: an unprivileged user may not attach to a root process.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	expect "no permission" 1 "permission" setpriv --reuid=65534 --regid=65534 --clear-groups "$MA" stats "$dpid"
+else
+	skip "no permission: needs root and setpriv to drop privileges"
+fi
+
+v=$(fix_cmd "$dpid" "$dfd" "$FIX_OUT" verdict)
+check "daemon survived all of the above ($v)" grep -q '^VERDICT ok' <<<"$v"
+fix_quit "$dpid" "$dfd"
+
+# Every command answers --help with exit 0.
+for c in stats threads bins purge heap-dump stats-dump watch snapshot aggregate stacks diff frag; do
+	if "$MA" "$c" --help >"$TMP/h" 2>&1 && grep -q "usage: memattach $c" "$TMP/h"; then
+		pass "$c --help"
+	else
+		fail "$c --help: $(head -c 200 "$TMP/h")"
+	fi
+done
