@@ -71,3 +71,14 @@ clean:
 	rm -rf $(B)
 
 -include $(ANALYSIS_OBJ:.o=.d) $(ATTACH_OBJ:.o=.d)
+
+# libFuzzer target for the heap dump parser (needs clang):
+#   make fuzz && build/fuzz/heapprof -max_total_time=600 build/fuzz/corpus fixtures/dumps
+FUZZ_SRC := analysis/heapprof.c analysis/symbolize.c analysis/profile.c analysis/demangle.c \
+	analysis/elfsyms.c analysis/error.c analysis/flame.c
+.PHONY: fuzz
+fuzz: $(B)/fuzz/heapprof
+$(B)/fuzz/heapprof: tests/fuzz/heapprof_fuzz.c $(FUZZ_SRC)
+	@mkdir -p $(@D) $(@D)/corpus
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ $^ -ldw -lelf -liberty -lz -lm

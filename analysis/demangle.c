@@ -62,20 +62,45 @@ size_t ma_demangle_base_len(const char *name)
 	return n;
 }
 
+/* A legacy Rust name ends in "17h<16 hex digits>E". */
+static bool rust_legacy(const char *s, size_t n)
+{
+	if (n < 21 || s[n - 1] != 'E' || memcmp(s + n - 20, "17h", 3) != 0)
+		return false;
+	for (size_t i = n - 17; i < n - 1; i++)
+		if (!isxdigit((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
 char *ma_demangle(const char *name)
 {
-	size_t n = ma_demangle_base_len(name);
-	char *base = strndup(name, n), *d;
+	size_t n = ma_demangle_base_len(name), m = n;
+	char *base = strndup(name, n), *d, *dot, *r;
 
 	if (!base)
 		return NULL;
-	if ((base[0] == '_' && (base[1] == 'Z' || base[1] == 'R')) ||
-	    (base[0] == '_' && base[1] == '_' && base[2] == 'Z')) {
-		d = cplus_demangle(base, DMGL_PARAMS | DMGL_ANSI);
-		if (d) {
-			free(base);
-			return d;
-		}
+	if (!(base[0] == '_' && (base[1] == 'Z' || base[1] == 'R')))
+		return base;
+	/* Rust keeps a ".0"-style suffix after the name, as rustfilt does;
+	 * C++ clones (".constprop.0") are libiberty's to print. */
+	dot = strchr(base, '.');
+	if (dot && (base[1] == 'R' || rust_legacy(base, (size_t)(dot - base))))
+		m = (size_t)(dot - base);
+	base[m] = '\0';
+	d = cplus_demangle(base, DMGL_PARAMS | DMGL_ANSI);
+	if (m < n)
+		base[m] = '.';
+	if (!d)
+		return base;
+	if (m == n) {
+		free(base);
+		return d;
 	}
-	return base;
+	r = malloc(strlen(d) + (n - m) + 1);
+	if (r)
+		sprintf(r, "%s%s", d, base + m);
+	free(d);
+	free(base);
+	return r;
 }

@@ -444,7 +444,8 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 			memcpy(hp->warning, msg, sizeof(msg));
 		hp->nwarnings++;
 	}
-	qsort(hp->maps, hp->nmaps, sizeof(*hp->maps), cmp_map);
+	if (hp->nmaps > 1)
+		qsort(hp->maps, hp->nmaps, sizeof(*hp->maps), cmp_map);
 	return 0;
 fail:
 	ma_heapprof_release(hp);

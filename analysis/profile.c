@@ -134,7 +134,8 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 			p->chain = c;
 			cap = nc;
 		}
-		memcpy(p->chain + used, buf + k, (n - k) * sizeof(uint32_t));
+		if (n > k)
+			memcpy(p->chain + used, buf + k, (n - k) * sizeof(uint32_t));
 		p->chain_off[i] = used;
 		p->chain_len[i] = (uint32_t)(n - k);
 		used += n - k;

@@ -1,8 +1,186 @@
-/* cmd_stacks.c - placeholder until implemented below. */
+/*
+ * cmd_stacks.c - the full call chains of the allocation sites matching a
+ * substring, from a heap dump.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "commands.h"
+#include "emit.h"
+#include "ma_error.h"
+#include "profcmd.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: memattach stacks DUMP SUBSTRING [-n N] [--json] [--binary PATH]\n\n"
+		"The full call chains (allocation site first) of the stacks whose\n"
+		"allocation site matches SUBSTRING, in its mangled or demangled form\n"
+		"(demangled Rust/C++ names look like '<app::Foo>::bar'), heaviest first.\n\n"
+		"  -n N, --top N          stacks shown (default 10)\n"
+		"  --json                 JSON: stacks[{scaled_bytes, raw_bytes, objects, scale,\n"
+		"                         frames[{name, symbol, object, file, line}]}]\n"
+		"%s"
+		"\nexit status: 0 success (also when nothing matches), 1 unreadable dump,\n"
+		"2 usage error\n",
+		ma_profcmd_help);
+}
+
+static const struct ma_profile *sort_p;
+
+static int cmp_bytes(const void *a, const void *b)
+{
+	double x = ma_profile_stack_bytes(sort_p, *(const size_t *)a);
+	double y = ma_profile_stack_bytes(sort_p, *(const size_t *)b);
+
+	if (x != y)
+		return x > y ? -1 : 1;
+	return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
 
 int cmd_stacks(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct ma_profcmd c;
+	struct ma_profbundle b;
+	const char *dump = NULL, *needle = NULL;
+	size_t *hits = NULL, nhits = 0, shown;
+	unsigned char *match = NULL; /* per function: 0 unknown, 1 yes, 2 no */
+	double hit_bytes = 0;
+	int rc, r;
+
+	ma_profcmd_init(&c, argv[0], 10);
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			usage(stdout);
+			ma_profcmd_release(&c);
+			return MA_EXIT_OK;
+		}
+		r = ma_profcmd_opt(&c, argc, argv, &i);
+		if (r == 0) {
+			if (argv[i][0] == '-' && argv[i][1] != '\0')
+				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[i]);
+			else if (!dump)
+				dump = argv[i];
+			else if (!needle)
+				needle = argv[i];
+			else
+				r = -ma_cmd_error(c.cmd, 1, "unexpected argument '%s'; see --help", argv[i]);
+		}
+		if (r < 0) {
+			ma_profcmd_release(&c);
+			return MA_EXIT_USAGE;
+		}
+	}
+	if (!dump || !needle) {
+		usage(stderr);
+		ma_profcmd_release(&c);
+		return MA_EXIT_USAGE;
+	}
+	rc = ma_profcmd_load(&c, &b, dump);
+	if (rc) {
+		ma_profcmd_release(&c);
+		return rc;
+	}
+	hits = malloc((b.hp.nstacks + 1) * sizeof(size_t));
+	match = calloc(b.sym.nfuncs + 1, 1);
+	if (!hits || !match) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < b.hp.nstacks; i++) {
+		uint32_t fn;
+
+		if (b.prof.chain_len[i] == 0 || b.hp.stacks[i].bytes == 0)
+			continue;
+		fn = b.sym.frames[ma_profile_frame(&b.prof, i, 0)].func;
+		if (!match[fn])
+			match[fn] = (strstr(b.sym.funcs[fn].key, needle) ||
+				     strstr(ma_sym_func_name(&b.sym, fn), needle)) ? 1 : 2;
+		if (match[fn] == 1) {
+			hits[nhits++] = i;
+			hit_bytes += ma_profile_stack_bytes(&b.prof, i);
+		}
+	}
+	sort_p = &b.prof;
+	qsort(hits, nhits, sizeof(size_t), cmp_bytes);
+	shown = nhits < (size_t)c.top ? nhits : (size_t)c.top;
+	if (c.json) {
+		struct ma_json j;
+
+		ma_json_init(&j, stdout);
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "dump", dump);
+		ma_json_str(&j, "match", needle);
+		ma_json_u64(&j, "period", b.hp.period);
+		ma_json_u64(&j, "matched_stacks", nhits);
+		ma_json_u64(&j, "matched_scaled_bytes", (uint64_t)llround(hit_bytes));
+		ma_json_u64(&j, "total_scaled_bytes", (uint64_t)llround(b.prof.total_bytes));
+		ma_json_arr_open(&j, "stacks");
+		for (size_t h = 0; h < shown; h++) {
+			size_t i = hits[h];
+			const struct ma_hp_stack *st = &b.hp.stacks[i];
+
+			ma_json_obj_open(&j, NULL);
+			ma_json_u64(&j, "scaled_bytes", (uint64_t)llround(ma_profile_stack_bytes(&b.prof, i)));
+			ma_json_u64(&j, "raw_bytes", st->bytes);
+			ma_json_u64(&j, "objects", (uint64_t)llround(ma_profile_stack_objs(&b.prof, i)));
+			ma_json_u64(&j, "raw_objects", st->objs);
+			ma_json_double(&j, "scale", st->scale);
+			ma_json_arr_open(&j, "frames");
+			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
+				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
+
+				ma_json_obj_open(&j, NULL);
+				ma_json_str(&j, "name", ma_sym_func_name(&b.sym, f->func));
+				ma_json_str(&j, "symbol", b.sym.funcs[f->func].key);
+				ma_json_str(&j, "object", ma_sym_obj_name(&b.sym, f->obj));
+				if (f->file) {
+					ma_json_str(&j, "file", f->file);
+					ma_json_i64(&j, "line", f->line);
+				}
+				ma_json_obj_close(&j);
+			}
+			ma_json_arr_close(&j);
+			ma_json_obj_close(&j);
+		}
+		ma_json_arr_close(&j);
+		ma_json_obj_close(&j);
+		ma_json_end(&j);
+	} else {
+		char s1[32], s2[32];
+
+		printf("%zu stacks with an allocation site matching '%s': %s of %s (%.1f%%)\n", nhits,
+		       needle, ma_prof_fmt_bytes(s1, sizeof(s1), hit_bytes),
+		       ma_prof_fmt_bytes(s2, sizeof(s2), b.prof.total_bytes),
+		       b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
+		for (size_t h = 0; h < shown; h++) {
+			size_t i = hits[h];
+			const struct ma_hp_stack *st = &b.hp.stacks[i];
+
+			printf("\n#%zu  %s scaled, %s raw in %llu sampled objects, scale %.1f\n", h + 1,
+			       ma_prof_fmt_bytes(s1, sizeof(s1), ma_profile_stack_bytes(&b.prof, i)),
+			       ma_prof_fmt_bytes(s2, sizeof(s2), (double)st->bytes),
+			       (unsigned long long)st->objs, st->scale);
+			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
+				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
+
+				printf("  %s  [%s]", ma_sym_func_name(&b.sym, f->func),
+				       ma_sym_obj_name(&b.sym, f->obj));
+				if (f->file)
+					printf("  %s:%d", f->file, f->line);
+				putchar('\n');
+			}
+		}
+		if (nhits > shown)
+			printf("\n(%zu more stacks; -n N shows more)\n", nhits - shown);
+	}
+	rc = fflush(stdout) ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+out:
+	free(hits);
+	free(match);
+	ma_profbundle_release(&b);
+	ma_profcmd_release(&c);
+	return rc;
 }

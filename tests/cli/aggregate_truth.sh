@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# aggregate against known truth: the fixture programs allocate known byte
+# counts at known sites (fixtures/prof/*).  Large blocks are sampled with
+# probability ~1 and must come out exact; the site with 1,000,000 x 64 B
+# within +-15% (run at lg_prof_sample:17, 128 KiB, ~490 samples: the
+# sampling noise is ~4.5%, so the check cannot flake).  Rust names must be
+# what rustfilt prints.
+. "$(dirname "$0")/../lib.sh"
+export LC_ALL=C
+CONF=prof:true,prof_final:false,lg_prof_sample:17
+MiB=1048576
+
+# site_bytes JSON LEAF_PREFIX FIELD: sum FIELD over sites whose leaf starts with LEAF_PREFIX
+site() {
+	python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); print(sum(s[sys.argv[3]] for s in d["sites"] if s["leaf"].startswith(sys.argv[2])))' "$@"
+}
+# within A B PCT: |A - B| <= PCT% of B
+within() { python3 -c 'import sys; a,b,p=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= p/100*b else 1)' "$@"; }
+
+for fx in prof_c prof_c_nopie prof_c_static; do
+	[ -x "$FIX/$fx" ] || { fail "truth $fx: fixture not built"; continue; }
+	MALLOC_CONF=$CONF "$FIX/$fx" "$TMP/$fx.heap" "$TMP/$fx.stats.json" >/dev/null ||
+		{ fail "truth $fx: no dump"; continue; }
+	"$MA" aggregate "$TMP/$fx.heap" --json --top 1000 --stats "$TMP/$fx.stats.json" >"$TMP/$fx.json" 2>"$TMP/$fx.err" ||
+		{ fail "truth $fx: aggregate failed: $(head -c 200 "$TMP/$fx.err")"; continue; }
+	j=$TMP/$fx.json
+	check "truth $fx: 3 x 16 MiB malloc exact" [ "$(site "$j" site_big_malloc scaled_bytes)" = $((48 * MiB)) ]
+	check "truth $fx: 24 MiB calloc exact" [ "$(site "$j" site_calloc scaled_bytes)" = $((24 * MiB)) ]
+	check "truth $fx: 12 MiB realloc exact" [ "$(site "$j" site_realloc scaled_bytes)" = $((12 * MiB)) ]
+	check "truth $fx: large sites have scale 1" [ "$(site "$j" site_big_malloc raw_bytes)" = $((48 * MiB)) ]
+	n=$(site "$j" site_small_64 objects); b=$(site "$j" site_small_64 scaled_bytes)
+	check "truth $fx: 1,000,000 x 64 B objects within 15% ($n)" within "$n" 1000000 15
+	check "truth $fx: 1,000,000 x 64 B bytes within 15% ($b)" within "$b" 64000000 15
+	check "truth $fx: small site scale >> 1" python3 -c 'import json,sys
+s=[s for s in json.load(open(sys.argv[1]))["sites"] if s["leaf"]=="site_small_64"][0]; sys.exit(0 if s["scale"]>100 else 1)' "$j"
+	check "truth $fx: jemalloc frames dropped (leaves are the sites)" python3 -c 'import json,sys
+l=[s["leaf"] for s in json.load(open(sys.argv[1]))["sites"]][:5]; sys.exit(0 if all(x.startswith("site_") for x in l) else 1)' "$j"
+	check "truth $fx: --stats within 10% of stats.allocated" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1]))["stats"]; sys.exit(0 if d["within_tolerance"] and abs(d["scaled_over_allocated"]-1)<=0.1 else 1)' "$j"
+done
+
+# --keep-allocator-frames shows jemalloc's frames as leaves instead
+if [ -f "$TMP/prof_c.heap" ]; then
+	"$MA" aggregate "$TMP/prof_c.heap" --json --keep-allocator-frames >"$TMP/keep.json"
+	check "truth: --keep-allocator-frames keeps jemalloc leaves" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(0 if all(s["object"].startswith("libjemalloc") for s in d["sites"]) else 1)' "$TMP/keep.json"
+	# A stats file far from the dump: warning naming lg_prof_sample:17
+	echo '{"jemalloc":{"version":"5.3.0","stats":{"allocated":1600000000000,"active":1}}}' >"$TMP/far.json"
+	"$MA" aggregate "$TMP/prof_c.heap" --stats "$TMP/far.json" >/dev/null 2>"$TMP/far.err"
+	check "truth: --stats warns beyond 10% and suggests lg_prof_sample:17" grep -q 'lg_prof_sample:17' "$TMP/far.err"
+fi
+
+# C++: new char[32 MiB] and a vector reserved to 16 MiB, exact
+if MALLOC_CONF=$CONF "$FIX/prof_cxx" "$TMP/cxx.heap" >/dev/null; then
+	"$MA" aggregate "$TMP/cxx.heap" --json >"$TMP/cxx.json"
+	check "truth prof_cxx: new char[32 MiB] exact" [ "$(site "$TMP/cxx.json" 'make_buffer(' scaled_bytes)" = $((32 * MiB)) ]
+	check "truth prof_cxx: vector reserve 16 MiB exact" [ "$(site "$TMP/cxx.json" 'app::Table::grow(' scaled_bytes)" = $((16 * MiB)) ]
+	n=$(site "$TMP/cxx.json" 'make_nodes(' objects)
+	check "truth prof_cxx: 300,000 new Node within 25% ($n)" within "$n" 300000 25
+else
+	fail "truth prof_cxx: no dump"
+fi
+
+# Rust: Box/Vec through a GlobalAlloc over mallocx; skip the alloc:: wrappers
+if MALLOC_CONF=$CONF "$FIX/prof_rs" "$TMP/rs.heap" >/dev/null; then
+	"$MA" aggregate "$TMP/rs.heap" --json --skip '^<?alloc::' --skip '__rust_' --skip 'GlobalAlloc' >"$TMP/rs.json"
+	check "truth prof_rs: vec![0u8; 20 MiB] exact" [ "$(site "$TMP/rs.json" 'prof_rs::make_vec' scaled_bytes)" = $((20 * MiB)) ]
+	check "truth prof_rs: Vec<u32> reserve_exact 8 MiB exact" [ $(($(site "$TMP/rs.json" 'prof_rs::Registry::fill' scaled_bytes) + $(site "$TMP/rs.json" '<prof_rs::Registry>::fill' scaled_bytes))) = $((8 * MiB)) ]
+	# make_boxes: 400,000 x 32 B boxes + the 3.2 MB Vec of pointers (3.5 MiB size class)
+	b=$(site "$TMP/rs.json" 'prof_rs::make_boxes' scaled_bytes)
+	check "truth prof_rs: 400,000 Box<[u64; 4]> + Vec within 25% ($b)" within "$b" $((400000 * 32 + 3670016)) 25
+	# Every Rust frame's name is what rustfilt prints for its symbol.
+	"$MA" stacks "$TMP/rs.heap" "" -n 1000 --json >"$TMP/rs.stacks.json"
+	python3 - "$TMP/rs.stacks.json" >"$TMP/rs.pairs" <<'PY'
+import json, re, sys
+seen = set()
+for st in json.load(open(sys.argv[1]))["stacks"]:
+    for f in st["frames"]:
+        s = f["symbol"]
+        if (s.startswith("_ZN") or s.startswith("_R")) and s not in seen:
+            seen.add(s)
+            print(re.sub(r'\.llvm\.\d+$', '', s) + "\t" + f["name"])
+PY
+	if command -v rustfilt >/dev/null && [ -s "$TMP/rs.pairs" ]; then
+		cut -f1 "$TMP/rs.pairs" | rustfilt >"$TMP/rs.rustfilt"
+		cut -f2 "$TMP/rs.pairs" >"$TMP/rs.ours"
+		n=$(wc -l <"$TMP/rs.pairs")
+		if cmp -s "$TMP/rs.rustfilt" "$TMP/rs.ours"; then
+			pass "truth prof_rs: $n Rust frame names equal rustfilt's"
+		else
+			fail "truth prof_rs: names differ from rustfilt: $(diff "$TMP/rs.rustfilt" "$TMP/rs.ours" | head -4 | tr '\n' ' ')"
+		fi
+	else
+		skip "truth prof_rs: no rustfilt or no Rust frames"
+	fi
+else
+	fail "truth prof_rs: no dump"
+fi
