@@ -275,3 +275,23 @@ size_t ma_arch_build_batch(unsigned char *code)
 	memcpy(code, batch, sizeof(batch));
 	return sizeof(batch);
 }
+
+size_t ma_arch_build_append_cb(unsigned char *code, size_t cap)
+{
+	/* Assembled from (Intel syntax), rdi = opaque, rsi = string:
+	 *	mov rax,[rdi]; mov rcx,[rdi+8]
+	 * 1:	movzx edx,byte [rsi]; test dl,dl; jz 3f; inc rsi
+	 *	cmp rax,rcx; jae 2f; mov [rax],dl; inc rax; jmp 1b
+	 * 2:	inc qword [rdi+16]; jmp 1b
+	 * 3:	mov [rdi],rax; ret */
+	static const unsigned char cb[] = {
+		0x48, 0x8b, 0x07, 0x48, 0x8b, 0x4f, 0x08, 0x0f, 0xb6, 0x16, 0x84, 0xd2, 0x74,
+		0x15, 0x48, 0xff, 0xc6, 0x48, 0x39, 0xc8, 0x73, 0x07, 0x88, 0x10, 0x48, 0xff,
+		0xc0, 0xeb, 0xea, 0x48, 0xff, 0x47, 0x10, 0xeb, 0xe4, 0x48, 0x89, 0x07, 0xc3,
+	};
+
+	if (cap < sizeof(cb))
+		return 0;
+	memcpy(code, cb, sizeof(cb));
+	return sizeof(cb);
+}

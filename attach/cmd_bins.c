@@ -1,8 +1,326 @@
-/* cmd_bins.c - not implemented yet. */
+/*
+ * cmd_bins.c - memattach bins (PID | --stats FILE.json) [--flush-tcache]
+ * [--top N] [--json]: slab waste per size class, live or from a file.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
+#include "format.h"
+#include "jectl.h"
+#include "livecmd.h"
+#include "ma_error.h"
+#include "safepoint.h"
+#include "stats_json.h"
+
+static const char usage_text[] =
+	"usage: memattach bins (PID | --stats FILE.json) [--flush-tcache] [--top N] [--json]\n"
+	"                      [--timeout MS]\n\n"
+	"Slab waste by jemalloc size class.  For each small bin: region size, regions\n"
+	"per slab, slab size, live regions, slabs, non-full slabs, utilization, waste\n"
+	"(slabs * slab size - live regions * size), live objects per non-full slab,\n"
+	"and what that suggests.  Live mode reads the counters inside process PID;\n"
+	"--stats reads the JSON of malloc_stats_print (memattach stats-dump, or\n"
+	"malloc_stats_print(..., \"J\")).  Both give the same table for the same state.\n\n"
+	"  --stats FILE    read FILE instead of a live process\n"
+	"  --flush-tcache  first flush every thread's tcache (thread.tcache.flush in\n"
+	"                  each thread that is safe to borrow), so the waste is exact\n"
+	"                  rather than a lower bound\n"
+	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
+	"  --json          all bins in bin order, sizes in bytes\n"
+	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
+	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+
+int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr)
+{
+	struct ma_thread_info *ti = NULL;
+	size_t n = 0;
+	int rc;
+
+	memset(fr, 0, sizeof(*fr));
+	fr->done = true;
+	if ((rc = ma_list_threads(t->pid, &ti, &n)))
+		return rc;
+	for (size_t i = 0; i < n && !ma_interrupted; i++) {
+		struct ma_session_opts o = { .tid = ti[i].tid, .deadline_ms = deadline_ms };
+		struct ma_session s;
+		bool enabled = false;
+
+		fr->threads++;
+		/* A thread busy in jemalloc now is skipped, never waited on long. */
+		if ((rc = ma_session_open(&s, t, &o))) {
+			if (rc == MA_E_EXITED || rc == MA_E_NOPROC) {
+				fr->threads--;
+			} else {
+				if (!fr->skipped)
+					snprintf(fr->first_skipped, sizeof(fr->first_skipped),
+						 "thread %d: %s", ti[i].tid, ma_errmsg());
+				fr->skipped++;
+			}
+			ma_err_clear();
+			continue;
+		}
+		rc = ma_mallctl_read(&s, "thread.tcache.enabled", &enabled, sizeof(enabled));
+		if (!rc && enabled)
+			rc = ma_mallctl_write(&s, "thread.tcache.flush", NULL, 0);
+		if (rc) {
+			if (!fr->skipped)
+				snprintf(fr->first_skipped, sizeof(fr->first_skipped), "thread %d: %s",
+					 ti[i].tid, ma_errmsg());
+			fr->skipped++;
+		} else if (enabled) {
+			fr->flushed++;
+		} else {
+			fr->no_tcache++;
+		}
+		ma_err_clear();
+		if (ma_session_close(&s))
+			ma_err_clear();
+	}
+	free(ti);
+	ma_unwind_release();
+	return 0;
+}
+
+void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
+		       const struct ma_flush_result *fr)
+{
+	struct ma_bin_summary sum;
+	struct ma_json j;
+
+	ma_bins_summary(t, st, &sum);
+	ma_json_init(&j, f);
+	ma_json_obj_open(&j, NULL);
+	ma_json_u64(&j, "allocated", st->allocated);
+	ma_json_u64(&j, "active", st->active);
+	ma_json_u64(&j, "resident", st->resident);
+	ma_json_u64(&j, "tcache_bytes", t->tcache_bytes);
+	ma_json_u64(&j, "slab_gap", sum.slab_gap);
+	ma_json_u64(&j, "page_gap", sum.page_gap);
+	ma_json_u64(&j, "small_waste", sum.small_waste);
+	ma_json_double(&j, "small_waste_share", sum.waste_share);
+	if (fr && fr->done) {
+		ma_json_obj_open(&j, "tcache_flush");
+		ma_json_u64(&j, "threads", fr->threads);
+		ma_json_u64(&j, "flushed", fr->flushed);
+		ma_json_u64(&j, "skipped", fr->skipped);
+		ma_json_u64(&j, "no_tcache", fr->no_tcache);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_open(&j, "bins");
+	for (size_t i = 0; i < t->nbins; i++) {
+		const struct ma_bin *b = &t->bins[i];
+		struct ma_bin_row r;
+
+		ma_bins_row(t, i, &r);
+		ma_json_obj_open(&j, NULL);
+		ma_json_u64(&j, "size", b->size);
+		ma_json_u64(&j, "nregs", b->nregs);
+		ma_json_u64(&j, "slab_size", b->slab_size);
+		ma_json_u64(&j, "curregs", b->curregs);
+		ma_json_u64(&j, "curslabs", b->curslabs);
+		ma_json_u64(&j, "nonfull_slabs", b->nonfull_slabs);
+		ma_json_double(&j, "util", r.util);
+		ma_json_u64(&j, "waste", r.waste);
+		ma_json_double(&j, "live_per_nonfull", r.live_per_nonfull);
+		ma_json_str(&j, "regime", ma_bin_regime_name(r.regime));
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void header_row(FILE *f, const char *name, uint64_t v, const char *what)
+{
+	char b[32];
+
+	fprintf(f, "%-20s %11s  %s\n", name, ma_fmt_bytes(b, sizeof(b), v), what);
+}
+
+static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
+			 const struct ma_bin_summary *sum, const struct ma_flush_result *fr)
+{
+	char share[64];
+
+	header_row(f, "allocated", st->allocated, "live bytes the program asked for");
+	header_row(f, "active", st->active, "pages in active extents");
+	header_row(f, "resident", st->resident, "jemalloc pages resident in RAM");
+	header_row(f, "active - allocated", sum->slab_gap,
+		   "free space inside active pages: slab waste, large-size padding");
+	header_row(f, "resident - active", sum->page_gap,
+		   "dirty pages not yet returned to the OS (see 'memattach purge')");
+	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
+	header_row(f, "small-bin waste", sum->small_waste, share);
+	if (fr && fr->done) {
+		fprintf(f, "tcache flush: %u of %u threads flushed, %u without tcache, %u skipped%s%s\n",
+			fr->flushed, fr->threads, fr->no_tcache, fr->skipped,
+			fr->skipped ? " (unsafe at that moment; " : "",
+			fr->skipped ? "their cached regions still count as live)" : "");
+	}
+	header_row(f, "tcache_bytes", t->tcache_bytes,
+		   t->tcache_bytes ? "cached in thread caches and counted as live: the waste below "
+				     "is a lower bound (--flush-tcache makes it exact)"
+				   : "nothing cached in thread caches: the waste below is exact");
+}
+
+int ma_bins_print_table(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
+			const struct ma_flush_result *fr, long top)
+{
+	struct ma_bin_summary sum;
+	struct ma_bin_row *rows;
+	bool seen[4] = { false, false, false, false };
+	size_t shown = 0;
+	int rc;
+
+	if ((rc = ma_bins_rows(t, &rows)))
+		return rc;
+	ma_bins_summary(t, st, &sum);
+	print_header(f, st, t, &sum, fr);
+	ma_bins_sort_by_waste(rows, t->nbins);
+	fprintf(f, "\n%6s %6s %6s %9s %8s %8s %6s %11s %12s  %s\n", "size", "nregs", "slab",
+		"curregs", "curslabs", "nonfull", "util", "waste", "live/nonfull", "regime");
+	for (size_t i = 0; i < t->nbins && (top == 0 || shown < (size_t)top); i++) {
+		const struct ma_bin *b = &t->bins[rows[i].index];
+		char w[32];
+
+		if (!b->curslabs)
+			continue;
+		fprintf(f, "%6llu %6llu %6llu %9llu %8llu %8llu %5.1f%% %11s %12.1f  %s\n",
+			(unsigned long long)b->size, (unsigned long long)b->nregs,
+			(unsigned long long)b->slab_size, (unsigned long long)b->curregs,
+			(unsigned long long)b->curslabs, (unsigned long long)b->nonfull_slabs,
+			100 * rows[i].util, ma_fmt_bytes(w, sizeof(w), rows[i].waste),
+			rows[i].live_per_nonfull, ma_bin_regime_name(rows[i].regime));
+		seen[rows[i].regime] = true;
+		shown++;
+	}
+	if (!shown)
+		fprintf(f, "  (no small-bin slab in use)\n");
+	fprintf(f, "\n");
+	for (int r = MA_REGIME_SPARSE; r <= MA_REGIME_HALF_FULL; r++)
+		if (seen[r])
+			fprintf(f, "%-9s %s\n", ma_bin_regime_name(r), ma_bin_regime_advice(r));
+	free(rows);
+	return 0;
+}
+
+struct bins_args {
+	pid_t pid;
+	const char *stats;
+	bool json, flush;
+	long top;
+	struct ma_session_opts o;
+};
+
+static int parse_args(int argc, char **argv, struct bins_args *a)
+{
+	long v;
+
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return -1;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			a->json = true;
+		} else if (strcmp(argv[i], "--flush-tcache") == 0) {
+			a->flush = true;
+		} else if (strcmp(argv[i], "--stats") == 0 && i + 1 < argc) {
+			a->stats = argv[++i];
+		} else if ((strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "-n") == 0) &&
+			   i + 1 < argc && ma_parse_long(argv[i + 1], &a->top)) {
+			i++;
+		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &v)) {
+			a->o.deadline_ms = (int)v;
+			i++;
+		} else if (!a->pid && ma_parse_pid(argv[i], &a->pid)) {
+			continue;
+		} else {
+			fputs(usage_text, stderr);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (!a->pid == !a->stats) {
+		fputs(usage_text, stderr);
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "give either a PID or --stats FILE");
+	}
+	if (a->stats && a->flush)
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "--flush-tcache needs a live PID");
+	return 0;
+}
+
+/* Live: optional flush, then one session reads headline and bins. */
+static int read_live(const char *cmd, struct bins_args *a, struct ma_je_stats *st,
+		     struct ma_bin_table *t, struct ma_flush_result *fr)
+{
+	struct ma_target tg;
+	struct ma_session s;
+	int rc;
+
+	if (a->flush) {
+		ma_err_clear();
+		ma_install_signal_guards();
+		if ((rc = ma_target_open(&tg, a->pid)) || (rc = ma_target_find_jemalloc(&tg)) ||
+		    (rc = ma_flush_all_tcaches(&tg, 300, fr))) {
+			ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+			ma_target_release(&tg);
+			return MA_EXIT_FAIL;
+		}
+		ma_target_release(&tg);
+	}
+	if ((rc = ma_attach(cmd, a->pid, &a->o, &tg, &s)))
+		return rc;
+	rc = ma_collect_stats(&s, st);
+	if (!rc)
+		rc = ma_je_read_bins(&s, t);
+	if (rc) {
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
+		ma_detach(cmd, &s);
+		ma_target_release(&tg);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", msg);
+	}
+	rc = ma_detach(cmd, &s);
+	ma_target_release(&tg);
+	return rc;
+}
 
 int cmd_bins(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct bins_args a = { .top = 20, .o = { .deadline_ms = 2000 } };
+	struct ma_flush_result fr = { 0 };
+	struct ma_bin_table t = { 0 };
+	struct ma_je_stats st;
+	int rc;
+
+	if ((rc = parse_args(argc, argv, &a)))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if (a.stats) {
+		if (ma_stats_json_load(a.stats, &st, &t))
+			return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s: %s", a.stats, ma_errmsg());
+	} else if ((rc = read_live(argv[0], &a, &st, &t, &fr))) {
+		return rc;
+	}
+	if (a.json)
+		ma_bins_emit_json(stdout, &st, &t, &fr);
+	else if (a.stats)
+		printf("bins of %s (jemalloc %s)\n%s\n", a.stats, st.version,
+		       /* 5.3's print buffer is allocated before the epoch refresh */
+		       strncmp(st.version, "5.3.", 4) == 0
+			       ? "note: allocated/active/resident include malloc_stats_print's "
+				 "own 64 KiB buffer\n"
+			       : "");
+	else
+		printf("bins of process %d (jemalloc %s)\n\n", a.pid, st.version);
+	if (!a.json)
+		ma_bins_print_table(stdout, &st, &t, &fr, a.top);
+	ma_bin_table_release(&t);
+	if (fflush(stdout))
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "cannot write output");
+	return MA_EXIT_OK;
 }

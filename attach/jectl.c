@@ -4,7 +4,10 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
+#include "bins.h"
 #include "jectl.h"
 #include "ma_error.h"
 
@@ -406,5 +409,242 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 	return 0;
 out:
 	ma_ctl_batch_release(&b);
+	return rc;
+}
+
+int ma_mallctl_write_cstr(struct ma_session *s, const char *name, const char *value,
+			  int timeout_ms)
+{
+	size_t nlen = strlen(name) + 1, vlen = strlen(value) + 1;
+	uint64_t a_name, a_val, a_ptr, ret;
+	int rc;
+
+	ma_session_reset(s);
+	a_ptr = ma_session_alloc(s, 8);
+	a_name = ma_session_alloc(s, nlen);
+	a_val = ma_session_alloc(s, vlen);
+	if (!a_val)
+		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	if ((rc = ma_mem_write(s->t->pid, a_ptr, &a_val, 8)) ||
+	    (rc = ma_mem_write(s->t->pid, a_name, name, nlen)) ||
+	    (rc = ma_mem_write(s->t->pid, a_val, value, vlen)))
+		return rc;
+	{
+		uint64_t args[5] = { a_name, 0, 0, a_ptr, 8 };
+
+		rc = ma_session_call_timeout(s, s->t->je.mallctl, args, 5, &ret, timeout_ms);
+	}
+	if (rc)
+		return rc;
+	if ((int)ret != 0)
+		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s", name, strerror((int)ret));
+	return 0;
+}
+
+int ma_je_read_bins(struct ma_session *s, struct ma_bin_table *t)
+{
+	/* name pattern and the mib position of the bin index */
+	static const struct {
+		const char *name;
+		size_t pos, width;
+	} f[6] = {
+		{ "arenas.bin.0.size", 2, sizeof(size_t) },
+		{ "arenas.bin.0.nregs", 2, sizeof(uint32_t) },
+		{ "arenas.bin.0.slab_size", 2, sizeof(size_t) },
+		{ "stats.arenas.4096.bins.0.curregs", 4, sizeof(size_t) },
+		{ "stats.arenas.4096.bins.0.curslabs", 4, sizeof(size_t) },
+		{ "stats.arenas.4096.bins.0.nonfull_slabs", 4, sizeof(size_t) },
+	};
+	size_t mib[6][8], miblen[6], tb = 0;
+	struct ma_ctl_batch b;
+	unsigned nbins = 0;
+	int *idx = NULL, itb, rc;
+
+	memset(t, 0, sizeof(*t));
+	if ((rc = ma_mallctl_read(s, "arenas.nbins", &nbins, sizeof(nbins))))
+		return rc;
+	if (nbins == 0 || nbins > 1024)
+		return ma_fail(MA_E_JEMALLOC, "arenas.nbins = %u is implausible", nbins);
+	/* Names are translated once; the mib of each bin differs in one index. */
+	for (size_t k = 0; k < 6; k++) {
+		miblen[k] = 8;
+		if ((rc = ma_mallctl_nametomib(s, f[k].name, mib[k], &miblen[k])))
+			return rc;
+		if (f[k].pos >= miblen[k])
+			return ma_fail(MA_E_INTERNAL, "mib of %s too short", f[k].name);
+	}
+	if ((rc = ma_ctl_batch_init(&b, s, 6 * (size_t)nbins + 1, (6 * (size_t)nbins + 1) * 96)))
+		return rc;
+	idx = calloc(6 * (size_t)nbins, sizeof(*idx));
+	t->bins = calloc(nbins, sizeof(*t->bins));
+	if (!idx || !t->bins) {
+		rc = ma_fail(MA_E_NOMEM, "out of memory");
+		goto out;
+	}
+	t->nbins = nbins;
+	/* One injected call reads every value: the thread stops once. */
+	for (size_t j = 0; j < nbins; j++) {
+		for (size_t k = 0; k < 6; k++) {
+			mib[k][f[k].pos] = j;
+			idx[j * 6 + k] = ma_ctl_batch_read_mib(&b, mib[k], miblen[k], f[k].width);
+			if (idx[j * 6 + k] < 0) {
+				rc = idx[j * 6 + k];
+				goto out;
+			}
+		}
+	}
+	itb = ma_ctl_batch_read(&b, "stats.arenas.4096.tcache_bytes", sizeof(size_t));
+	if (itb < 0 || (rc = ma_ctl_batch_run(&b))) {
+		rc = itb < 0 ? itb : rc;
+		goto out;
+	}
+	for (size_t j = 0; j < nbins && !rc; j++) {
+		struct ma_bin *bn = &t->bins[j];
+		uint64_t *dst[6] = { &bn->size,	   &bn->nregs,	  &bn->slab_size,
+				     &bn->curregs, &bn->curslabs, &bn->nonfull_slabs };
+
+		for (size_t k = 0; k < 6 && !rc; k++) {
+			size_t v = 0;
+			uint32_t v32 = 0;
+
+			if (f[k].width == sizeof(v32)) {
+				rc = ma_ctl_batch_result(&b, idx[j * 6 + k], &v32, sizeof(v32));
+				v = v32;
+			} else {
+				rc = ma_ctl_batch_result(&b, idx[j * 6 + k], &v, sizeof(v));
+			}
+			*dst[k] = v;
+		}
+	}
+	if (!rc)
+		rc = ma_ctl_batch_result(&b, itb, &tb, sizeof(tb));
+	t->tcache_bytes = tb;
+out:
+	free(idx);
+	ma_ctl_batch_release(&b);
+	if (rc)
+		ma_bin_table_release(t);
+	return rc;
+}
+
+/* mmap / mprotect / munmap in the target; 0 or MA_E_*. */
+static int remote_mmap(struct ma_session *s, size_t len, uint64_t *addr)
+{
+	uint64_t args[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			     (uint64_t)-1, 0 };
+	int rc = ma_session_syscall(s, SYS_mmap, args, 6, addr);
+
+	if (rc)
+		return rc;
+	if (*addr > (uint64_t)-4096)
+		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", len,
+			       strerror((int)-*addr));
+	return 0;
+}
+
+static void remote_munmap(struct ma_session *s, uint64_t addr, size_t len)
+{
+	uint64_t args[2] = { addr, len }, ret;
+
+	if (addr && ma_session_syscall(s, SYS_munmap, args, 2, &ret))
+		ma_err_clear();
+}
+
+/* A read+execute page holding the append callback. */
+static int map_append_cb(struct ma_session *s, uint64_t *page)
+{
+	unsigned char code[MA_APPEND_CB_MAX];
+	size_t n = ma_arch_build_append_cb(code, sizeof(code));
+	uint64_t args[3], ret;
+	int rc;
+
+	if ((rc = remote_mmap(s, 4096, page)))
+		return rc;
+	if ((rc = ma_mem_write(s->t->pid, *page, code, n)))
+		return rc;
+	/* Never writable and executable at once. */
+	args[0] = *page;
+	args[1] = 4096;
+	args[2] = PROT_READ | PROT_EXEC;
+	if ((rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret)))
+		return rc;
+	if (ret != 0)
+		return ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
+	return 0;
+}
+
+/* One attempt with a CAP-byte buffer; *need gets the full output size. */
+static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts, int timeout_ms,
+			    size_t cap, char **out, size_t *len, size_t *need)
+{
+	uint64_t buf = 0, hdr[3], a_opts, ret;
+	size_t maplen = cap + 4096;
+	int rc;
+
+	if ((rc = remote_mmap(s, maplen, &buf)))
+		return rc;
+	hdr[0] = buf + 4096;
+	hdr[1] = buf + 4096 + cap;
+	hdr[2] = 0;
+	ma_session_reset(s);
+	a_opts = ma_session_alloc(s, strlen(opts) + 1);
+	if (!a_opts)
+		rc = ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	if (!rc && !(rc = ma_mem_write(s->t->pid, buf, hdr, sizeof(hdr))))
+		rc = ma_mem_write(s->t->pid, a_opts, opts, strlen(opts) + 1);
+	if (!rc) {
+		uint64_t args[3] = { cb, buf, a_opts };
+
+		rc = ma_session_call_timeout(s, s->t->je.malloc_stats_print, args, 3, &ret,
+					     timeout_ms);
+	}
+	if (!rc)
+		rc = ma_mem_read(s->t->pid, buf, hdr, sizeof(hdr));
+	if (!rc) {
+		*len = hdr[0] - (buf + 4096);
+		*need = *len + hdr[2];
+		if (!hdr[2]) {
+			*out = malloc(*len + 1);
+			if (!*out)
+				rc = ma_fail(MA_E_NOMEM, "out of memory");
+			else if ((rc = ma_mem_read(s->t->pid, buf + 4096, *out, *len)) == 0)
+				(*out)[*len] = '\0';
+			if (rc) {
+				free(*out);
+				*out = NULL;
+			}
+		}
+	}
+	/* After a timeout the thread may still write there: leave it mapped. */
+	if (!s->abandoned)
+		remote_munmap(s, buf, maplen);
+	return rc;
+}
+
+int ma_je_stats_print(struct ma_session *s, const char *opts, int timeout_ms, char **out,
+		      size_t *len)
+{
+	size_t cap = 4UL << 20, need = 0;
+	uint64_t cb = 0;
+	int rc;
+
+	*out = NULL;
+	*len = 0;
+	if (!s->t->je.malloc_stats_print)
+		return ma_fail(MA_E_NOJEMALLOC, "malloc_stats_print not found in the target");
+	if ((rc = map_append_cb(s, &cb)))
+		goto out;
+	/* Pages of the buffer are touched only as far as the output goes. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		rc = stats_print_once(s, cb, opts, timeout_ms, cap, out, len, &need);
+		if (rc || *out)
+			break;
+		cap = need + need / 4 + 65536; /* grew between the two prints? */
+	}
+	if (!rc && !*out)
+		rc = ma_fail(MA_E_INTERNAL, "malloc_stats_print output kept growing (%zu bytes)", need);
+out:
+	if (!s->abandoned)
+		remote_munmap(s, cb, 4096);
 	return rc;
 }

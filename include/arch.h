@@ -92,4 +92,16 @@ bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr
 /* Return value of the call, read at the stub marker. */
 uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
 
+/*
+ * A write callback for malloc_stats_print(write_cb, cbopaque, opts):
+ * void cb(void *opaque, const char *s) appends the NUL-terminated S to
+ * the buffer described by opaque = { u64 cur, u64 end, u64 dropped }:
+ * bytes go to *cur while cur < end, the rest are only counted in dropped
+ * (so the caller can retry with a larger buffer).  Touches no stack and
+ * calls nothing.  Writes the code into CODE (CAP bytes); returns its
+ * length, or 0 if CAP is too small.
+ */
+#define MA_APPEND_CB_MAX 64
+size_t ma_arch_build_append_cb(unsigned char *code, size_t cap);
+
 #endif

@@ -59,4 +59,30 @@ void ma_ctl_batch_release(struct ma_ctl_batch *b);
 /* Refresh `epoch`, then read version, options and the headline counters. */
 int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st);
 
+/*
+ * mallctl(name, NULL, NULL, &p, sizeof p) where p points to a copy of the
+ * string VALUE in the target (e.g. "prof.dump" with a path), with a
+ * timeout for long commands.
+ */
+int ma_mallctl_write_cstr(struct ma_session *s, const char *name, const char *value,
+			  int timeout_ms);
+
+struct ma_bin_table;
+/*
+ * Read the bin constants and the merged per-bin counters
+ * (stats.arenas.4096.bins.<j>.*) with mallctlbymib, and tcache_bytes.
+ * Call after ma_collect_stats (which refreshes the epoch).  T->bins is
+ * allocated; release with ma_bin_table_release.
+ */
+int ma_je_read_bins(struct ma_session *s, struct ma_bin_table *t);
+
+/*
+ * malloc_stats_print(cb, buf, OPTS) in the target, through a tiny append
+ * callback placed in a private read+execute page, into a buffer mapped in
+ * the target; retried with a larger buffer if the output did not fit.
+ * *OUT (malloc'd, NUL-terminated) and *LEN get the text.
+ */
+int ma_je_stats_print(struct ma_session *s, const char *opts, int timeout_ms, char **out,
+		      size_t *len);
+
 #endif

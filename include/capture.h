@@ -1,0 +1,43 @@
+/*
+ * capture.h - things the live commands take out of a target: a heap dump
+ * (prof.dump into a memfd that only memattach reads), and output files
+ * written under a temporary name and renamed only when complete.
+ */
+#ifndef MA_CAPTURE_H
+#define MA_CAPTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "jestats.h"
+#include "remote.h"
+
+/*
+ * Run prof.dump in the target into a memfd created there and named to
+ * jemalloc as /proc/self/fd/N (design.md rule 7: no path the target or
+ * anyone else could predict), copy it to OUT_FD, close the memfd.
+ * ST must come from ma_collect_stats: without opt.prof this fails with
+ * MA_E_JEMALLOC and a message naming the MALLOC_CONF to restart with.
+ * *NBYTES gets the dump size.
+ */
+int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
+			 size_t *nbytes);
+/* The environment variable and value to restart the target with prof on. */
+const char *ma_prof_restart_hint(const struct ma_target *t);
+
+/* An output file that appears under its name only once complete. */
+struct ma_outfile {
+	char *path, *tmp;
+	int fd;
+};
+
+/* Create a temporary file next to PATH (mode 0644); 0 or MA_E_IO. */
+int ma_outfile_open(struct ma_outfile *o, const char *path);
+/* Flush, close and rename over PATH; 0 or MA_E_IO (the temp is removed). */
+int ma_outfile_commit(struct ma_outfile *o);
+/* Close and remove the temporary file; safe on any state. */
+void ma_outfile_abort(struct ma_outfile *o);
+/* Write all of BUF; 0 or MA_E_IO. */
+int ma_write_all(int fd, const void *buf, size_t len);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * stats_json.h - jemalloc's malloc_stats_print JSON ("J" option) read into
+ * the same structs the live path fills (jestats.h, bins.h).
+ *
+ * jemalloc does not escape string values (a prof_prefix with a quote makes
+ * the document invalid JSON) and cuts them at 254 bytes without a closing
+ * quote (design.md 4.5).  The parser tolerates both: a quote ends a string
+ * value only where valid JSON can continue after it, and a value 254 bytes
+ * long ends where the next key begins.  Per-bin counters come from
+ * "stats.arenas".merged, or are summed over the numbered arenas when the
+ * document has no merged entry (one arena printed without 'a').
+ */
+#ifndef MA_STATS_JSON_H
+#define MA_STATS_JSON_H
+
+#include <stddef.h>
+
+#include "bins.h"
+#include "jestats.h"
+
+/*
+ * Parse BUF (LEN bytes, need not be NUL-terminated).  On success fills ST
+ * and T (T->bins is allocated; release with ma_bin_table_release) and
+ * returns 0; otherwise MA_E_FORMAT with a message naming what is missing,
+ * or MA_E_NOMEM.
+ */
+int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
+			struct ma_bin_table *t);
+/* Read PATH and parse it; MA_E_IO if unreadable. */
+int ma_stats_json_load(const char *path, struct ma_je_stats *st, struct ma_bin_table *t);
+
+#endif
