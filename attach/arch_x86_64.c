@@ -159,6 +159,15 @@ void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 	r->eflags &= ~(unsigned long long)FLAG_TF;
 }
 
+void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t *args, int nargs)
+{
+	unsigned long long *argregs[6] = { &r->rdi, &r->rsi, &r->rdx, &r->r10, &r->r8, &r->r9 };
+
+	for (int i = 0; i < 6; i++)
+		*argregs[i] = i < nargs ? args[i] : 0;
+	r->orig_rax = (unsigned long long)nr;
+}
+
 uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
 uint64_t ma_arch_sp(const struct user_regs_struct *r) { return r->rsp; }
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }

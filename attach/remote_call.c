@@ -133,19 +133,17 @@ static bool is_fault(int sig, const siginfo_t *si)
 	       si->si_code > 0;
 }
 
-enum run_goal { GOAL_SYSCALL, GOAL_CALL };
+enum run_goal { GOAL_SYSCALL_EXIT, GOAL_CALL };
 
 /*
- * Resume the thread (regs already set) until the goal: the exit of syscall
- * NR issued at the syscall instruction, or the stub marker.  Signals that
- * arrive are held; a fault ends the run with MA_E_FAULT.
+ * Resume the thread (regs already set) until the goal: the exit of the
+ * syscall it is entering at IP, or the stub marker.  Signals that arrive
+ * are held; a fault ends the run with MA_E_FAULT.
  */
-static int run_until(struct ma_session *s, enum run_goal goal, long nr, int timeout_ms,
+static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int timeout_ms,
 		     struct user_regs_struct *out)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
-	uint64_t insn_end = s->t->syscall_insn + 2;
-	bool entered = false;
 
 	if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_SYSCALL", s->tid);
@@ -173,12 +171,9 @@ static int run_until(struct ma_session *s, enum run_goal goal, long nr, int time
 			    info.instruction_pointer == s->stub + MA_STUB_MARKER_END &&
 			    info.entry.nr == MA_STUB_MARKER_NR)
 				return ma_arch_get_regs(s->tid, out);
-			if (goal == GOAL_SYSCALL && info.instruction_pointer == insn_end) {
-				if (info.op == PTRACE_SYSCALL_INFO_ENTRY && (long)info.entry.nr == nr)
-					entered = true;
-				else if (info.op == PTRACE_SYSCALL_INFO_EXIT && entered)
-					return ma_arch_get_regs(s->tid, out);
-			}
+			if (goal == GOAL_SYSCALL_EXIT && info.instruction_pointer == ip &&
+			    info.op == PTRACE_SYSCALL_INFO_EXIT)
+				return ma_arch_get_regs(s->tid, out);
 		} else if (ev == 0) {
 			siginfo_t si;
 
@@ -201,17 +196,36 @@ static int run_until(struct ma_session *s, enum run_goal goal, long nr, int time
 	}
 }
 
-/* Execute one syscall in the borrowed thread; *ret gets the raw result. */
+/*
+ * Execute one syscall in the borrowed thread; *ret gets the raw result.
+ * Stopped at the return stub's marker syscall, the kernel is about to run
+ * that syscall: swapping its number and arguments costs no extra stop.
+ * Otherwise the thread runs a `syscall` instruction of the target under
+ * PTRACE_SYSCALL (entry and exit stops).  Not single-stepping: a step ends
+ * in a SIGTRAP signal stop, and if memattach died while the thread sat in
+ * it, the kernel would deliver that SIGTRAP and kill the target.
+ */
 int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
-			  uint64_t *ret)
+		       uint64_t *ret)
 {
-	struct user_regs_struct r = s->saved.regs;
+	struct user_regs_struct r;
 	int rc;
 
-	ma_arch_setup_syscall(&r, s->t->syscall_insn, nr, args, nargs);
-	if ((rc = ma_arch_set_regs(s->tid, &r)))
-		return rc;
-	rc = run_until(s, GOAL_SYSCALL, nr, s->call_timeout_ms, &r);
+	if (s->at_marker) {
+		if ((rc = ma_arch_get_regs(s->tid, &r)))
+			return rc;
+		ma_arch_replace_syscall(&r, nr, args, nargs);
+		if ((rc = ma_arch_set_regs(s->tid, &r)))
+			return rc;
+		s->at_marker = false;
+		rc = run_until(s, GOAL_SYSCALL_EXIT, s->stub + MA_STUB_MARKER_END, s->call_timeout_ms, &r);
+	} else {
+		r = s->saved.regs;
+		ma_arch_setup_syscall(&r, s->t->syscall_insn, nr, args, nargs);
+		if ((rc = ma_arch_set_regs(s->tid, &r)))
+			return rc;
+		rc = run_until(s, GOAL_SYSCALL_EXIT, s->t->syscall_insn + 2, s->call_timeout_ms, &r);
+	}
 	if (rc == MA_E_TIMEOUT)
 		return ma_fail(rc, "syscall %ld in thread %d did not return in %d ms", nr, s->tid,
 			       s->call_timeout_ms);
@@ -455,10 +469,13 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
 	s->ncalls++;
+	s->at_marker = false;
 	test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, 0, timeout_ms, &r);
-	if (!rc)
+	if (!rc) {
+		s->at_marker = true;
 		test_kill_point("marker");
+	}
 	if (rc == MA_E_TIMEOUT) {
 		/*
 		 * The call is still running (waiting for a lock?).  We cannot

@@ -8,31 +8,157 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/uio.h>
+
 #include "ma_error.h"
 #include "safepoint.h"
 
 static unw_addr_space_t addr_space;
+static unw_accessors_t fast_accessors;
+
+/*
+ * libunwind-ptrace reads remote memory one word per PTRACE_PEEKDATA; a
+ * stack walk takes hundreds.  These accessors wrap its own, but read
+ * whole pages with process_vm_readv into a small cache (the thread is
+ * stopped, so its stack does not change under us).
+ */
+#define UCACHE_PAGES 64
+#define UPAGE 4096
+
+struct fast_upt {
+	pid_t tid;
+	void *upt;
+	unsigned next;
+	struct {
+		uint64_t base;
+		bool valid;
+		unsigned char data[UPAGE];
+	} page[UCACHE_PAGES];
+};
+
+/*
+ * libunwind passes our argument to the accessors, but _UPT_find_proc_info
+ * calls them back with its own: only the current walk's pointer is ours.
+ */
+static struct fast_upt *current_walk;
+
+static void *upt_arg(void *arg)
+{
+	return arg == current_walk ? current_walk->upt : arg;
+}
+
+static const unsigned char *cached_page(struct fast_upt *f, uint64_t base)
+{
+	struct iovec local, remote;
+	unsigned slot;
+
+	for (unsigned i = 0; i < UCACHE_PAGES; i++)
+		if (f->page[i].valid && f->page[i].base == base)
+			return f->page[i].data;
+	slot = f->next++ % UCACHE_PAGES;
+	local.iov_base = f->page[slot].data;
+	local.iov_len = UPAGE;
+	remote.iov_base = (void *)(uintptr_t)base;
+	remote.iov_len = UPAGE;
+	f->page[slot].valid = process_vm_readv(f->tid, &local, 1, &remote, 1, 0) == UPAGE;
+	f->page[slot].base = base;
+	return f->page[slot].valid ? f->page[slot].data : NULL;
+}
+
+static int fast_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+			   void *arg)
+{
+	struct fast_upt *f = current_walk;
+	uint64_t base = addr & ~(uint64_t)(UPAGE - 1);
+	const unsigned char *p;
+
+	/* Called with our argument, or with libunwind's own from find_proc_info. */
+	if (!f || (arg != f && arg != f->upt))
+		return _UPT_access_mem(as, addr, val, write, arg);
+	if (!write && addr - base <= UPAGE - sizeof(*val) && (p = cached_page(f, base))) {
+		memcpy(val, p + (addr - base), sizeof(*val));
+		return 0;
+	}
+	return _UPT_access_mem(as, addr, val, write, upt_arg(arg));
+}
+
+static int fast_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, int need,
+			       void *arg)
+{
+	return _UPT_find_proc_info(as, ip, pi, need, upt_arg(arg));
+}
+
+static void fast_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
+{
+	_UPT_put_unwind_info(as, pi, upt_arg(arg));
+}
+
+static int fast_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *dil, void *arg)
+{
+	return _UPT_get_dyn_info_list_addr(as, dil, upt_arg(arg));
+}
+
+static int fast_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
+			   void *arg)
+{
+	return _UPT_access_reg(as, reg, val, write, upt_arg(arg));
+}
+
+static int fast_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *val, int write,
+			     void *arg)
+{
+	return _UPT_access_fpreg(as, reg, val, write, upt_arg(arg));
+}
+
+static int fast_resume(unw_addr_space_t as, unw_cursor_t *c, void *arg)
+{
+	return _UPT_resume(as, c, upt_arg(arg));
+}
+
+static int fast_get_proc_name(unw_addr_space_t as, unw_word_t addr, char *buf, size_t len,
+			      unw_word_t *off, void *arg)
+{
+	return _UPT_get_proc_name(as, addr, buf, len, off, upt_arg(arg));
+}
 
 int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 {
+	struct fast_upt *f;
 	unw_cursor_t c;
-	void *upt;
 	int rc;
 
 	bt->n = 0;
 	bt->complete = false;
 	if (!addr_space) {
-		addr_space = unw_create_addr_space(&_UPT_accessors, 0);
+		fast_accessors = _UPT_accessors;
+		fast_accessors.find_proc_info = fast_find_proc_info;
+		fast_accessors.put_unwind_info = fast_put_unwind_info;
+		fast_accessors.get_dyn_info_list_addr = fast_get_dyn_info_list_addr;
+		fast_accessors.access_mem = fast_access_mem;
+		fast_accessors.access_reg = fast_access_reg;
+		fast_accessors.access_fpreg = fast_access_fpreg;
+		fast_accessors.resume = fast_resume;
+		fast_accessors.get_proc_name = fast_get_proc_name;
+		addr_space = unw_create_addr_space(&fast_accessors, 0);
 		if (!addr_space)
 			return ma_fail(MA_E_INTERNAL, "libunwind: cannot create address space");
 		unw_set_caching_policy(addr_space, UNW_CACHE_GLOBAL);
 	}
-	upt = _UPT_create(tid);
-	if (!upt)
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	f->tid = tid;
+	f->upt = _UPT_create(tid);
+	if (!f->upt) {
+		free(f);
 		return ma_fail(MA_E_NOMEM, "libunwind: cannot create ptrace context");
-	rc = unw_init_remote(&c, addr_space, upt);
+	}
+	current_walk = f;
+	rc = unw_init_remote(&c, addr_space, f);
 	if (rc < 0) {
-		_UPT_destroy(upt);
+		current_walk = NULL;
+		_UPT_destroy(f->upt);
+		free(f);
 		return ma_fail(MA_E_INTERNAL, "libunwind: cannot unwind thread %d (%d)", tid, rc);
 	}
 	do {
@@ -46,7 +172,9 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 	} while (rc > 0 && bt->n < MA_MAX_FRAMES);
 	bt->complete = rc == 0 || (rc > 0 && bt->n == MA_MAX_FRAMES) ||
 		       (bt->n > 0 && bt->ip[bt->n - 1] == 0);
-	_UPT_destroy(upt);
+	current_walk = NULL;
+	_UPT_destroy(f->upt);
+	free(f);
 	return 0;
 }
 

@@ -411,25 +411,43 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 	return 0;
 }
 
-/* Scan the start of an executable mapping for the bytes of `syscall` (0f 05). */
-static void find_syscall_insn(struct ma_target *t)
+static bool is_libc(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
+}
+
+/* Find the bytes of `syscall` (0f 05) in executable mapping M. */
+static uint64_t scan_for_syscall(pid_t pid, const struct ma_mapping *m)
 {
 	unsigned char buf[4096];
 
-	for (size_t i = 0; i < t->nmaps && !t->syscall_insn; i++) {
-		const struct ma_mapping *m = &t->maps[i];
+	for (uint64_t a = m->start; a < m->end && a < m->start + (1 << 20); a += sizeof(buf)) {
+		if (ma_mem_read(pid, a, buf, sizeof(buf)) != 0) {
+			ma_err_clear();
+			break;
+		}
+		for (size_t k = 0; k + 1 < sizeof(buf); k++)
+			if (buf[k] == 0x0f && buf[k + 1] == 0x05)
+				return a + k;
+	}
+	return 0;
+}
 
-		if (m->perms[2] != 'x' || !m->path || strcmp(m->path, "[vsyscall]") == 0)
-			continue;
-		for (uint64_t a = m->start; a < m->end && a < m->start + (1 << 20); a += sizeof(buf)) {
-			if (ma_mem_read(t->pid, a, buf, sizeof(buf)) != 0)
-				break;
-			for (size_t k = 0; k + 1 < sizeof(buf); k++) {
-				if (buf[k] == 0x0f && buf[k + 1] == 0x05) {
-					t->syscall_insn = a + k;
-					return;
-				}
-			}
+/* A `syscall` instruction in the target: libc's code first (it has many). */
+static void find_syscall_insn(struct ma_target *t)
+{
+	for (int pass = 0; pass < 2 && !t->syscall_insn; pass++) {
+		for (size_t i = 0; i < t->nmaps && !t->syscall_insn; i++) {
+			const struct ma_mapping *m = &t->maps[i];
+
+			if (m->perms[2] != 'x' || !m->path || strcmp(m->path, "[vsyscall]") == 0)
+				continue;
+			if ((pass == 0) != is_libc(m->path))
+				continue;
+			t->syscall_insn = scan_for_syscall(t->pid, m);
 		}
 	}
 }

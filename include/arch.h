@@ -48,6 +48,8 @@ bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 /* Set R up for a call of FN(args...) returning to RET on a private stack. */
 void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t *args, int nargs,
 			uint64_t stack_top_after_push, uint64_t ret);
+/* At a syscall-entry stop: make the kernel run NR(args) instead. */
+void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t *args, int nargs);
 /* Set R up to execute the syscall instruction at INSN with NR(args...). */
 void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 			   const uint64_t *args, int nargs);

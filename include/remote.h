@@ -33,6 +33,7 @@ struct ma_session {
 	bool mapped;
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool faulted;
+	bool at_marker; /* stopped at the stub's marker syscall entry */
 	struct ma_cpu_state saved; /* as stopped */
 	struct user_regs_struct resume; /* what to restore (restart emulated) */
 	uint64_t scratch; /* base of the scratch mapping in the target */
