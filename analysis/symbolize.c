@@ -416,6 +416,36 @@ static const char *die_name(Dwarf_Die *die)
 }
 
 /*
+ * The inlined_subroutine DIEs containing PC under PARENT, outermost first,
+ * into OUT[N..MAX).  Walked by hand: dwarf_getscopes misses functions
+ * nested in namespace DIEs (all of Rust's).
+ */
+static int inlined_at(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *out, int n, int max, int depth)
+{
+	Dwarf_Die c;
+
+	if (depth > 64 || dwarf_child(parent, &c) != 0)
+		return n;
+	do {
+		int t = dwarf_tag(&c), m;
+
+		if (t == DW_TAG_subprogram || t == DW_TAG_inlined_subroutine || t == DW_TAG_lexical_block) {
+			if (dwarf_haspc(&c, pc) > 0) {
+				if (t == DW_TAG_inlined_subroutine && n < max)
+					out[n++] = c;
+				return inlined_at(&c, pc, out, n, max, depth + 1);
+			}
+		} else if (t == DW_TAG_namespace || t == DW_TAG_structure_type || t == DW_TAG_class_type ||
+			   t == DW_TAG_union_type || t == DW_TAG_enumeration_type) {
+			m = inlined_at(&c, pc, out, n, max, depth + 1);
+			if (m != n)
+				return m;
+		}
+	} while (dwarf_siblingof(&c, &c) == 0);
+	return n;
+}
+
+/*
  * --lines: turn frame F (the whole function at ADDR) into the chain of
  * inlined frames at ADDR, innermost first, each with its file:line.
  * Returns the innermost frame (F itself when nothing is inlined).
@@ -424,7 +454,7 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 {
 	struct ma_symobj *o = &s->objs[oi];
 	Dwarf_Addr a, cubias = 0;
-	Dwarf_Die *cu, *scopes = NULL;
+	Dwarf_Die *cu, scopes[64];
 	Dwfl_Line *line;
 	const char *file = NULL;
 	int lineno = 0, n;
@@ -439,18 +469,15 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 	if (line)
 		file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
 	cu = dwfl_module_addrdie(o->dwmod, a, &cubias);
-	n = cu ? dwarf_getscopes(cu, a - cubias, &scopes) : 0;
-	/* scopes[0] is innermost; each inlined_subroutine is a frame whose
-	 * caller's line is its DW_AT_call_line. */
-	for (int i = 0; i < n; i++) {
-		int tag = dwarf_tag(&scopes[i]);
+	n = cu ? inlined_at(cu, a - cubias, scopes, 0, 64, 0) : 0;
+	/* Innermost first; each inlined_subroutine is a frame whose caller's
+	 * line is its DW_AT_call_line. */
+	for (int i = n - 1; i >= 0; i--) {
 		Dwarf_Attribute at;
 		Dwarf_Word cl = 0, cf = 0;
 		const char *name;
 		uint32_t nf;
 
-		if (tag != DW_TAG_inlined_subroutine)
-			continue;
 		name = die_name(&scopes[i]);
 		nf = new_frame(s, intern_func(s, name ? name : "??", oi, false), oi, s->frames[f].addr);
 		if (nf == MA_NONE)
@@ -475,7 +502,6 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 				file = dwarf_filesrc(files, cf, NULL, NULL);
 		}
 	}
-	free(scopes);
 	s->frames[f].file = keep_string(s, file);
 	s->frames[f].line = lineno;
 	if (prev != MA_NONE)

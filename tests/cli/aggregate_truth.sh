@@ -94,6 +94,18 @@ PY
 	else
 		skip "truth prof_rs: no rustfilt or no Rust frames"
 	fi
+	# --lines: inlined frames through DWARF; Box::new is inlined into
+	# make_boxes at the line of the source that calls it.
+	line=$(grep -n 'Box::new(\[' "$ROOT/fixtures/prof/prof_rs.rs" | cut -d: -f1)
+	"$MA" stacks "$TMP/rs.heap" GlobalAlloc --lines --json >"$TMP/rs.lines.json"
+	check "truth prof_rs: --lines shows Box::new inlined into make_boxes at line $line" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); ok=False
+for st in d["stacks"]:
+    f=st["frames"]; n=[x["name"] for x in f]
+    if "prof_rs::make_boxes" in n:
+        i=n.index("prof_rs::make_boxes")
+        ok = ok or (i>0 and "Box" in n[i-1] and f[i].get("file","").endswith("prof_rs.rs") and f[i]["line"]==int(sys.argv[2]))
+sys.exit(0 if ok else 1)' "$TMP/rs.lines.json" "$line"
 else
 	fail "truth prof_rs: no dump"
 fi
