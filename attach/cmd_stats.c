@@ -70,6 +70,7 @@ static void print_json(const struct stats_result *r)
 	ma_json_i64(&j, "thread", r->s->tid);
 	ma_json_u64(&j, "calls", r->s->ncalls);
 	ma_json_u64(&j, "pause_ns", r->s->stopped_ns);
+	ma_json_i64(&j, "signals_redelivered", r->s->redelivered);
 	ma_json_obj_close(&j);
 	ma_json_end(&j);
 }

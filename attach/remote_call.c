@@ -62,7 +62,8 @@ uint64_t ma_now_ns(void)
 }
 
 /*
- * Tests only: MEMATTACH_TEST_KILL_AT=call|marker makes memattach SIGKILL
+ * Tests only: MEMATTACH_TEST_FAULT makes every injected call jump to an
+ * unmapped address.  MEMATTACH_TEST_KILL_AT=call|marker makes memattach SIGKILL
  * itself with the borrowed thread stopped just before a call, or stopped
  * at the return stub after one, to show the thread restores itself.
  */
@@ -465,6 +466,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	rc = ma_mem_write(s->t->pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
+	if (getenv("MEMATTACH_TEST_FAULT"))
+		fn = 16; /* tests only: a call that faults at once */
 	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
@@ -535,38 +538,51 @@ static void stop_for_detach(struct ma_session *s)
 		wait_stop(s->tid, &status, 1000);
 }
 
-/* Re-raise the held signals with their original siginfo, then detach. */
+/* Is SI one of the placeholder signals we queued with tgkill? */
+static bool is_our_copy(const siginfo_t *si)
+{
+	return si->si_code == SI_TKILL && si->si_pid == getpid();
+}
+
+/*
+ * Deliver the held signals, oldest first, with their original siginfo.
+ * We queue one placeholder (tgkill) per held signal to get the thread into
+ * a signal-delivery stop, and at each stop deliver the oldest held signal
+ * instead of the one dequeued.  A real signal that was pending meanwhile
+ * is newer than everything held: it joins the back of the queue.
+ */
 static int redeliver_and_detach(struct ma_session *s)
 {
-	int delivered = 0;
+	int next = 0;
 
 	for (int i = 0; i < s->nheld; i++)
 		syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
 	if (ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_CONT", s->tid);
-	while (delivered < s->nheld) {
+	while (next < s->nheld) {
+		siginfo_t si;
 		int status, sig;
 
 		if (wait_stop(s->tid, &status, 1000) != 0 || !WIFSTOPPED(status))
 			break;
-		sig = WSTOPSIG(status);
-		if ((status >> 16) == 0) {
-			for (int i = 0; i < s->nheld; i++) {
-				if (s->held[i].si_signo == sig) {
-					ptrace(PTRACE_SETSIGINFO, s->tid, NULL, &s->held[i]);
-					s->held[i].si_signo = 0;
-					break;
-				}
-			}
-			if (++delivered == s->nheld)
-				return ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) == 0
-					       ? 0
-					       : ptrace_errno("PTRACE_DETACH", s->tid);
-			ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
+		if ((status >> 16) != 0) {
+			ptrace(PTRACE_CONT, s->tid, NULL, NULL);
 			continue;
 		}
-		ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+		memset(&si, 0, sizeof(si));
+		ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+		if (!is_our_copy(&si) && s->nheld < MA_MAX_HELD_SIGNALS)
+			s->held[s->nheld++] = si;
+		ptrace(PTRACE_SETSIGINFO, s->tid, NULL, &s->held[next]);
+		sig = s->held[next++].si_signo;
+		s->redelivered = next;
+		if (next == s->nheld)
+			return ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) == 0
+				       ? 0
+				       : ptrace_errno("PTRACE_DETACH", s->tid);
+		ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
 	}
+	/* The thread did not come back in time: let it go; placeholders stay queued. */
 	stop_for_detach(s);
 	ptrace(PTRACE_DETACH, s->tid, NULL, NULL);
 	return 0;

@@ -46,6 +46,7 @@ struct ma_session {
 	siginfo_t held[MA_MAX_HELD_SIGNALS];
 	int nheld;
 	int held_sig; /* signal pending delivery when the thread was stopped */
+	int redelivered; /* signals held during the session and delivered after */
 	/* measurements */
 	unsigned ncalls;
 	uint64_t stopped_ns; /* time the thread was held by us */
