@@ -1,8 +1,284 @@
-/* cmd_snapshot.c - not implemented yet. */
+/*
+ * cmd_snapshot.c - memattach snapshot PID -o DIR: everything one visit can
+ * take (VmHWM/VmRSS, headline, stats JSON, bins, heap dump if profiling is
+ * on) into a self-describing directory that 'memattach diff' can compare.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bins.h"
+#include "capture.h"
+#include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
+#include "jectl.h"
+#include "livecmd.h"
+#include "ma_error.h"
+#include "safepoint.h"
+
+#define STATS_PRINT_TIMEOUT_MS 20000
+
+static const char usage_text[] =
+	"usage: memattach snapshot PID -o DIR [--timeout MS]\n\n"
+	"One visit to process PID, saved to the new directory DIR:\n"
+	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
+	"                 version, VmRSS/VmHWM, headline counters, file names\n"
+	"  stats.json     malloc_stats_print JSON (as 'memattach stats-dump')\n"
+	"  bins.json      the bin table (as 'memattach bins --json')\n"
+	"  heap.heap      a heap dump (as 'memattach heap-dump'), only if the\n"
+	"                 process runs with prof:true\n"
+	"DIR appears only when complete (it must not exist, or be empty).  Compare\n"
+	"two snapshots with 'memattach diff A B'.\n\n"
+	"  -o DIR        output directory (required)\n"
+	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+
+struct snap {
+	const char *cmd, *dir;
+	char tmp[PATH_MAX], path[PATH_MAX + 32];
+	pid_t pid;
+	struct ma_proc_status ps;
+	struct ma_je_stats st;
+	struct ma_bin_table bins;
+	char *stats_json;
+	size_t stats_len, heap_len;
+	bool heap;
+	char heap_skip[256];
+	uint64_t held_ns;
+	pid_t tid;
+};
+
+static const char *in_tmp(struct snap *sn, const char *name)
+{
+	snprintf(sn->path, sizeof(sn->path), "%s/%s", sn->tmp, name);
+	return sn->path;
+}
+
+/* Everything that needs the target, in one session. */
+static int visit(struct snap *sn, struct ma_session *s)
+{
+	struct ma_outfile of;
+	int rc;
+
+	if ((rc = ma_collect_stats(s, &sn->st)) || (rc = ma_je_read_bins(s, &sn->bins)))
+		return rc;
+	if (ma_proc_read_status(sn->pid, 0, &sn->ps))
+		ma_err_clear();
+	if ((rc = ma_je_stats_print(s, "J", STATS_PRINT_TIMEOUT_MS, &sn->stats_json,
+				    &sn->stats_len)))
+		return rc;
+	if (!sn->st.opt_prof) {
+		snprintf(sn->heap_skip, sizeof(sn->heap_skip),
+			 "heap profiling is off; restart with %s", ma_prof_restart_hint(s->t));
+		return 0;
+	}
+	if ((rc = ma_outfile_open(&of, in_tmp(sn, "heap.heap"))))
+		return rc;
+	if ((rc = ma_capture_heap_dump(s, &sn->st, of.fd, &sn->heap_len))) {
+		ma_outfile_abort(&of);
+		return rc;
+	}
+	if ((rc = ma_outfile_commit(&of)))
+		return rc;
+	sn->heap = true;
+	return 0;
+}
+
+static int write_buf(struct snap *sn, const char *name, const char *buf, size_t len)
+{
+	struct ma_outfile of;
+	int rc;
+
+	if ((rc = ma_outfile_open(&of, in_tmp(sn, name))))
+		return rc;
+	if ((rc = ma_write_all(of.fd, buf, len)) || (rc = ma_outfile_commit(&of))) {
+		ma_outfile_abort(&of);
+		return rc;
+	}
+	return 0;
+}
+
+/* Write through a stdio stream into a file of the snapshot. */
+static FILE *open_stream(struct snap *sn, const char *name)
+{
+	FILE *f = fopen(in_tmp(sn, name), "w");
+
+	if (!f)
+		ma_fail(MA_E_IO, "cannot create '%s': %s", sn->path, strerror(errno));
+	return f;
+}
+
+static int close_stream(struct snap *sn, FILE *f)
+{
+	if (fclose(f) != 0)
+		return ma_fail(MA_E_IO, "cannot write in '%s'", sn->tmp);
+	return 0;
+}
+
+static void manifest(struct snap *sn, FILE *f)
+{
+	char exe[PATH_MAX], link[64], when[32];
+	struct ma_json j;
+	time_t now = time(NULL);
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/%d/exe", sn->pid);
+	n = readlink(link, exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	ma_json_init(&j, f);
+	ma_json_obj_open(&j, NULL);
+	ma_json_str(&j, "format", "memattach-snapshot");
+	ma_json_u64(&j, "format_version", 1);
+	ma_json_i64(&j, "pid", sn->pid);
+	ma_json_str(&j, "comm", sn->ps.name);
+	ma_json_str(&j, "exe", exe);
+	ma_json_str(&j, "time", when);
+	ma_json_i64(&j, "unix_time", (int64_t)now);
+	ma_json_str(&j, "jemalloc_version", sn->st.version);
+	ma_json_u64(&j, "vm_rss", sn->ps.vm_rss);
+	ma_json_u64(&j, "vm_hwm", sn->ps.vm_hwm);
+	ma_json_obj_open(&j, "headline");
+	ma_json_u64(&j, "allocated", sn->st.allocated);
+	ma_json_u64(&j, "active", sn->st.active);
+	ma_json_u64(&j, "resident", sn->st.resident);
+	ma_json_u64(&j, "mapped", sn->st.mapped);
+	ma_json_u64(&j, "retained", sn->st.retained);
+	ma_json_u64(&j, "metadata", sn->st.metadata);
+	ma_json_u64(&j, "tcache_bytes", sn->bins.tcache_bytes);
+	ma_json_obj_close(&j);
+	ma_json_obj_open(&j, "options");
+	ma_json_bool(&j, "prof", sn->st.opt_prof);
+	ma_json_bool(&j, "prof_active", sn->st.prof_active);
+	ma_json_u64(&j, "lg_prof_sample", sn->st.lg_prof_sample);
+	ma_json_bool(&j, "tcache", sn->st.opt_tcache);
+	ma_json_u64(&j, "narenas", sn->st.narenas);
+	ma_json_obj_close(&j);
+	ma_json_obj_open(&j, "files");
+	ma_json_str(&j, "stats", "stats.json");
+	ma_json_str(&j, "bins", "bins.json");
+	if (sn->heap)
+		ma_json_str(&j, "heap", "heap.heap");
+	else
+		ma_json_null(&j, "heap");
+	ma_json_obj_close(&j);
+	if (!sn->heap)
+		ma_json_str(&j, "heap_skipped", sn->heap_skip);
+	ma_json_i64(&j, "thread", sn->tid);
+	ma_json_u64(&j, "held_ns", sn->held_ns);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static int write_files(struct snap *sn)
+{
+	FILE *f;
+	int rc;
+
+	if ((rc = write_buf(sn, "stats.json", sn->stats_json, sn->stats_len)))
+		return rc;
+	if (!(f = open_stream(sn, "bins.json")))
+		return MA_E_IO;
+	ma_bins_emit_json(f, &sn->st, &sn->bins, NULL);
+	if ((rc = close_stream(sn, f)))
+		return rc;
+	/* The manifest last: a directory with a manifest is complete. */
+	if (!(f = open_stream(sn, "manifest.json")))
+		return MA_E_IO;
+	manifest(sn, f);
+	return close_stream(sn, f);
+}
+
+/* Remove the temporary directory and what is in it. */
+static void remove_tmp(struct snap *sn)
+{
+	static const char *const names[] = { "stats.json", "bins.json", "heap.heap",
+					     "manifest.json" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unlink(in_tmp(sn, names[i]));
+	rmdir(sn->tmp);
+}
+
+static int make_tmp_dir(struct snap *sn)
+{
+	struct stat st;
+
+	if (stat(sn->dir, &st) == 0 && (!S_ISDIR(st.st_mode) || rmdir(sn->dir) != 0))
+		return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
+			       sn->dir);
+	snprintf(sn->tmp, sizeof(sn->tmp), "%s.tmp.XXXXXX", sn->dir);
+	if (!mkdtemp(sn->tmp))
+		return ma_fail(MA_E_IO, "cannot create '%s': %s", sn->dir, strerror(errno));
+	chmod(sn->tmp, 0755);
+	return 0;
+}
 
 int cmd_snapshot(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct ma_session_opts o = { .deadline_ms = 2000 };
+	struct snap sn = { .cmd = argv[0] };
+	struct ma_target t;
+	struct ma_session s;
+	long v;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return MA_EXIT_OK;
+		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+			sn.dir = argv[++i];
+		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &v)) {
+			o.deadline_ms = (int)v;
+			i++;
+		} else if (!sn.pid && ma_parse_pid(argv[i], &sn.pid)) {
+			continue;
+		} else {
+			fputs(usage_text, stderr);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (!sn.pid || !sn.dir) {
+		fputs(usage_text, stderr);
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID and -o DIR are required");
+	}
+	if (make_tmp_dir(&sn))
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+	if ((rc = ma_attach(argv[0], sn.pid, &o, &t, &s))) {
+		remove_tmp(&sn);
+		return rc;
+	}
+	rc = visit(&sn, &s);
+	if (rc) {
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
+		ma_detach(argv[0], &s);
+		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+	} else {
+		rc = ma_detach(argv[0], &s);
+	}
+	ma_target_release(&t);
+	sn.tid = s.tid;
+	sn.held_ns = s.stopped_ns;
+	if (!rc && (write_files(&sn) || rename(sn.tmp, sn.dir) != 0))
+		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s",
+				  ma_errmsg()[0] ? ma_errmsg() : strerror(errno));
+	if (rc)
+		remove_tmp(&sn);
+	else
+		printf("wrote %s/: manifest.json, stats.json, bins.json%s (thread %d held %.3f ms)%s%s\n",
+		       sn.dir, sn.heap ? ", heap.heap" : "", sn.tid, sn.held_ns / 1e6,
+		       sn.heap ? "" : "\nno heap dump: ", sn.heap ? "" : sn.heap_skip);
+	free(sn.stats_json);
+	ma_bin_table_release(&sn.bins);
+	return rc;
 }

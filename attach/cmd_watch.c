@@ -1,8 +1,320 @@
-/* cmd_watch.c - not implemented yet. */
+/*
+ * cmd_watch.c - memattach watch PID [--interval MS] [--out DIR]
+ * [--duration S]: peak capture.  Poll VmHWM; at each new high-water mark
+ * take a heap dump (only the latest is kept), record RSS, HWM and the
+ * allocator headline as a time series, and chart it at the end.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "capture.h"
+#include "cmdutil.h"
 #include "commands.h"
+#include "format.h"
+#include "jectl.h"
+#include "ma_error.h"
+#include "safepoint.h"
+#include "series.h"
+
+static const char usage_text[] =
+	"usage: memattach watch PID [--interval MS] [--out DIR] [--duration S]\n\n"
+	"Peak capture.  Every MS milliseconds read VmRSS/VmHWM of process PID and\n"
+	"jemalloc's allocated/active/resident (one short thread borrow each); when\n"
+	"VmHWM reaches a new high, take a heap dump to DIR/peak.heap, replacing the\n"
+	"previous one, so DIR/peak.heap is the heap at the highest peak seen.  The\n"
+	"series goes to DIR/series.csv as it is taken; DIR/chart.svg (the series with\n"
+	"the dump moments marked) is written at the end.  Stops on Ctrl-C, after S\n"
+	"seconds, or when the process exits, keeping what it has.  Heap dumps need\n"
+	"the process started with MALLOC_CONF=prof:true,prof_active:true,\n"
+	"prof_final:false; without it only the series is recorded.\n\n"
+	"  --interval MS  polling period (default 500)\n"
+	"  --out DIR      output directory, created if needed (default\n"
+	"                 memattach-watch-PID)\n"
+	"  --duration S   stop after S seconds (default: until Ctrl-C or exit)\n"
+	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
+	"             1 could not start, 2 usage error\n";
+
+struct watch {
+	const char *cmd, *dir;
+	pid_t pid;
+	long interval_ms, duration_s;
+	struct ma_target t;
+	struct ma_series series;
+	FILE *csv;
+	bool prof_warned, exited;
+	uint64_t best_hwm, t0_ns;
+	unsigned dumps, skipped;
+	char path[4096];
+};
+
+static const char *in_dir(struct watch *w, const char *name)
+{
+	snprintf(w->path, sizeof(w->path), "%s/%s", w->dir, name);
+	return w->path;
+}
+
+/* Heap dump into DIR/peak.heap, replacing the previous one only if whole. */
+static int take_dump(struct watch *w, struct ma_session *s, const struct ma_je_stats *st,
+		     size_t *n)
+{
+	struct ma_outfile of;
+	int rc;
+
+	if ((rc = ma_outfile_open(&of, in_dir(w, "peak.heap"))))
+		return rc;
+	rc = ma_capture_heap_dump(s, st, of.fd, n);
+	if (rc) {
+		ma_outfile_abort(&of);
+		return rc;
+	}
+	return ma_outfile_commit(&of);
+}
+
+/* After a failure: is the process gone (or going)?  Then it is no error. */
+static bool target_gone(pid_t pid, int rc)
+{
+	struct ma_proc_status ps;
+
+	if (rc == MA_E_NOPROC || rc == MA_E_EXITED || rc == MA_E_ZOMBIE)
+		return true;
+	if (ma_proc_read_status(pid, 0, &ps) != 0)
+		return true;
+	return ps.state == 'Z' || ps.state == 'X';
+}
+
+/*
+ * Our own visit (scratch pages, the dump's buffers) can raise VmHWM a
+ * little: fold that into the baseline so it does not count as a peak.
+ */
+static void absorb_own_hwm(struct watch *w)
+{
+	struct ma_proc_status ps;
+
+	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->best_hwm)
+		w->best_hwm = ps.vm_hwm;
+	ma_err_clear();
+}
+
+/* One sample: /proc status, then (if a thread is safe) stats and maybe a dump. */
+static int sample(struct watch *w)
+{
+	struct ma_session_opts o = { .deadline_ms = 500 };
+	struct ma_sample x = { 0 };
+	struct ma_proc_status ps;
+	struct ma_je_stats st;
+	struct ma_session s;
+	size_t n = 0;
+	char b[32], c[32];
+	int rc;
+
+	if (ma_proc_read_status(w->pid, 0, &ps) || ps.state == 'Z' || ps.state == 'X') {
+		w->exited = true;
+		return 0;
+	}
+	x.t_ms = (ma_now_ns() - w->t0_ns) / 1000000;
+	x.rss = ps.vm_rss;
+	x.hwm = ps.vm_hwm;
+	if (!w->best_hwm)
+		w->best_hwm = ps.vm_hwm; /* the baseline: a rise above it is a new peak */
+	rc = ma_session_open(&s, &w->t, &o);
+	if (rc) {
+		if (target_gone(w->pid, rc)) {
+			w->exited = true;
+			return 0;
+		}
+		if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT)
+			return rc;
+		w->skipped++; /* busy in jemalloc right now: no stats this time */
+		ma_err_clear();
+	} else {
+		rc = ma_collect_stats(&s, &st);
+		if (!rc) {
+			x.have_stats = true;
+			x.allocated = st.allocated;
+			x.active = st.active;
+			x.resident = st.resident;
+			if (ps.vm_hwm > w->best_hwm && st.opt_prof) {
+				rc = take_dump(w, &s, &st, &n);
+				if (!rc) {
+					x.dump = true;
+					w->dumps++;
+					w->best_hwm = ps.vm_hwm;
+					printf("%8.3f s  new VmHWM %s: heap dump kept in %s (%s)\n",
+					       x.t_ms / 1000.0, ma_fmt_bytes(b, sizeof(b), ps.vm_hwm),
+					       in_dir(w, "peak.heap"), ma_fmt_bytes(c, sizeof(c), n));
+				}
+			} else if (ps.vm_hwm > w->best_hwm) {
+				w->best_hwm = ps.vm_hwm;
+				if (!w->prof_warned)
+					fprintf(stderr, "memattach %s: process %d has heap profiling off: "
+							"recording the series only (restart it with %s "
+							"for peak dumps)\n",
+						w->cmd, w->pid, ma_prof_restart_hint(&w->t));
+				w->prof_warned = true;
+			}
+		}
+		if (ma_session_close(&s) && !rc)
+			rc = MA_E_INTERNAL;
+		ma_unwind_release();
+		absorb_own_hwm(w);
+		if (rc && target_gone(w->pid, rc)) {
+			w->exited = true;
+			return 0;
+		}
+		if (rc)
+			fprintf(stderr, "memattach %s: sample at %.3f s: %s\n", w->cmd,
+				x.t_ms / 1000.0, ma_errmsg());
+		ma_err_clear();
+	}
+	if ((rc = ma_series_add(&w->series, &x)))
+		return rc;
+	ma_series_csv_row(w->csv, &x);
+	fflush(w->csv);
+	return 0;
+}
+
+/* Sleep MS in short slices so Ctrl-C and the deadline are seen quickly. */
+static void pause_ms(long ms)
+{
+	for (long left = ms; left > 0 && !ma_interrupted; left -= 20) {
+		struct timespec ts = { 0, (left < 20 ? left : 20) * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int write_chart(struct watch *w)
+{
+	struct ma_outfile of;
+	char title[160];
+	FILE *f;
+	int fd;
+
+	if (ma_outfile_open(&of, in_dir(w, "chart.svg")))
+		return MA_E_IO;
+	fd = dup(of.fd);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		ma_outfile_abort(&of);
+		return ma_fail(MA_E_IO, "cannot write chart: %s", strerror(errno));
+	}
+	snprintf(title, sizeof(title), "memattach watch %d: %zu samples, %u heap dumps", w->pid,
+		 w->series.n, w->dumps);
+	ma_series_svg(f, &w->series, title);
+	if (fclose(f) != 0) {
+		ma_outfile_abort(&of);
+		return ma_fail(MA_E_IO, "cannot write chart");
+	}
+	return ma_outfile_commit(&of);
+}
+
+static int parse_args(int argc, char **argv, struct watch *w)
+{
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return -1;
+		} else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &w->interval_ms) && w->interval_ms > 0) {
+			i++;
+		} else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &w->duration_s)) {
+			i++;
+		} else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+			w->dir = argv[++i];
+		} else if (!w->pid && ma_parse_pid(argv[i], &w->pid)) {
+			continue;
+		} else {
+			fputs(usage_text, stderr);
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (!w->pid) {
+		fputs(usage_text, stderr);
+		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+	}
+	return 0;
+}
+
+/* Open the target once (maps, jemalloc symbols) and the output directory. */
+static int start(struct watch *w, char *defdir, size_t deflen)
+{
+	if (!w->dir) {
+		snprintf(defdir, deflen, "memattach-watch-%d", w->pid);
+		w->dir = defdir;
+	}
+	ma_err_clear();
+	ma_install_signal_guards();
+	if (ma_target_open(&w->t, w->pid) || ma_target_find_jemalloc(&w->t))
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (mkdir(w->dir, 0755) != 0 && errno != EEXIST)
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->dir,
+				    strerror(errno));
+	w->csv = fopen(in_dir(w, "series.csv"), "w");
+	if (!w->csv)
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->path,
+				    strerror(errno));
+	ma_series_csv_header(w->csv);
+	return 0;
+}
 
 int cmd_watch(int argc, char **argv)
 {
-	(void)argc;
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not implemented yet");
+	struct watch w = { .cmd = argv[0], .interval_ms = 500 };
+	char defdir[64], b[32];
+	const char *why = "interrupted";
+	uint64_t deadline;
+	int rc;
+
+	if ((rc = parse_args(argc, argv, &w)))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if ((rc = start(&w, defdir, sizeof(defdir)))) {
+		if (w.csv)
+			fclose(w.csv);
+		ma_target_release(&w.t);
+		return rc;
+	}
+	printf("watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
+	       w.interval_ms, w.dir);
+	fflush(stdout);
+	w.t0_ns = ma_now_ns();
+	deadline = w.duration_s ? w.t0_ns + (uint64_t)w.duration_s * 1000000000ULL : 0;
+	while (!ma_interrupted) {
+		if ((rc = sample(&w))) {
+			why = NULL;
+			ma_cmd_error(w.cmd, MA_EXIT_FAIL, "%s (stopping, keeping what was taken)",
+				     ma_errmsg());
+			break;
+		}
+		fflush(stdout);
+		if (w.exited) {
+			why = "the process exited";
+			break;
+		}
+		if (deadline && ma_now_ns() >= deadline) {
+			why = "duration reached";
+			break;
+		}
+		pause_ms(w.interval_ms);
+	}
+	fclose(w.csv);
+	if (write_chart(&w)) {
+		ma_cmd_error(w.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+		rc = rc ? rc : MA_E_IO;
+	}
+	if (why)
+		printf("stopped (%s): %zu samples (%u without allocator stats), %u heap dumps, "
+		       "highest VmHWM %s; %s/series.csv, %s/chart.svg%s%s\n",
+		       why, w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.best_hwm),
+		       w.dir, w.dir, w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
+	ma_series_release(&w.series);
+	ma_target_release(&w.t);
+	return rc ? MA_EXIT_FAIL : MA_EXIT_OK;
 }

@@ -1,0 +1,163 @@
+/*
+ * series.c - watch's time series: CSV rows and an SVG chart.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ma_error.h"
+#include "series.h"
+
+int ma_series_add(struct ma_series *s, const struct ma_sample *x)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		struct ma_sample *v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = *x;
+	return 0;
+}
+
+void ma_series_release(struct ma_series *s)
+{
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+void ma_series_csv_header(FILE *f)
+{
+	fputs("t_ms,rss,hwm,allocated,active,resident,dump\n", f);
+}
+
+void ma_series_csv_row(FILE *f, const struct ma_sample *x)
+{
+	fprintf(f, "%llu,%llu,%llu,", (unsigned long long)x->t_ms, (unsigned long long)x->rss,
+		(unsigned long long)x->hwm);
+	if (x->have_stats)
+		fprintf(f, "%llu,%llu,%llu,", (unsigned long long)x->allocated,
+			(unsigned long long)x->active, (unsigned long long)x->resident);
+	else
+		fputs(",,,", f);
+	fprintf(f, "%d\n", x->dump ? 1 : 0);
+}
+
+#define W 900
+#define H 420
+#define ML 80 /* left margin: the byte axis */
+#define MR 150 /* right margin: the legend */
+#define MT 40
+#define MB 50
+
+static void xml_text(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '<')
+			fputs("&lt;", f);
+		else if (*s == '>')
+			fputs("&gt;", f);
+		else if (*s == '&')
+			fputs("&amp;", f);
+		else if (*s == '"')
+			fputs("&quot;", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+static uint64_t field(const struct ma_sample *x, int k)
+{
+	switch (k) {
+	case 0:
+		return x->rss;
+	case 1:
+		return x->hwm;
+	case 2:
+		return x->allocated;
+	case 3:
+		return x->active;
+	default:
+		return x->resident;
+	}
+}
+
+void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
+{
+	static const char *const names[] = { "RSS", "HWM", "allocated", "active", "resident" };
+	static const char *const colors[] = { "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e" };
+	uint64_t tmax = 1, ymax = 1;
+	double pw = W - ML - MR, ph = H - MT - MB;
+	size_t last_dump = (size_t)-1;
+
+	for (size_t i = 0; i < s->n; i++) {
+		if (s->v[i].t_ms > tmax)
+			tmax = s->v[i].t_ms;
+		for (int k = 0; k < 5; k++)
+			if ((k < 2 || s->v[i].have_stats) && field(&s->v[i], k) > ymax)
+				ymax = field(&s->v[i], k);
+		if (s->v[i].dump)
+			last_dump = i;
+	}
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+		   "font-family=\"sans-serif\" font-size=\"12\">\n"
+		   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"24\" "
+		   "font-size=\"15\">",
+		W, H, ML);
+	xml_text(f, title);
+	fputs("</text>\n", f);
+	/* axes with MiB ticks */
+	fprintf(f, "<g stroke=\"#444\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>"
+		   "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/></g>\n",
+		ML, MT, ML, H - MB, ML, H - MB, W - MR, H - MB);
+	for (int i = 0; i <= 4; i++) {
+		double y = H - MB - ph * i / 4;
+
+		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f MiB</text>\n", ML - 6,
+			y + 4, (double)ymax * i / 4 / 1048576.0);
+	}
+	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.1f s</text>\n", W - MR, H - MB + 18,
+		tmax / 1000.0);
+	fprintf(f, "<text x=\"%d\" y=\"%d\">0 s</text>\n", ML, H - MB + 18);
+	/* dump moments: dashed, the kept (last) one solid */
+	for (size_t i = 0; i < s->n; i++) {
+		double x;
+
+		if (!s->v[i].dump)
+			continue;
+		x = ML + pw * (double)s->v[i].t_ms / (double)tmax;
+		fprintf(f, "<line class=\"dump\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
+			   "stroke=\"#9467bd\" %s><title>heap dump at %.3f s%s</title></line>\n",
+			x, MT, x, H - MB, i == last_dump ? "stroke-width=\"2\"" : "stroke-dasharray=\"4 3\"",
+			s->v[i].t_ms / 1000.0, i == last_dump ? " (kept)" : "");
+	}
+	for (int k = 0; k < 5; k++) {
+		bool open = false;
+
+		fprintf(f, "<path class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" d=\"",
+			names[k], colors[k]);
+		for (size_t i = 0; i < s->n; i++) {
+			double x, y;
+
+			if (k >= 2 && !s->v[i].have_stats) {
+				open = false; /* a gap where no thread could be borrowed */
+				continue;
+			}
+			x = ML + pw * (double)s->v[i].t_ms / (double)tmax;
+			y = H - MB - ph * (double)field(&s->v[i], k) / (double)ymax;
+			fprintf(f, "%s%.1f %.1f ", open ? "L" : "M", x, y);
+			open = true;
+		}
+		fputs("\"/>\n", f);
+		fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"%s\"/>"
+			   "<text x=\"%d\" y=\"%d\">%s</text>\n",
+			W - MR + 15, MT + 20 * k + 6, colors[k], W - MR + 32, MT + 20 * k + 10, names[k]);
+	}
+	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#9467bd\" "
+		   "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">heap dump</text>\n",
+		W - MR + 15, MT + 110, W - MR + 27, MT + 110, W - MR + 32, MT + 114);
+	fputs("</svg>\n", f);
+}
