@@ -21,7 +21,7 @@ ATTACH_SRC   := $(sort $(wildcard attach/*.c))
 ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
 ATTACH_OBJ   := $(ATTACH_SRC:%.c=$(B)/%.o)
 # The attach core without main.c and commands, for attach unit tests.
-CORE_OBJ     := $(filter-out $(B)/attach/main.o $(B)/attach/cmd_%.o,$(ATTACH_OBJ))
+CORE_OBJ     := $(filter-out $(B)/attach/main.o $(B)/attach/cmd_%.o $(B)/attach/cmdutil.o,$(ATTACH_OBJ))
 
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
