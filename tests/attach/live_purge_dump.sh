@@ -40,7 +40,9 @@ check "non-prof fixture exits 0" test $? -eq 0
 
 # --- heap-dump of a target in its own mount namespace with a private /tmp ---
 d=$(mktemp -d "$TMP/ns.XXXX"); mkfifo "$d/in"
-MALLOC_CONF=$PROF_CONF unshare -m sh -c 'mount -t tmpfs memattach-test /tmp && exec "$0" "$@"' \
+# The fixture is opened before /tmp is covered (the checkout itself may
+# live under /tmp) and executed through that descriptor.
+MALLOC_CONF=$PROF_CONF unshare -m sh -c 'exec 9<"$0" && mount -t tmpfs memattach-test /tmp && exec /proc/self/fd/9 "$@"' \
 	"$FIX/frag" -m peak <"$d/in" >"$d/out" 2>"$d/err" &
 NPID=$!; track $NPID
 exec {NFD}>"$d/in"
