@@ -1,6 +1,7 @@
 /*
  * cmd_diff.c - compare two heap dumps (possibly of different binaries) by
- * allocation site: growers and shrinkers.
+ * allocation site: growers and shrinkers; or two snapshot directories
+ * (memattach snapshot): headline counters, bins, then their heap dumps.
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,8 +11,13 @@
 
 #include "commands.h"
 #include "emit.h"
+#include "format.h"
 #include "ma_error.h"
 #include "profcmd.h"
+#include "snapshot.h"
+
+#define HEAP_TOP 15 /* growers and shrinkers shown by default */
+#define BINS_TOP 10 /* bin rows shown by default */
 
 static void usage(FILE *f)
 {
@@ -22,14 +28,26 @@ static void usage(FILE *f)
 		"name, which survives unrelated rebuilds, and listed by growth (B - A)\n"
 		"and by shrinkage, with each side's scaled bytes and scale (scale ~1: a\n"
 		"few large blocks; >>1: many small ones, look a frame or two up).\n\n"
-		"  --top N, -n N          growers and shrinkers shown (default 15 each)\n"
-		"  --json                 JSON: a{}, b{}, delta_bytes, growers[], shrinkers[]\n"
+		"A and B may instead be two snapshot directories (memattach snapshot PID\n"
+		"-o DIR): then the report is the headline counters (allocated, active,\n"
+		"resident, mapped, retained, metadata, tcache_bytes, VmRSS, VmHWM,\n"
+		"page_slack = resident - active, slab_waste = active - allocated) with\n"
+		"A, B, B - A and the change in %%; the small bins whose waste or live\n"
+		"regions changed, by |waste change|; and the diff of the two heap dumps\n"
+		"as above (or why a snapshot has none: taken without prof:true).\n\n"
+		"  --top N, -n N          growers and shrinkers shown (default %d each);\n"
+		"                         with snapshots also bin rows (default %d)\n"
+		"  --json                 JSON: a{}, b{}, delta_bytes, growers[], shrinkers[];\n"
+		"                         snapshots: a{}, b{}, headline[{key,a,b,delta,\n"
+		"                         delta_pct}], bins_changed, bins[{size,waste_a,\n"
+		"                         waste_b,waste_delta,curregs_a,...}], heap (the\n"
+		"                         dump diff object, or null), heap_skipped\n"
 		"  --binary-a PATH        main executable for A (--binary: both)\n"
 		"  --binary-b PATH        main executable for B\n"
 		"%s"
-		"\nSnapshot directories (memattach snapshot) are not supported yet.\n"
-		"exit status: 0 success, 1 unreadable dump, 2 usage error\n",
-		ma_profcmd_help);
+		"\nA snapshot directory and a dump file cannot be mixed: pass DIR/heap.heap.\n"
+		"exit status: 0 success, 1 unreadable dump or snapshot, 2 usage error\n",
+		HEAP_TOP, BINS_TOP, ma_profcmd_help);
 }
 
 struct dsite {
@@ -144,141 +162,477 @@ static void table_sites(const char *title, struct dsite *d, size_t from, size_t 
 		printf("  (none)\n");
 }
 
-int cmd_diff(int argc, char **argv)
+
+/* ---- two dumps ---- */
+
+struct ddiff {
+	struct ma_profbundle a, b;
+	struct side *sa, *sb;
+	struct dsite *d;
+	size_t nd, ngrow, nshrink;
+};
+
+/* Merge the name-sorted sides into DD->d, sorted by delta. */
+static void merge_sites(struct ddiff *dd, size_t na, size_t nb)
 {
-	struct ma_profcmd c;
-	struct ma_profbundle ba = { 0 }, bb = { 0 };
-	const char *path[2] = { NULL, NULL }, *bin[2] = { NULL, NULL }, *v;
-	struct side *sa = NULL, *sb = NULL;
-	struct dsite *d = NULL;
-	size_t na = 0, nb = 0, nd = 0, ngrow = 0, nshrink = 0, i, k;
-	int rc, r;
+	size_t i = 0, k = 0;
 
-	ma_profcmd_init(&c, argv[0], 15);
-	for (int a = 1; a < argc; a++) {
-		if (ma_is_help(argv[a])) {
-			usage(stdout);
-			ma_profcmd_release(&c);
-			return MA_EXIT_OK;
-		}
-		r = ma_profcmd_opt(&c, argc, argv, &a);
-		if (r == 0) {
-			if ((r = ma_profcmd_value(c.cmd, "--binary-a", argc, argv, &a, &v)) > 0)
-				bin[0] = v;
-			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--binary-b", argc, argv, &a, &v)) > 0)
-				bin[1] = v;
-			else if (r == 0 && argv[a][0] == '-' && argv[a][1] != '\0')
-				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[a]);
-			else if (r == 0 && !path[0])
-				path[0] = argv[a], r = 1;
-			else if (r == 0 && !path[1])
-				path[1] = argv[a], r = 1;
-			else if (r == 0)
-				r = -ma_cmd_error(c.cmd, 1, "two dumps only (got '%s' too)", argv[a]);
-		}
-		if (r < 0) {
-			ma_profcmd_release(&c);
-			return MA_EXIT_USAGE;
-		}
-	}
-	if (!path[1]) {
-		usage(stderr);
-		ma_profcmd_release(&c);
-		return MA_EXIT_USAGE;
-	}
-	for (int s = 0; s < 2; s++) {
-		struct stat st;
-
-		if (stat(path[s], &st) == 0 && S_ISDIR(st.st_mode)) {
-			ma_profcmd_release(&c);
-			return ma_cmd_error(c.cmd, MA_EXIT_USAGE,
-					    "'%s' is a directory: diffing snapshot directories is not "
-					    "supported yet; pass the two heap dump files", path[s]);
-		}
-	}
-	{
-		const char *both = c.sym.binary;
-
-		c.sym.binary = bin[0] ? bin[0] : both;
-		rc = ma_profcmd_load(&c, &ba, path[0]);
-		if (rc)
-			goto out;
-		c.sym.binary = bin[1] ? bin[1] : both;
-		rc = ma_profcmd_load(&c, &bb, path[1]);
-		if (rc)
-			goto out;
-	}
-	sa = sides(&ba, &na);
-	sb = sides(&bb, &nb);
-	d = malloc((na + nb + 1) * sizeof(*d));
-	if (!sa || !sb || !d) {
-		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "out of memory");
-		goto out;
-	}
-	for (i = 0, k = 0; i < na || k < nb;) {
-		int cmp = i == na ? 1 : k == nb ? -1 : strcmp(sa[i].name, sb[k].name);
-		struct dsite *x = &d[nd++];
+	while (i < na || k < nb) {
+		int cmp = i == na ? 1 : k == nb ? -1 : strcmp(dd->sa[i].name, dd->sb[k].name);
+		struct dsite *x = &dd->d[dd->nd++];
 
 		memset(x, 0, sizeof(*x));
 		if (cmp <= 0) {
-			x->name = sa[i].name;
-			x->a = sa[i].bytes;
-			x->a_objs = sa[i].objs;
-			x->a_raw = sa[i].raw;
+			x->name = dd->sa[i].name;
+			x->a = dd->sa[i].bytes;
+			x->a_objs = dd->sa[i].objs;
+			x->a_raw = dd->sa[i].raw;
 			i++;
 		}
 		if (cmp >= 0) {
-			x->name = sb[k].name;
-			x->b = sb[k].bytes;
-			x->b_objs = sb[k].objs;
-			x->b_raw = sb[k].raw;
+			x->name = dd->sb[k].name;
+			x->b = dd->sb[k].bytes;
+			x->b_objs = dd->sb[k].objs;
+			x->b_raw = dd->sb[k].raw;
 			k++;
 		}
 	}
-	qsort(d, nd, sizeof(*d), cmp_delta_desc);
-	while (ngrow < nd && ngrow < (size_t)c.top && llround(d[ngrow].b - d[ngrow].a) > 0)
-		ngrow++;
-	while (nshrink < nd && nshrink < (size_t)c.top &&
-	       llround(d[nd - 1 - nshrink].b - d[nd - 1 - nshrink].a) < 0)
-		nshrink++;
-	if (c.json) {
+	qsort(dd->d, dd->nd, sizeof(*dd->d), cmp_delta_desc);
+}
+
+static void ddiff_release(struct ddiff *dd)
+{
+	free(dd->sa);
+	free(dd->sb);
+	free(dd->d);
+	ma_profbundle_release(&dd->a);
+	ma_profbundle_release(&dd->b);
+	memset(dd, 0, sizeof(*dd));
+}
+
+/* Load dumps PA and PB and compute the sites; 0 or an exit status (printed). */
+static int ddiff_load(struct ma_profcmd *c, const char *pa, const char *pb, const char *const bin[2],
+		      long top, struct ddiff *dd)
+{
+	const char *both = c->sym.binary;
+	size_t na = 0, nb = 0, nd;
+	int rc;
+
+	memset(dd, 0, sizeof(*dd));
+	c->sym.binary = bin[0] ? bin[0] : both;
+	rc = ma_profcmd_load(c, &dd->a, pa);
+	c->sym.binary = bin[1] ? bin[1] : both;
+	if (!rc)
+		rc = ma_profcmd_load(c, &dd->b, pb);
+	c->sym.binary = both;
+	if (rc)
+		return rc;
+	dd->sa = sides(&dd->a, &na);
+	dd->sb = sides(&dd->b, &nb);
+	dd->d = malloc((na + nb + 1) * sizeof(*dd->d));
+	if (!dd->sa || !dd->sb || !dd->d)
+		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "out of memory");
+	merge_sites(dd, na, nb);
+	nd = dd->nd;
+	while (dd->ngrow < nd && dd->ngrow < (size_t)top &&
+	       llround(dd->d[dd->ngrow].b - dd->d[dd->ngrow].a) > 0)
+		dd->ngrow++;
+	while (dd->nshrink < nd && dd->nshrink < (size_t)top &&
+	       llround(dd->d[nd - 1 - dd->nshrink].b - dd->d[nd - 1 - dd->nshrink].a) < 0)
+		dd->nshrink++;
+	return 0;
+}
+
+/* The dump diff as a JSON object (KEY NULL: the top-level value). */
+static void ddiff_json(struct ma_json *j, const char *key, struct ddiff *dd)
+{
+	ma_json_obj_open(j, key);
+	json_side(j, "a", &dd->a);
+	json_side(j, "b", &dd->b);
+	ma_json_i64(j, "delta_bytes", (int64_t)llround(dd->b.prof.total_bytes - dd->a.prof.total_bytes));
+	json_sites(j, "growers", dd->d, 0, dd->ngrow, 1);
+	json_sites(j, "shrinkers", dd->d, dd->nd ? dd->nd - 1 : 0, dd->nshrink, -1);
+	ma_json_obj_close(j);
+}
+
+static void print_dump_side(const char *tag, struct ma_profbundle *b)
+{
+	char s1[32], s2[32];
+
+	printf("%s %s: %s unsampled (%s raw, period %llu)\n", tag, b->path,
+	       ma_prof_fmt_bytes(s1, sizeof(s1), b->prof.total_bytes),
+	       ma_prof_fmt_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes),
+	       (unsigned long long)b->hp.period);
+}
+
+static void ddiff_print(struct ddiff *dd)
+{
+	double ta = dd->a.prof.total_bytes, tb = dd->b.prof.total_bytes;
+	char s[32];
+
+	print_dump_side("A", &dd->a);
+	print_dump_side("B", &dd->b);
+	printf("B - A: %s (%+.1f%%)\n", ma_prof_fmt_bytes(s, sizeof(s), tb - ta),
+	       ta > 0 ? 100 * (tb - ta) / ta : 0);
+	table_sites("growers", dd->d, 0, dd->ngrow, 1);
+	table_sites("shrinkers", dd->d, dd->nd ? dd->nd - 1 : 0, dd->nshrink, -1);
+}
+
+static int diff_dumps(struct ma_profcmd *c, const char *const path[2], const char *const bin[2])
+{
+	struct ddiff dd;
+	int rc;
+
+	if ((rc = ddiff_load(c, path[0], path[1], bin, c->top ? c->top : HEAP_TOP, &dd))) {
+		ddiff_release(&dd);
+		return rc;
+	}
+	if (c->json) {
 		struct ma_json j;
 
 		ma_json_init(&j, stdout);
-		ma_json_obj_open(&j, NULL);
-		json_side(&j, "a", &ba);
-		json_side(&j, "b", &bb);
-		ma_json_i64(&j, "delta_bytes", (int64_t)llround(bb.prof.total_bytes - ba.prof.total_bytes));
-		json_sites(&j, "growers", d, 0, ngrow, 1);
-		json_sites(&j, "shrinkers", d, nd - 1, nshrink, -1);
-		ma_json_obj_close(&j);
+		ddiff_json(&j, NULL, &dd);
 		ma_json_end(&j);
 	} else {
-		char s1[32], s2[32], s3[32];
-
-		printf("A %s: %s unsampled (%s raw, period %llu)\n", path[0],
-		       ma_prof_fmt_bytes(s1, sizeof(s1), ba.prof.total_bytes),
-		       ma_prof_fmt_bytes(s2, sizeof(s2), (double)ba.prof.total_raw_bytes),
-		       (unsigned long long)ba.hp.period);
-		printf("B %s: %s unsampled (%s raw, period %llu)\n", path[1],
-		       ma_prof_fmt_bytes(s1, sizeof(s1), bb.prof.total_bytes),
-		       ma_prof_fmt_bytes(s2, sizeof(s2), (double)bb.prof.total_raw_bytes),
-		       (unsigned long long)bb.hp.period);
-		printf("B - A: %s (%+.1f%%)\n",
-		       ma_prof_fmt_bytes(s3, sizeof(s3), bb.prof.total_bytes - ba.prof.total_bytes),
-		       ba.prof.total_bytes > 0
-			       ? 100 * (bb.prof.total_bytes - ba.prof.total_bytes) / ba.prof.total_bytes
-			       : 0);
-		table_sites("growers", d, 0, ngrow, 1);
-		table_sites("shrinkers", d, nd ? nd - 1 : 0, nshrink, -1);
+		ddiff_print(&dd);
 	}
-	rc = fflush(stdout) ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
-out:
-	free(sa);
-	free(sb);
-	free(d);
-	ma_profbundle_release(&ba);
-	ma_profbundle_release(&bb);
+	ddiff_release(&dd);
+	return 0;
+}
+
+/* ---- two snapshot directories ---- */
+
+struct sdiff {
+	struct ma_snapshot a, b;
+	struct ma_snap_headline_row head[MA_SNAP_NHEADLINE];
+	struct ma_snap_bin_delta *bins;
+	size_t nbins;
+	long bins_top;
+	bool heap;
+	struct ddiff dd;
+	char heap_skipped[1200];
+};
+
+static void sdiff_release(struct sdiff *sd)
+{
+	ma_snapshot_release(&sd->a);
+	ma_snapshot_release(&sd->b);
+	free(sd->bins);
+	ddiff_release(&sd->dd);
+}
+
+/* Why the heap part is missing ("" if both snapshots have a dump). */
+static void heap_skip_reason(struct sdiff *sd)
+{
+	const struct ma_snapshot *s[2] = { &sd->a, &sd->b };
+	size_t n = 0;
+
+	sd->heap_skipped[0] = '\0';
+	for (int i = 0; i < 2; i++) {
+		if (s[i]->m.has_heap)
+			continue;
+		n += (size_t)snprintf(sd->heap_skipped + n, sizeof(sd->heap_skipped) - n,
+				      "%sno heap dump in %s (%s): %s", n ? "; " : "", i ? "B" : "A",
+				      s[i]->dir,
+				      s[i]->m.heap_skipped[0] ? s[i]->m.heap_skipped : "not recorded why");
+		if (n >= sizeof(sd->heap_skipped))
+			break;
+	}
+}
+
+static int sdiff_load(struct ma_profcmd *c, const char *const path[2], const char *const bin[2],
+		      struct sdiff *sd)
+{
+	struct ma_snapshot *s[2] = { &sd->a, &sd->b };
+
+	for (int i = 0; i < 2; i++)
+		if (ma_snapshot_load(path[i], s[i]))
+			return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	ma_snap_headline_diff(&sd->a.m, &sd->b.m, sd->head);
+	if (ma_snap_bins_diff(&sd->a.bins, &sd->b.bins, &sd->bins, &sd->nbins))
+		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	sd->bins_top = c->top ? c->top : BINS_TOP;
+	heap_skip_reason(sd);
+	if (sd->heap_skipped[0])
+		return 0;
+	sd->heap = true;
+	return ddiff_load(c, sd->a.heap_path, sd->b.heap_path, bin, c->top ? c->top : HEAP_TOP,
+			  &sd->dd);
+}
+
+static void json_snap_side(struct ma_json *j, const char *key, const struct ma_snapshot *s)
+{
+	ma_json_obj_open(j, key);
+	ma_json_str(j, "dir", s->dir);
+	ma_json_i64(j, "pid", s->m.pid);
+	ma_json_str(j, "comm", s->m.comm);
+	ma_json_str(j, "exe", s->m.exe);
+	ma_json_str(j, "time", s->m.time);
+	ma_json_i64(j, "unix_time", s->m.unix_time);
+	ma_json_str(j, "jemalloc_version", s->m.jemalloc_version);
+	if (s->m.has_heap) {
+		ma_json_str(j, "heap", s->heap_path);
+		ma_json_null(j, "heap_skipped");
+	} else {
+		ma_json_null(j, "heap");
+		ma_json_str(j, "heap_skipped", s->m.heap_skipped);
+	}
+	ma_json_obj_close(j);
+}
+
+static void json_headline(struct ma_json *j, const struct sdiff *sd)
+{
+	ma_json_arr_open(j, "headline");
+	for (int i = 0; i < MA_SNAP_NHEADLINE; i++) {
+		const struct ma_snap_headline_row *r = &sd->head[i];
+
+		ma_json_obj_open(j, NULL);
+		ma_json_str(j, "key", r->key);
+		ma_json_u64(j, "a", r->a);
+		ma_json_u64(j, "b", r->b);
+		ma_json_i64(j, "delta", r->delta);
+		if (r->has_pct)
+			ma_json_double(j, "delta_pct", r->pct);
+		else
+			ma_json_null(j, "delta_pct");
+		ma_json_obj_close(j);
+	}
+	ma_json_arr_close(j);
+}
+
+static void json_bins(struct ma_json *j, const struct sdiff *sd)
+{
+	ma_json_u64(j, "bins_changed", sd->nbins);
+	ma_json_arr_open(j, "bins");
+	for (size_t i = 0; i < sd->nbins && i < (size_t)sd->bins_top; i++) {
+		const struct ma_snap_bin_delta *d = &sd->bins[i];
+
+		ma_json_obj_open(j, NULL);
+		ma_json_u64(j, "size", d->size);
+		ma_json_u64(j, "waste_a", d->waste_a);
+		ma_json_u64(j, "waste_b", d->waste_b);
+		ma_json_i64(j, "waste_delta", d->waste_delta);
+		ma_json_u64(j, "curregs_a", d->curregs_a);
+		ma_json_u64(j, "curregs_b", d->curregs_b);
+		ma_json_i64(j, "curregs_delta", d->curregs_delta);
+		ma_json_u64(j, "curslabs_a", d->curslabs_a);
+		ma_json_u64(j, "curslabs_b", d->curslabs_b);
+		ma_json_i64(j, "curslabs_delta", d->curslabs_delta);
+		ma_json_double(j, "util_a", d->util_a);
+		ma_json_double(j, "util_b", d->util_b);
+		ma_json_obj_close(j);
+	}
+	ma_json_arr_close(j);
+}
+
+static void sdiff_json(struct sdiff *sd)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	json_snap_side(&j, "a", &sd->a);
+	json_snap_side(&j, "b", &sd->b);
+	json_headline(&j, sd);
+	json_bins(&j, sd);
+	if (sd->heap) {
+		ddiff_json(&j, "heap", &sd->dd);
+		ma_json_null(&j, "heap_skipped");
+	} else {
+		ma_json_null(&j, "heap");
+		ma_json_str(&j, "heap_skipped", sd->heap_skipped);
+	}
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+/* "+1.5 MiB", "-512 B", "0 B". */
+static const char *fmt_delta(char *buf, size_t size, int64_t d)
+{
+	char b[32];
+	uint64_t m = d < 0 ? (uint64_t)0 - (uint64_t)d : (uint64_t)d;
+
+	snprintf(buf, size, "%s%s", d > 0 ? "+" : d < 0 ? "-" : "", ma_fmt_bytes(b, sizeof(b), m));
+	return buf;
+}
+
+static void print_snap_side(const char *tag, const struct ma_snapshot *s)
+{
+	const char *v = s->m.jemalloc_version, *g = strstr(v, "-g");
+
+	/* without the git hash */
+	printf("%s %s: pid %lld (%s) at %s, jemalloc %.*s\n", tag, s->dir, (long long)s->m.pid,
+	       s->m.comm, s->m.time, g ? (int)(g - v) : (int)strlen(v), v);
+}
+
+static void print_header(const struct sdiff *sd)
+{
+	print_snap_side("A", &sd->a);
+	print_snap_side("B", &sd->b);
+	if (sd->a.m.unix_time && sd->b.m.unix_time)
+		printf("B taken %+lld s after A\n",
+		       (long long)(sd->b.m.unix_time - sd->a.m.unix_time));
+	if (strcmp(sd->a.m.exe, sd->b.m.exe) != 0)
+		printf("note: different executables (%s, %s)\n", sd->a.m.exe, sd->b.m.exe);
+}
+
+static void print_headline(const struct sdiff *sd)
+{
+	char s1[32], s2[32], s3[32], pct[32];
+
+	printf("\n%-14s %11s %11s %12s %9s\n", "headline", "A", "B", "B - A", "change");
+	for (int i = 0; i < MA_SNAP_NHEADLINE; i++) {
+		const struct ma_snap_headline_row *r = &sd->head[i];
+
+		if (r->has_pct)
+			snprintf(pct, sizeof(pct), "%+.1f%%", r->pct);
+		else
+			snprintf(pct, sizeof(pct), "%s", r->b ? "new" : "-");
+		printf("%-14s %11s %11s %12s %9s\n", r->label, ma_fmt_bytes(s1, sizeof(s1), r->a),
+		       ma_fmt_bytes(s2, sizeof(s2), r->b), fmt_delta(s3, sizeof(s3), r->delta), pct);
+	}
+}
+
+static void print_bins(const struct sdiff *sd)
+{
+	size_t shown = sd->nbins < (size_t)sd->bins_top ? sd->nbins : (size_t)sd->bins_top;
+	char s1[32], s2[32], s3[32];
+
+	printf("\nbins whose waste or live regions changed: %zu of %zu", sd->nbins,
+	       sd->b.bins.nbins);
+	if (shown < sd->nbins)
+		printf(", top %zu by |waste change|", shown);
+	printf("\n%6s %10s %10s %9s %11s %11s %12s\n", "size", "curregs A", "curregs B", "change",
+	       "waste A", "waste B", "change");
+	for (size_t i = 0; i < shown; i++) {
+		const struct ma_snap_bin_delta *d = &sd->bins[i];
+
+		printf("%6llu %10llu %10llu %+9lld %11s %11s %12s\n", (unsigned long long)d->size,
+		       (unsigned long long)d->curregs_a, (unsigned long long)d->curregs_b,
+		       (long long)d->curregs_delta, ma_fmt_bytes(s1, sizeof(s1), d->waste_a),
+		       ma_fmt_bytes(s2, sizeof(s2), d->waste_b),
+		       fmt_delta(s3, sizeof(s3), d->waste_delta));
+	}
+	if (!sd->nbins)
+		printf("  (none)\n");
+}
+
+static void sdiff_print(struct sdiff *sd)
+{
+	print_header(sd);
+	print_headline(sd);
+	print_bins(sd);
+	if (sd->heap) {
+		printf("\nheap dumps:\n");
+		ddiff_print(&sd->dd);
+	} else {
+		printf("\nheap dumps: not compared: %s\n", sd->heap_skipped);
+	}
+}
+
+static int diff_snapshots(struct ma_profcmd *c, const char *const path[2],
+			  const char *const bin[2])
+{
+	struct sdiff sd;
+	int rc;
+
+	memset(&sd, 0, sizeof(sd));
+	if (!(rc = sdiff_load(c, path, bin, &sd))) {
+		if (c->json)
+			sdiff_json(&sd);
+		else
+			sdiff_print(&sd);
+	}
+	sdiff_release(&sd);
+	return rc;
+}
+
+/* ---- command line ---- */
+
+static bool is_dir(const char *p, bool *exists)
+{
+	struct stat st;
+
+	*exists = stat(p, &st) == 0;
+	return *exists && S_ISDIR(st.st_mode);
+}
+
+/* 1: snapshot directories, 0: dumps, or an exit status < 0 (printed). */
+static int snapshot_mode(const char *cmd, const char *const path[2])
+{
+	bool ex[2], dir[2];
+
+	dir[0] = is_dir(path[0], &ex[0]);
+	dir[1] = is_dir(path[1], &ex[1]);
+	if (!dir[0] && !dir[1])
+		return 0;
+	for (int i = 0; i < 2; i++)
+		if (dir[i] && ex[!i] && !dir[!i])
+			return -ma_cmd_error(cmd, MA_EXIT_USAGE,
+					     "'%s' is a snapshot directory but '%s' is a file: mixing "
+					     "them is not supported yet; pass two snapshot directories "
+					     "or two dumps (e.g. %s/heap.heap)",
+					     path[i], path[!i], path[i]);
+	return 1; /* a missing side fails when loaded, naming it */
+}
+
+/* Options and the two paths; 0, -1 (--help shown) or an exit status. */
+static int parse_args(struct ma_profcmd *c, int argc, char **argv, const char *path[2],
+		      const char *bin[2])
+{
+	const char *v;
+	int r;
+
+	for (int a = 1; a < argc; a++) {
+		if (ma_is_help(argv[a])) {
+			usage(stdout);
+			return -1;
+		}
+		r = ma_profcmd_opt(c, argc, argv, &a);
+		if (r == 0 && (r = ma_profcmd_value(c->cmd, "--binary-a", argc, argv, &a, &v)) > 0)
+			bin[0] = v;
+		else if (r == 0 && (r = ma_profcmd_value(c->cmd, "--binary-b", argc, argv, &a, &v)) > 0)
+			bin[1] = v;
+		else if (r == 0 && argv[a][0] == '-' && argv[a][1] != '\0')
+			r = -ma_cmd_error(c->cmd, 1, "unknown option '%s'; see --help", argv[a]);
+		else if (r == 0 && !path[0])
+			path[0] = argv[a], r = 1;
+		else if (r == 0 && !path[1])
+			path[1] = argv[a], r = 1;
+		else if (r == 0)
+			r = -ma_cmd_error(c->cmd, 1, "two dumps or snapshots only (got '%s' too)",
+					  argv[a]);
+		if (r < 0)
+			return MA_EXIT_USAGE;
+	}
+	if (!path[1]) {
+		usage(stderr);
+		return MA_EXIT_USAGE;
+	}
+	return 0;
+}
+
+int cmd_diff(int argc, char **argv)
+{
+	struct ma_profcmd c;
+	const char *path[2] = { NULL, NULL }, *bin[2] = { NULL, NULL };
+	int rc, mode;
+
+	ma_profcmd_init(&c, argv[0], 0); /* 0: the default of each table */
+	rc = parse_args(&c, argc, argv, path, bin);
+	if (rc) {
+		ma_profcmd_release(&c);
+		return rc < 0 ? MA_EXIT_OK : rc;
+	}
+	mode = snapshot_mode(c.cmd, path);
+	if (mode < 0)
+		rc = -mode;
+	else if (mode)
+		rc = diff_snapshots(&c, path, bin);
+	else
+		rc = diff_dumps(&c, path, bin);
+	if (!rc && fflush(stdout))
+		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output");
 	ma_profcmd_release(&c);
 	return rc;
 }
