@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
 #include "flame.h"
@@ -234,9 +235,8 @@ int cmd_aggregate(int argc, char **argv)
 		}
 	}
 	if (!dump) {
-		usage(stderr);
 		ma_profcmd_release(&c);
-		return MA_EXIT_USAGE;
+		return ma_usage_error(argv[0], "a DUMP file is required");
 	}
 	if (c.json && folded) {
 		ma_profcmd_release(&c);

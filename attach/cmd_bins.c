@@ -218,8 +218,6 @@ struct bins_args {
 
 static int parse_args(int argc, char **argv, struct bins_args *a)
 {
-	long v;
-
 	for (int i = 1; i < argc; i++) {
 		if (ma_is_help(argv[i])) {
 			fputs(usage_text, stdout);
@@ -233,23 +231,17 @@ static int parse_args(int argc, char **argv, struct bins_args *a)
 		} else if ((strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "-n") == 0) &&
 			   i + 1 < argc && ma_parse_long(argv[i + 1], &a->top)) {
 			i++;
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			a->o.deadline_ms = (int)v;
-			i++;
-		} else if (!a->pid && ma_parse_pid(argv[i], &a->pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!a->pid == !a->stats) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "give either a PID or --stats FILE");
+		return ma_usage_error(argv[0], "give either a PID or --stats FILE");
 	}
 	if (a->stats && a->flush)
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "--flush-tcache needs a live PID");
+		return ma_usage_error(argv[0], "--flush-tcache needs a live PID");
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -605,10 +606,8 @@ static int parse_args(struct ma_profcmd *c, int argc, char **argv, const char *p
 		if (r < 0)
 			return MA_EXIT_USAGE;
 	}
-	if (!path[1]) {
-		usage(stderr);
-		return MA_EXIT_USAGE;
-	}
+	if (!path[1])
+		return ma_usage_error(c->cmd, "two dumps or two snapshot directories are required");
 	return 0;
 }
 

@@ -65,7 +65,6 @@ int cmd_heap_dump(int argc, char **argv)
 	char sz[32];
 	size_t n = 0;
 	pid_t pid = 0;
-	long v;
 	int rc;
 
 	for (int i = 1; i < argc; i++) {
@@ -76,20 +75,14 @@ int cmd_heap_dump(int argc, char **argv)
 			out = argv[++i];
 		} else if (strcmp(argv[i], "--activate") == 0) {
 			activate = true;
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			o.deadline_ms = (int)v;
-			i++;
-		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!pid || !out) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID and -o FILE are required");
+		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}
 	if (ma_outfile_open(&of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());

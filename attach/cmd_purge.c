@@ -132,7 +132,6 @@ int cmd_purge(int argc, char **argv)
 	struct ma_session s;
 	bool json = false;
 	uint64_t t0;
-	long v;
 	int rc;
 
 	memset(&r, 0, sizeof(r));
@@ -142,20 +141,14 @@ int cmd_purge(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
 			json = true;
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			o.deadline_ms = (int)v;
-			i++;
-		} else if (!r.pid && ma_parse_pid(argv[i], &r.pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &r.pid, &o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!r.pid) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+		return ma_usage_error(argv[0], "a PID is required");
 	}
 	if ((rc = ma_attach(argv[0], r.pid, &o, &t, &s)))
 		return rc;

@@ -226,7 +226,6 @@ int cmd_snapshot(int argc, char **argv)
 	struct snap sn = { .cmd = argv[0] };
 	struct ma_target t;
 	struct ma_session s;
-	long v;
 	int rc;
 
 	for (int i = 1; i < argc; i++) {
@@ -235,20 +234,14 @@ int cmd_snapshot(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
 			sn.dir = argv[++i];
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			o.deadline_ms = (int)v;
-			i++;
-		} else if (!sn.pid && ma_parse_pid(argv[i], &sn.pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &sn.pid, &o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!sn.pid || !sn.dir) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID and -o DIR are required");
+		return ma_usage_error(argv[0], "a PID and -o DIR are required");
 	}
 	if (make_tmp_dir(&sn))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());

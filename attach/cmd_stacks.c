@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
 #include "ma_error.h"
@@ -74,9 +75,8 @@ int cmd_stacks(int argc, char **argv)
 		}
 	}
 	if (!dump || !needle) {
-		usage(stderr);
 		ma_profcmd_release(&c);
-		return MA_EXIT_USAGE;
+		return ma_usage_error(argv[0], "a DUMP file and a SUBSTRING are required");
 	}
 	rc = ma_profcmd_load(&c, &b, dump);
 	if (rc) {

@@ -120,7 +120,6 @@ int cmd_stats(int argc, char **argv)
 	struct ma_session s;
 	bool json = false;
 	pid_t pid = 0;
-	long v;
 	int rc;
 
 	for (int i = 1; i < argc; i++) {
@@ -129,24 +128,14 @@ int cmd_stats(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
 			json = true;
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			o.deadline_ms = (int)v;
-			i++;
-		} else if (strcmp(argv[i], "--tid") == 0 && i + 1 < argc &&
-			   ma_parse_pid(argv[i + 1], &o.tid)) {
-			i++;
-		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE,
-					    "unexpected argument '%s'; see 'memattach %s --help'", argv[i],
-					    argv[0]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!pid) {
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE,
-				    "a PID is required; see 'memattach %s --help'", argv[0]);
+		return ma_usage_error(argv[0], "a PID is required");
 	}
 	if ((rc = ma_attach(argv[0], pid, &o, &t, &s)))
 		return rc;

@@ -40,7 +40,6 @@ int cmd_stats_dump(int argc, char **argv)
 	char *buf = NULL, sz[32];
 	size_t len = 0;
 	pid_t pid = 0;
-	long v;
 	int rc;
 
 	for (int i = 1; i < argc; i++) {
@@ -49,20 +48,14 @@ int cmd_stats_dump(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
 			out = argv[++i];
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &v)) {
-			o.deadline_ms = (int)v;
-			i++;
-		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!pid || !out) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID and -o FILE are required");
+		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}
 	/* Fail on an unwritable destination before touching the target. */
 	if (ma_outfile_open(&of, out))

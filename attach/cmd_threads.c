@@ -158,14 +158,11 @@ int cmd_threads(int argc, char **argv)
 		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
 			continue;
 		} else {
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE,
-					    "unexpected argument '%s'; see 'memattach %s --help'", argv[i],
-					    argv[0]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!pid) {
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE,
-				    "a PID is required; see 'memattach %s --help'", argv[0]);
+		return ma_usage_error(argv[0], "a PID is required");
 	}
 	ma_install_signal_guards();
 	rc = ma_target_open(&t, pid);

@@ -43,6 +43,7 @@ struct watch {
 	const char *cmd, *dir;
 	pid_t pid;
 	long interval_ms, duration_s;
+	struct ma_session_opts o; /* per sample: a short search for a safe thread */
 	struct ma_target t;
 	struct ma_series series;
 	FILE *csv;
@@ -103,7 +104,6 @@ static void absorb_own_hwm(struct watch *w)
 /* One sample: /proc status, then (if a thread is safe) stats and maybe a dump. */
 static int sample(struct watch *w)
 {
-	struct ma_session_opts o = { .deadline_ms = 500 };
 	struct ma_sample x = { 0 };
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
@@ -121,7 +121,7 @@ static int sample(struct watch *w)
 	x.hwm = ps.vm_hwm;
 	if (!w->best_hwm)
 		w->best_hwm = ps.vm_hwm; /* the baseline: a rise above it is a new peak */
-	rc = ma_session_open(&s, &w->t, &o);
+	rc = ma_session_open(&s, &w->t, &w->o);
 	if (rc) {
 		if (target_gone(w->pid, rc)) {
 			w->exited = true;
@@ -229,16 +229,14 @@ static int parse_args(int argc, char **argv, struct watch *w)
 			i++;
 		} else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
 			w->dir = argv[++i];
-		} else if (!w->pid && ma_parse_pid(argv[i], &w->pid)) {
+		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
 			continue;
 		} else {
-			fputs(usage_text, stderr);
-			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "unexpected argument '%s'", argv[i]);
+			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (!w->pid) {
-		fputs(usage_text, stderr);
-		return ma_cmd_error(argv[0], MA_EXIT_USAGE, "a PID is required");
+		return ma_usage_error(argv[0], "a PID is required");
 	}
 	return 0;
 }
@@ -267,7 +265,7 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 
 int cmd_watch(int argc, char **argv)
 {
-	struct watch w = { .cmd = argv[0], .interval_ms = 500 };
+	struct watch w = { .cmd = argv[0], .interval_ms = 500, .o = { .deadline_ms = 500 } };
 	char defdir[64], b[32];
 	const char *why = "interrupted";
 	uint64_t deadline;

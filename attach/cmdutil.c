@@ -1,7 +1,9 @@
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cmdutil.h"
 #include "commands.h"
@@ -31,6 +33,35 @@ bool ma_parse_pid(const char *arg, pid_t *pid)
 		return false;
 	*pid = (pid_t)v;
 	return true;
+}
+
+int ma_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "memattach %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "; see 'memattach %s --help'\n", cmd);
+	return MA_EXIT_USAGE;
+}
+
+bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)
+{
+	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+	long v;
+
+	if (strcmp(arg, "--timeout") == 0 && ma_parse_long(val, &v) && v <= 600000) {
+		o->deadline_ms = (int)v;
+		++*i;
+		return true;
+	}
+	if (strcmp(arg, "--tid") == 0 && val && ma_parse_pid(val, &o->tid)) {
+		++*i;
+		return true;
+	}
+	return !*pid && ma_parse_pid(arg, pid);
 }
 
 int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struct ma_target *t,

@@ -16,6 +16,17 @@ bool ma_parse_pid(const char *arg, pid_t *pid);
 /* Parse a non-negative integer option value; false if malformed. */
 bool ma_parse_long(const char *arg, long *out);
 
+/* A usage error: one line on stderr pointing at --help; returns exit 2. */
+int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * The arguments every live command takes: the PID, --timeout MS (how long
+ * to look for a thread safe to borrow) and --tid TID (borrow that thread,
+ * still refused if unsafe).  True if argv[*i] was one (and *i moved past
+ * its value).
+ */
+bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
+
 /*
  * Open PID, locate jemalloc and borrow a safe thread.  On failure prints
  * "memattach CMD: <reason>" and returns exit status 1 (0 on success).
