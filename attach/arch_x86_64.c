@@ -98,12 +98,13 @@ bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 bool ma_arch_interrupted_eintr(const struct user_regs_struct *r)
 {
 	static const long nrs[] = {
-		0 /* read */, 17 /* pread64 */, 19 /* readv */, 43 /* accept */, 45 /* recvfrom */,
-		47 /* recvmsg */, 65 /* semop */, 69 /* msgsnd */, 70 /* msgrcv */,
+		0 /* read */, 1 /* write */, 17 /* pread64 */, 19 /* readv */, 20 /* writev */,
+		43 /* accept */, 44 /* sendto */, 45 /* recvfrom */, 46 /* sendmsg */,
+		47 /* recvmsg */, 65 /* semop */,
 		128 /* rt_sigtimedwait */, 208 /* io_getevents */, 220 /* semtimedop */,
 		232 /* epoll_wait */, 243 /* mq_timedreceive */, 281 /* epoll_pwait */,
-		288 /* accept4 */, 299 /* recvmmsg */, 333 /* io_pgetevents */,
-		441 /* epoll_pwait2 */,
+		288 /* accept4 */, 299 /* recvmmsg */, 307 /* sendmmsg */, 333 /* io_pgetevents */,
+		426 /* io_uring_enter */, 441 /* epoll_pwait2 */,
 	};
 
 	if ((long)r->orig_rax < 0 || (long)r->rax != -EINTR)
@@ -227,6 +228,24 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char
 	size_t n = sizeof(marker);
 
 	memcpy(code, marker, n);
+	/*
+	 * xrstor's feature mask (eax/edx immediates): everything, except
+	 * AMX tile data (bit 18) when the saved image does not hold it: a
+	 * thread that never asked for AMX has it disabled (XFD), and touching
+	 * it would fault.
+	 */
+	{
+		uint64_t bv, mask = ~(uint64_t)0;
+		uint32_t lo, hi;
+
+		memcpy(&bv, xs->xstate + 512, sizeof(bv));
+		if (!(bv & (1ULL << 18)))
+			mask &= ~(1ULL << 18);
+		lo = (uint32_t)mask;
+		hi = (uint32_t)(mask >> 32);
+		memcpy(code + 11, &lo, 4); /* mov $lo,%eax */
+		memcpy(code + 16, &hi, 4); /* mov $hi,%edx */
+	}
 	n = emit_riprel(code, n, stub_addr, xrstor, sizeof(xrstor), area_addr + AREA_XSAVE);
 	n = emit_riprel(code, n, stub_addr, lea_rsp, sizeof(lea_rsp), area_addr + AREA_GPRS);
 	memcpy(code + n, pops, sizeof(pops));

@@ -63,7 +63,8 @@ uint64_t ma_now_ns(void)
 
 /*
  * Tests only: MEMATTACH_TEST_FAULT makes every injected call jump to an
- * unmapped address.  MEMATTACH_TEST_KILL_AT=call|marker makes memattach SIGKILL
+ * unmapped address.  MEMATTACH_TEST_KILL_AT=call|marker|syscall|fault makes
+ * memattach SIGKILL
  * itself with the borrowed thread stopped just before a call, or stopped
  * at the return stub after one, to show the thread restores itself.
  */
@@ -73,6 +74,48 @@ static void test_kill_point(const char *where)
 
 	if (want && strcmp(want, where) == 0)
 		kill(getpid(), SIGKILL);
+}
+
+/*
+ * Threads we interrupted that did not stop in time (an uninterruptible
+ * sleep).  They stop when they can; every wait collects them and lets
+ * them go, so no thread stays stopped while we work on another.
+ */
+#define MAX_STRAGGLERS 64
+static pid_t stragglers[MAX_STRAGGLERS];
+static int nstragglers;
+static pid_t straggler_pid;
+
+static void release_regs_eintr(pid_t pid, pid_t tid);
+static bool real_signal_pending(pid_t pid, pid_t tid);
+
+static void reap_stragglers(void)
+{
+	for (int i = 0; i < nstragglers; i++) {
+		int status;
+		pid_t r = waitpid(stragglers[i], &status, __WALL | WNOHANG);
+
+		if (r == 0)
+			continue;
+		if (r == stragglers[i] && WIFSTOPPED(status)) {
+			release_regs_eintr(straggler_pid, stragglers[i]);
+			ptrace(PTRACE_DETACH, stragglers[i], NULL,
+			       (void *)(long)((status >> 16) == 0 ? WSTOPSIG(status) : 0));
+		}
+		stragglers[i--] = stragglers[--nstragglers];
+	}
+}
+
+void ma_release_stragglers(int wait_ms)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)wait_ms * 1000000ULL;
+
+	reap_stragglers();
+	while (nstragglers > 0 && ma_now_ns() < deadline) {
+		usleep(1000);
+		reap_stragglers();
+	}
+	/* Any left are detached by the kernel when memattach exits. */
 }
 
 /* Wait for TID to stop or die; MA_E_TIMEOUT (no message) after timeout_ms. */
@@ -90,6 +133,8 @@ static int wait_stop(pid_t tid, int *status, int timeout_ms)
 
 		if (r == tid)
 			return 0;
+		if (nstragglers)
+			reap_stragglers();
 		if (r < 0 && errno != EINTR)
 			return ma_fail(MA_E_EXITED, "thread %d is gone (%s)", tid, strerror(errno));
 		now = ma_now_ns();
@@ -123,28 +168,52 @@ static void hold_signal(struct ma_session *s)
 
 	if (ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0)
 		return;
+	/* Standard signals do not queue: the kernel would merge a second one. */
+	for (int i = 0; si.si_signo < SIGRTMIN && i < s->nheld; i++)
+		if (s->held[i].si_signo == si.si_signo)
+			return;
 	if (s->nheld < MA_MAX_HELD_SIGNALS)
 		s->held[s->nheld++] = si;
 }
 
 static bool is_fault(int sig, const siginfo_t *si)
 {
+	/* SIGSYS: a seccomp filter trapped one of our syscalls. */
 	return (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
-		sig == SIGTRAP) &&
+		sig == SIGTRAP || sig == SIGSYS) &&
 	       si->si_code > 0;
 }
 
 enum run_goal { GOAL_SYSCALL_EXIT, GOAL_CALL };
 
 /*
+ * After a fault the thread sits in a signal-delivery stop; if memattach
+ * died there the kernel would deliver the fault signal.  Send it to the
+ * stub's marker syscall instead (the signal suppressed), where a dead
+ * memattach means the thread restores itself.
+ */
+static int park_at_marker(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if ((rc = ma_arch_get_regs(s->tid, &r)))
+		return rc;
+	ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, MA_STUB_MARKER_NR, NULL, 0);
+	return ma_arch_set_regs(s->tid, &r);
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall it is entering at IP, or the stub marker.  Signals that arrive
- * are held; a fault ends the run with MA_E_FAULT.
+ * are held; a fault ends the run with MA_E_FAULT, the thread parked at
+ * the marker.
  */
 static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int timeout_ms,
 		     struct user_regs_struct *out)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	int fault = 0;
 
 	if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_SYSCALL", s->tid);
@@ -170,8 +239,10 @@ static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int 
 			ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info);
 			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 			    info.instruction_pointer == s->stub + MA_STUB_MARKER_END &&
-			    info.entry.nr == MA_STUB_MARKER_NR)
-				return ma_arch_get_regs(s->tid, out);
+			    info.entry.nr == MA_STUB_MARKER_NR) {
+				s->at_marker = true;
+				return fault ? fault : ma_arch_get_regs(s->tid, out);
+			}
 			if (goal == GOAL_SYSCALL_EXIT && info.instruction_pointer == ip &&
 			    info.op == PTRACE_SYSCALL_INFO_EXIT)
 				return ma_arch_get_regs(s->tid, out);
@@ -180,16 +251,25 @@ static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int 
 
 			memset(&si, 0, sizeof(si));
 			ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
-			if (is_fault(sig, &si)) {
+			if (is_fault(sig, &si) && !fault && s->stub_ready) {
 				struct user_regs_struct r;
 
 				ma_arch_get_regs(s->tid, &r);
-				return ma_fail(MA_E_FAULT,
-					       "the injected call faulted in thread %d (signal %d at "
-					       "ip 0x%llx, address %p); the thread was restored",
-					       s->tid, sig, (unsigned long long)ma_arch_ip(&r), si.si_addr);
+				fault = ma_fail(MA_E_FAULT,
+						"the injected call faulted in thread %d (signal %d at "
+						"ip 0x%llx, address %p); the thread was restored",
+						s->tid, sig, (unsigned long long)ma_arch_ip(&r),
+						si.si_addr);
+				s->faulted = true;
+				if ((rc = park_at_marker(s)))
+					return rc;
+				goal = GOAL_CALL;
+			} else if (is_fault(sig, &si)) {
+				return ma_fail(MA_E_FAULT, "a syscall injected in thread %d faulted "
+					       "(signal %d)", s->tid, sig);
+			} else {
+				hold_signal(s);
 			}
-			hold_signal(s);
 		}
 		/* Interrupt/group stops and other syscalls: keep going. */
 		if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
@@ -199,19 +279,41 @@ static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int 
 
 /*
  * Execute one syscall in the borrowed thread; *ret gets the raw result.
- * Stopped at the return stub's marker syscall, the kernel is about to run
- * that syscall: swapping its number and arguments costs no extra stop.
- * Otherwise the thread runs a `syscall` instruction of the target under
- * PTRACE_SYSCALL (entry and exit stops).  Not single-stepping: a step ends
- * in a SIGTRAP signal stop, and if memattach died while the thread sat in
- * it, the kernel would deliver that SIGTRAP and kill the target.
+ *
+ * Once the stub exists every syscall runs at its `syscall` instruction and
+ * ends at the marker: if memattach dies meanwhile, the thread runs on into
+ * the self-restore code.  Stopped at the marker already, the kernel is
+ * about to run a syscall: swapping its number and arguments costs no stop.
+ * Before the stub exists (the first mmap) and for its own unmapping, a
+ * `syscall` instruction of libc is used; a death in those microseconds
+ * would leave the thread running libc code with our registers.
+ * Not single-stepping: a step ends in a SIGTRAP signal stop, which the
+ * kernel would deliver (and kill the target) if memattach died there.
  */
+static int raw_syscall(struct ma_session *s, uint64_t insn, long nr, const uint64_t *args,
+		       int nargs, int timeout_ms, uint64_t *ret)
+{
+	struct user_regs_struct r = s->saved.regs;
+	int rc;
+
+	ma_arch_setup_syscall(&r, insn, nr, args, nargs);
+	if ((rc = ma_arch_set_regs(s->tid, &r)))
+		return rc;
+	s->at_marker = false;
+	rc = run_until(s, GOAL_SYSCALL_EXIT, insn + 2, timeout_ms, &r);
+	if (!rc)
+		*ret = ma_arch_syscall_ret(&r);
+	return rc;
+}
+
 int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 		       uint64_t *ret)
 {
 	struct user_regs_struct r;
 	int rc;
 
+	if (!s->stub_ready)
+		return ma_fail(MA_E_INTERNAL, "no session");
 	if (s->at_marker) {
 		if ((rc = ma_arch_get_regs(s->tid, &r)))
 			return rc;
@@ -220,20 +322,20 @@ int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int 
 			return rc;
 		s->at_marker = false;
 		rc = run_until(s, GOAL_SYSCALL_EXIT, s->stub + MA_STUB_MARKER_END, s->call_timeout_ms, &r);
+		if (!rc)
+			*ret = ma_arch_syscall_ret(&r);
 	} else {
-		r = s->saved.regs;
-		ma_arch_setup_syscall(&r, s->t->syscall_insn, nr, args, nargs);
-		if ((rc = ma_arch_set_regs(s->tid, &r)))
-			return rc;
-		rc = run_until(s, GOAL_SYSCALL_EXIT, s->t->syscall_insn + 2, s->call_timeout_ms, &r);
+		rc = raw_syscall(s, s->stub + MA_STUB_SYSCALL, nr, args, nargs, s->call_timeout_ms, ret);
 	}
-	if (rc == MA_E_TIMEOUT)
-		return ma_fail(rc, "syscall %ld in thread %d did not return in %d ms", nr, s->tid,
-			       s->call_timeout_ms);
-	if (rc)
-		return rc;
-	*ret = ma_arch_syscall_ret(&r);
-	return 0;
+	if (!rc)
+		test_kill_point("syscall");
+	if (rc == MA_E_TIMEOUT) {
+		/* Still in the syscall; it returns into the stub, which restores. */
+		s->abandoned = true;
+		return ma_fail(rc, "syscall %ld in thread %d did not return in %d ms; the thread was "
+			       "left to finish it and restore itself", nr, s->tid, s->call_timeout_ms);
+	}
+	return rc;
 }
 
 static bool thread_wanted(const struct ma_session_opts *o, const struct ma_thread_info *ti)
@@ -253,6 +355,21 @@ static bool real_signal_pending(pid_t pid, pid_t tid)
 	return ((st.sig_pending | st.sig_shared_pending) & ~st.sig_blocked) != 0;
 }
 
+/* For a straggler: issue an EINTR-failed syscall again before letting go. */
+static void release_regs_eintr(pid_t pid, pid_t tid)
+{
+	struct user_regs_struct r, resume;
+
+	if (ma_arch_get_regs(tid, &r) != 0) {
+		ma_err_clear();
+		return;
+	}
+	if (ma_arch_interrupted_eintr(&r) && !real_signal_pending(pid, tid)) {
+		ma_arch_resume_regs(&r, true, &resume);
+		ma_arch_set_regs(tid, &resume);
+	}
+}
+
 /*
  * Let a thread we only looked at go.  The kernel restarts an interrupted
  * syscall by itself, except the ones that fail with EINTR when stopped:
@@ -260,7 +377,8 @@ static bool real_signal_pending(pid_t pid, pid_t tid)
  */
 static void release_untouched(struct ma_session *s, int held_sig)
 {
-	if (s->resume.rip != s->saved.regs.rip && ma_arch_interrupted_eintr(&s->saved.regs))
+	if (s->resume_valid && s->resume.rip != s->saved.regs.rip &&
+	    ma_arch_interrupted_eintr(&s->saved.regs))
 		ma_arch_set_regs(s->tid, &s->resume);
 	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)held_sig);
 	s->seized = false;
@@ -274,6 +392,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	int status, rc, sig, held_sig = 0;
 
 	s->tid = ti->tid;
+	memset(&s->resume, 0, sizeof(s->resume));
+	s->resume_valid = false;
 	if (ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -313,6 +433,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		goto unsafe;
 	ma_arch_resume_regs(&s->saved.regs, !held_sig && !real_signal_pending(s->t->pid, ti->tid),
 			    &s->resume);
+	s->resume_valid = true;
 	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
@@ -359,10 +480,10 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
-				int status;
-
-				if (wait_stop(ti[i].tid, &status, 200) == 0 && WIFSTOPPED(status))
-					ptrace(PTRACE_DETACH, ti[i].tid, NULL, NULL);
+				if (nstragglers < MAX_STRAGGLERS) {
+					straggler_pid = s->t->pid;
+					stragglers[nstragglers++] = ti[i].tid;
+				}
 				s->seized = false;
 			}
 			ma_err_clear();
@@ -384,52 +505,66 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 	}
 }
 
+#define CODE_BYTES 256 /* stub + batch runner; the saved state follows */
+#define GADGET_TIMEOUT_MS 30000
+
+/*
+ * Two mappings in the target.  The code mapping (read+execute, never
+ * writable by the target: we write it through /proc/PID/mem) holds the
+ * stub, the batch runner and the saved state the stub restores from.  The
+ * data mapping (read+write) holds buffers and the private stack.  Only the
+ * first mmap runs at a libc `syscall` instruction; the second already goes
+ * through the stub.
+ */
 static int map_scratch(struct ma_session *s, size_t data_size)
 {
-	size_t area = (ma_arch_state_area_size(s->saved.xstate_len) + PAGE - 1) & ~(PAGE - 1);
-	size_t len = PAGE + area + data_size + STACK_SIZE;
-	uint64_t args[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	size_t area = ma_arch_state_area_size(s->saved.xstate_len);
+	size_t code_len = (CODE_BYTES + area + PAGE - 1) & ~(PAGE - 1);
+	size_t data_len = data_size + STACK_SIZE;
+	uint64_t args[6] = { 0, code_len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
 			     (uint64_t)-1, 0 };
-	unsigned char code[MA_STUB_MAX + MA_BATCH_MAX_CODE], *image;
-	uint64_t addr, ret, area_addr;
+	unsigned char *image;
+	uint64_t addr;
 	int rc;
 
+	rc = raw_syscall(s, s->t->syscall_insn, SYS_mmap, args, 6, GADGET_TIMEOUT_MS, &addr);
+	if (rc)
+		return rc;
+	if (addr > (uint64_t)-4096)
+		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", code_len,
+			       strerror((int)-addr));
+	s->code = s->stub = addr;
+	s->code_len = code_len;
+	s->code_mapped = true;
+	s->batch_fn = s->stub + MA_STUB_MAX;
+
+	image = aligned_alloc(64, code_len);
+	if (!image)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	memset(image, 0xcc, CODE_BYTES);
+	ma_arch_build_stub(image, s->stub, image + CODE_BYTES, s->stub + CODE_BYTES, &s->resume,
+			   &s->saved);
+	ma_arch_build_batch(image + MA_STUB_MAX);
+	rc = ma_mem_write(s->t->pid, addr, image, CODE_BYTES + area);
+	free(image);
+	if (rc)
+		return rc;
+	s->stub_ready = true;
+
+	args[1] = data_len;
+	args[2] = PROT_READ | PROT_WRITE;
 	rc = ma_session_syscall(s, SYS_mmap, args, 6, &addr);
 	if (rc)
 		return rc;
 	if (addr > (uint64_t)-4096)
-		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", len,
+		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", data_len,
 			       strerror((int)-addr));
-	s->scratch = addr;
-	s->scratch_len = len;
+	s->scratch = s->data = addr;
+	s->scratch_len = data_len;
 	s->mapped = true;
-	s->stub = addr;
-	area_addr = addr + PAGE;
-	s->data = area_addr + area;
 	s->data_len = data_size;
-	s->stack_top = s->data + data_size + STACK_SIZE;
-
-	image = aligned_alloc(64, area);
-	if (!image)
-		return ma_fail(MA_E_NOMEM, "out of memory");
-	memset(code, 0xcc, sizeof(code));
-	ma_arch_build_stub(code, s->stub, image, area_addr, &s->resume, &s->saved);
-	s->batch_fn = s->stub + MA_STUB_MAX;
-	ma_arch_build_batch(code + MA_STUB_MAX);
-	rc = ma_mem_write(s->t->pid, s->stub, code, sizeof(code));
-	if (!rc)
-		rc = ma_mem_write(s->t->pid, area_addr, image, ma_arch_state_area_size(s->saved.xstate_len));
-	free(image);
-	if (rc)
-		return rc;
-	/* Code page read+execute only: the target never gets W+X memory. */
-	args[0] = s->stub;
-	args[1] = PAGE;
-	args[2] = PROT_READ | PROT_EXEC;
-	rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret);
-	if (!rc && ret != 0)
-		rc = ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
-	return rc;
+	s->stack_top = addr + data_len;
+	return 0;
 }
 
 int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o)
@@ -466,7 +601,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	rc = ma_mem_write(s->t->pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
-	if (getenv("MEMATTACH_TEST_FAULT"))
+	if (getenv("MEMATTACH_TEST_FAULT") && *getenv("MEMATTACH_TEST_FAULT"))
 		fn = 16; /* tests only: a call that faults at once */
 	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
@@ -492,7 +627,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 			       s->tid, timeout_ms);
 	}
 	if (rc == MA_E_FAULT)
-		s->faulted = true;
+		test_kill_point("fault");
 	if (rc)
 		return rc;
 	*ret = ma_arch_stub_retval(&r);
@@ -529,13 +664,18 @@ void ma_session_reset(struct ma_session *s)
 	s->data_used = 0;
 }
 
-/* Stop the running thread again so it can be detached. */
-static void stop_for_detach(struct ma_session *s)
+/*
+ * Stop the running thread again so it can be detached.  Returns the signal
+ * of a signal-delivery stop caught on the way (to pass on), or 0.
+ */
+static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
-	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0)
-		wait_stop(s->tid, &status, 1000);
+	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
+	    wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
+		return WSTOPSIG(status);
+	return 0;
 }
 
 /* Is SI one of the placeholder signals we queued with tgkill? */
@@ -569,6 +709,14 @@ static int redeliver_and_detach(struct ma_session *s)
 			ptrace(PTRACE_CONT, s->tid, NULL, NULL);
 			continue;
 		}
+		/*
+		 * A signal is delivered now: give the thread its registers as
+		 * stopped (syscall number and -ERESTART* or -EINTR intact), so
+		 * the kernel decides, by the handler's SA_RESTART, whether the
+		 * interrupted syscall restarts or fails with EINTR.
+		 */
+		if (next == 0)
+			ma_arch_set_regs(s->tid, &s->saved.regs);
 		memset(&si, 0, sizeof(si));
 		ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
 		if (!is_our_copy(&si) && s->nheld < MA_MAX_HELD_SIGNALS)
@@ -583,44 +731,66 @@ static int redeliver_and_detach(struct ma_session *s)
 		ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
 	}
 	/* The thread did not come back in time: let it go; placeholders stay queued. */
-	stop_for_detach(s);
-	ptrace(PTRACE_DETACH, s->tid, NULL, NULL);
+	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)stop_for_detach(s));
 	return 0;
+}
+
+/* Give the thread back: its registers, xstate and held signals. */
+static int restore_and_detach(struct ma_session *s)
+{
+	int rc = 0;
+
+	if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
+		rc = MA_E_INTERNAL;
+	if (s->nheld)
+		redeliver_and_detach(s);
+	else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
+		rc = ptrace_errno("PTRACE_DETACH", s->tid);
+	s->seized = false;
+	return rc;
+}
+
+/* Let an abandoned thread finish its call; the stub restores it. */
+static void let_go_abandoned(struct ma_session *s)
+{
+	int sig = stop_for_detach(s);
+
+	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
+	for (int i = 0; i < s->nheld; i++)
+		syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
+	s->seized = false;
 }
 
 int ma_session_close(struct ma_session *s)
 {
-	int rc = 0;
+	uint64_t args[2], ret;
+	int rc = 0, rc2;
 
-	if (s->seized && s->abandoned) {
-		/* The stub restores the thread; the scratch mapping stays. */
-		stop_for_detach(s);
-		ptrace(PTRACE_DETACH, s->tid, NULL, NULL);
-		for (int i = 0; i < s->nheld; i++)
-			syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
-		s->seized = false;
+	if (s->seized && !s->abandoned && s->mapped) {
+		args[0] = s->scratch;
+		args[1] = s->scratch_len;
+		rc = ma_session_syscall(s, SYS_munmap, args, 2, &ret);
+		if (!rc)
+			s->mapped = false;
+	}
+	if (s->seized && s->abandoned)
+		let_go_abandoned(s); /* mappings stay: the thread still uses them */
+	if (s->seized && s->code_mapped && !s->mapped) {
+		/* The stub cannot unmap itself: a libc syscall instruction does. */
+		args[0] = s->code;
+		args[1] = s->code_len;
+		rc2 = raw_syscall(s, s->t->syscall_insn, SYS_munmap, args, 2, GADGET_TIMEOUT_MS, &ret);
+		if (!rc2)
+			s->code_mapped = false;
+		rc = rc ? rc : rc2;
 	}
 	if (s->seized) {
-		if (s->mapped) {
-			uint64_t args[2] = { s->scratch, s->scratch_len }, ret;
-
-			rc = ma_session_syscall(s, SYS_munmap, args, 2, &ret);
-			if (!rc)
-				s->mapped = false;
-		}
-		if (s->mapped && rc == MA_E_EXITED) {
-			s->seized = false;
-		} else {
-			if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
-				rc = rc ? rc : MA_E_INTERNAL;
-			if (s->nheld)
-				redeliver_and_detach(s);
-			else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
-				rc = ptrace_errno("PTRACE_DETACH", s->tid);
-			s->seized = false;
-		}
-		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+		rc2 = restore_and_detach(s);
+		rc = rc ? rc : rc2;
 	}
+	if (s->t_stop_ns)
+		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	s->t_stop_ns = 0;
 	ma_arch_state_free(&s->saved);
 	return rc;
 }

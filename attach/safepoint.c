@@ -170,8 +170,8 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 		bt->ip[bt->n++] = ip;
 		rc = unw_step(&c);
 	} while (rc > 0 && bt->n < MA_MAX_FRAMES);
-	bt->complete = rc == 0 || (rc > 0 && bt->n == MA_MAX_FRAMES) ||
-		       (bt->n > 0 && bt->ip[bt->n - 1] == 0);
+	/* A walk cut off at MA_MAX_FRAMES is not complete: deeper frames are unknown. */
+	bt->complete = rc == 0;
 	current_walk = NULL;
 	_UPT_destroy(f->upt);
 	free(f);
@@ -190,11 +190,16 @@ static bool is_bg_thread(const struct ma_thread_info *ti)
 	return strncmp(ti->name, "jemalloc_bg_thd", 15) == 0;
 }
 
+/*
+ * No exception is made for jemalloc's background threads: one that waits
+ * in its condition variable holds no lock, but one blocked on another
+ * futex (a mutex) or doing deferred work may hold info->mtx, and a mallctl
+ * from that same thread would then wait for itself for ever.  They are
+ * tried last, and refused like any thread with a frame in jemalloc.
+ */
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen)
 {
-	bool bg = is_bg_thread(ti);
-
 	if (bt->n == 0) {
 		snprintf(why, whylen, "stack could not be unwound");
 		return false;
@@ -205,13 +210,6 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 
 		if (!ma_target_in_jemalloc(t, pc))
 			continue;
-		/*
-		 * An idle background thread waits in pthread_cond_*wait called
-		 * from jemalloc; the wait has released the lock.  Frame 0 must
-		 * be outside jemalloc (in libc's futex wait).
-		 */
-		if (bg && i > 0 && ti->syscall == 202 /* futex */)
-			break;
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in jemalloc: it may hold an allocator lock",
 			 i, (unsigned long long)bt->ip[i]);
 		return false;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <signal.h>
 #include <unistd.h>
@@ -206,11 +207,20 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0)
 		return fd;
-	if (m->path && m->path[0] == '/') {
+	/*
+	 * Without map_files (it needs CAP_SYS_ADMIN), the path through the
+	 * target's root -- but only if it is still the very file mapped: after
+	 * an upgrade in place its symbols would point into other code.
+	 */
+	if (m->path && m->path[0] == '/' && !m->deleted) {
+		struct stat st;
+
 		snprintf(path, sizeof(path), "/proc/%d/root%s", t->pid, m->path);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0)
+		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == m->inode)
 			return fd;
+		if (fd >= 0)
+			close(fd);
 	}
 	return -1;
 }

@@ -67,6 +67,7 @@ long ma_arch_syscall_nr(const struct user_regs_struct *r);
  * the saved state (xstate, general registers, flags, stack, ip) from the
  * state area and jumps back: the thread restores itself.
  */
+#define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
 #define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
 #define MA_STUB_MARKER_NR 39 /* __NR_getpid */
 #define MA_STUB_MAX 128

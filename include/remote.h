@@ -34,6 +34,11 @@ struct ma_session {
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool faulted;
 	bool at_marker; /* stopped at the stub's marker syscall entry */
+	bool stub_ready; /* the code page holds the stub: syscalls go through it */
+	bool code_mapped; /* the code page (stub + saved state) is mapped */
+	bool resume_valid;
+	uint64_t code; /* code page: stub, batch runner, saved state (r-x) */
+	size_t code_len;
 	struct ma_cpu_state saved; /* as stopped */
 	struct user_regs_struct resume; /* what to restore (restart emulated) */
 	uint64_t scratch; /* base of the scratch mapping in the target */
@@ -92,6 +97,12 @@ uint64_t ma_session_alloc(struct ma_session *s, size_t n);
 void ma_session_reset(struct ma_session *s);
 /* Restore the thread and detach.  Safe on any path; returns first error. */
 int ma_session_close(struct ma_session *s);
+
+/*
+ * Let go of threads that were interrupted but had not stopped in time
+ * (waiting up to WAIT_MS for them).  Call before exiting.
+ */
+void ma_release_stragglers(int wait_ms);
 
 /* Set by SIGINT/SIGTERM handlers; long operations stop early when set. */
 extern volatile sig_atomic_t ma_interrupted;

@@ -5,8 +5,17 @@ MA=${MA_BIN:-"$ROOT/build/memattach"}
 FIX="$ROOT/build/fixtures"
 TMP=$(mktemp -d /tmp/matest.XXXXXX)
 _children=()
+# Kill only processes that are still our children: a pid that exited may
+# have been reused by someone else's process.  Only the test's own shell
+# cleans up: a forked child (e.g. a background command killed by a signal
+# before its exec) runs the EXIT trap too, and must not kill the fixtures.
 cleanup_tmp() {
-	for p in "${_children[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	local p ppid
+	[ "$BASHPID" = "$$" ] || return 0
+	for p in "${_children[@]}"; do
+		ppid=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)
+		[ "$ppid" = "$$" ] && kill -KILL "$p" 2>/dev/null
+	done
 	rm -rf "$TMP"
 }
 trap cleanup_tmp EXIT

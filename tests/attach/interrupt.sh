@@ -17,7 +17,7 @@ for i in $(seq "$CYCLES"); do
 	wait "$m"; rc=$?
 	# 130/143: the signal came before memattach had touched anything.
 	case $rc in 0|1|130|143) ;; *) bad=$((bad + 1)) ;; esac
-	grep -q '^TracerPid:[[:space:]]*0$' /proc/"$pid"/task/"$tid"/status || traced=$((traced + 1))
+	grep -q "^TracerPid:[[:space:]]*0$" /proc/"$pid"/task/"$tid"/status || { traced=$((traced + 1)); echo "# cycle $i: rc $rc, $(grep -E "State|TracerPid" /proc/"$pid"/task/"$tid"/status | tr "\n\t" "  ")"; }
 	grep -q '^State:[[:space:]]*[tT]' /proc/"$pid"/task/"$tid"/status && traced=$((traced + 1))
 done
 check "memattach exited 0, 1 or by the signal before attaching in all $CYCLES runs ($bad others)" [ "$bad" -eq 0 ]
