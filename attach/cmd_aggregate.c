@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "jectl.h"
 #include "commands.h"
 #include "emit.h"
 #include "flame.h"
@@ -36,6 +37,7 @@ static void usage(FILE *f)
 		"                         inferno, speedscope)\n"
 		"  --svg FILE             write a flame graph to open in a browser\n"
 		"  --pprof FILE           write gzipped pprof protobuf (go tool pprof)\n"
+		"  --pid PID              the same with stats.allocated read live from PID\n"
 		"  --stats FILE.json      compare the scaled total with stats.allocated of a\n"
 		"                         malloc_stats_print JSON file (stats-dump)\n"
 		"%s"
@@ -186,6 +188,27 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		printf("(%zu more sites; --top N shows more)\n", p->nsites - n);
 }
 
+/* stats.allocated of a live process (prints its own error). */
+static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
+{
+	struct ma_session_opts o = { .deadline_ms = 2000 };
+	struct ma_je_stats st;
+	struct ma_target t;
+	struct ma_session s;
+	int rc;
+
+	if ((rc = ma_attach(cmd, pid, &o, &t, &s)))
+		return rc;
+	rc = ma_collect_stats(&s, &st);
+	if (rc)
+		ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (ma_detach(cmd, &s) && !rc)
+		rc = MA_E_INTERNAL;
+	ma_target_release(&t);
+	*allocated = st.allocated;
+	return rc ? MA_EXIT_FAIL : 0;
+}
+
 int cmd_aggregate(int argc, char **argv)
 {
 	struct ma_profcmd c;
@@ -193,6 +216,7 @@ int cmd_aggregate(int argc, char **argv)
 	struct stats_check sc = { 0 };
 	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL, *v;
 	bool cum = false, folded = false;
+	pid_t pid = 0;
 	int rc = MA_EXIT_OK, r;
 
 	ma_profcmd_init(&c, argv[0], 20);
@@ -218,9 +242,9 @@ int cmd_aggregate(int argc, char **argv)
 				pprof = v;
 			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--stats", argc, argv, &i, &v)) > 0)
 				stats = v;
-			else if (r == 0 && strcmp(argv[i], "--pid") == 0)
-				r = -ma_cmd_error(c.cmd, 1, "--pid is not supported yet; "
-					"save stats with 'memattach stats-dump PID -o FILE' and pass --stats FILE");
+			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--pid", argc, argv, &i, &v)) > 0 &&
+				 !ma_parse_pid(v, &pid))
+				r = -ma_cmd_error(c.cmd, 1, "bad --pid '%s'", v);
 			else if (r == 0 && argv[i][0] == '-' && argv[i][1] != '\0')
 				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[i]);
 			else if (r == 0 && !dump)
@@ -247,9 +271,14 @@ int cmd_aggregate(int argc, char **argv)
 		ma_profcmd_release(&c);
 		return rc;
 	}
-	if (stats) {
-		if (ma_stats_json_allocated(stats, &sc.allocated)) {
-			rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (stats && pid) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE, "give --stats FILE or --pid PID, not both");
+		goto out;
+	}
+	if (stats || pid) {
+		if (stats ? ma_stats_json_allocated(stats, &sc.allocated) != 0
+			  : live_allocated(c.cmd, pid, &sc.allocated) != 0) {
+			rc = stats ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
 			goto out;
 		}
 		sc.have = true;
