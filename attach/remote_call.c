@@ -735,17 +735,49 @@ static int redeliver_and_detach(struct ma_session *s)
 	return 0;
 }
 
+/*
+ * A thread stopped in a syscall that the kernel restarts (-ERESTART*) gets
+ * its registers exactly as stopped, and the kernel's own signal path does
+ * the restart: we queue an interrupt (which makes the thread pass through
+ * get_signal on its way out), let it reach that stop and detach there.  A
+ * signal that arrived meanwhile is then handled by the kernel itself,
+ * EINTR or restart by the handler's SA_RESTART, as if we had never been
+ * there.  The interrupt is queued before the registers are set: should
+ * memattach die in between, the pending wake-up still sends the thread
+ * through the restart code.
+ */
+static int detach_through_signal_path(struct ma_session *s)
+{
+	int status, sig = 0;
+
+	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_INTERRUPT", s->tid);
+	if (ma_arch_set_regs(s->tid, &s->saved.regs) || ma_arch_set_xstate(s->tid, &s->saved))
+		return MA_E_INTERNAL;
+	if (ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_CONT", s->tid);
+	if (wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
+		sig = WSTOPSIG(status); /* a real signal: deliver it as the kernel would */
+	if (ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) != 0)
+		return ptrace_errno("PTRACE_DETACH", s->tid);
+	return 0;
+}
+
 /* Give the thread back: its registers, xstate and held signals. */
 static int restore_and_detach(struct ma_session *s)
 {
 	int rc = 0;
 
-	if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
-		rc = MA_E_INTERNAL;
-	if (s->nheld)
-		redeliver_and_detach(s);
-	else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
-		rc = ptrace_errno("PTRACE_DETACH", s->tid);
+	if (!s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs)) {
+		rc = detach_through_signal_path(s);
+	} else {
+		if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
+			rc = MA_E_INTERNAL;
+		if (s->nheld)
+			redeliver_and_detach(s);
+		else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
+			rc = ptrace_errno("PTRACE_DETACH", s->tid);
+	}
 	s->seized = false;
 	return rc;
 }
