@@ -2,16 +2,17 @@
  * remote.h - calling functions inside a live target, one thread at a time.
  *
  * A session seizes exactly one thread that is safe to borrow (see
- * safepoint.h), saves its complete CPU state, maps a private scratch area
- * in the target (stub code, saved state, data buffers, a private stack),
- * runs calls there, and on close unmaps the area, restores the thread bit
- * for bit (an interrupted syscall is restarted as the kernel would) and
+ * safepoint.h), saves its complete CPU state, maps two private areas in
+ * the target -- code (return stub, batch runner, the saved state; r-x) and
+ * data (buffers, a private stack; rw-) -- runs calls and syscalls there,
+ * and on close unmaps them, restores the thread bit for bit (an
+ * interrupted syscall is restarted by the kernel's own signal path) and
  * re-delivers any signal that arrived meanwhile.  All other threads run
  * on undisturbed.
  *
  * If memattach dies mid-session, the kernel detaches the thread and the
  * return stub restores the saved state by itself (arch.h); only the
- * scratch mapping is left behind.
+ * mappings are left behind.
  */
 #ifndef MA_REMOTE_H
 #define MA_REMOTE_H
