@@ -260,7 +260,6 @@ static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int 
 						"ip 0x%llx, address %p); the thread was restored",
 						s->tid, sig, (unsigned long long)ma_arch_ip(&r),
 						si.si_addr);
-				s->faulted = true;
 				if ((rc = park_at_marker(s)))
 					return rc;
 				goal = GOAL_CALL;

@@ -33,7 +33,6 @@ struct ma_session {
 	bool seized;
 	bool mapped;
 	bool abandoned; /* a call timed out: the stub restores the thread */
-	bool faulted;
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool stub_ready; /* the code page holds the stub: syscalls go through it */
 	bool code_mapped; /* the code page (stub + saved state) is mapped */
