@@ -311,7 +311,7 @@ int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int 
 	struct user_regs_struct r;
 	int rc;
 
-	if (!s->stub_ready)
+	if (!s->stub_ready || s->abandoned)
 		return ma_fail(MA_E_INTERNAL, "no session");
 	if (s->at_marker) {
 		if ((rc = ma_arch_get_regs(s->tid, &r)))
@@ -595,7 +595,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	uint64_t retaddr = s->stub;
 	int rc;
 
-	if (!s->seized || !s->mapped)
+	if (!s->seized || !s->mapped || s->abandoned)
 		return ma_fail(MA_E_INTERNAL, "no session");
 	rc = ma_mem_write(s->t->pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
