@@ -91,12 +91,17 @@ static bool target_gone(pid_t pid, int rc)
 /*
  * Our own visit (scratch pages, the dump's buffers) can raise VmHWM a
  * little: fold that into the baseline so it does not count as a peak.
+ * Only a little: a larger rise during the visit is the target growing
+ * (it keeps running), and the next sample must still see it as a peak.
  */
-static void absorb_own_hwm(struct watch *w)
+#define OWN_HWM_SLACK (512UL << 10)
+
+static void absorb_own_hwm(struct watch *w, uint64_t hwm_before)
 {
 	struct ma_proc_status ps;
 
-	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->best_hwm)
+	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->best_hwm &&
+	    ps.vm_hwm - hwm_before <= OWN_HWM_SLACK)
 		w->best_hwm = ps.vm_hwm;
 	ma_err_clear();
 }
@@ -161,7 +166,7 @@ static int sample(struct watch *w)
 		if (ma_session_close(&s) && !rc)
 			rc = MA_E_INTERNAL;
 		ma_unwind_release();
-		absorb_own_hwm(w);
+		absorb_own_hwm(w, ps.vm_hwm);
 		if (rc && target_gone(w->pid, rc)) {
 			w->exited = true;
 			return 0;

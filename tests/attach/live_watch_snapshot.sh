@@ -100,3 +100,13 @@ check "watch --duration 1 ends by itself with exit 0" test $rc -eq 0 -a -s "$TMP
 v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
 check "fixture verdict ok after watch --duration" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $FIX_PID $FIX_FD
+
+# --- a steady target: memattach's own visits must not look like peaks ---
+MALLOC_CONF=$PROF_CONF fix_start frag -m peak || { fail "steady fixture start"; exit 1; }
+"$MA" watch $FIX_PID --interval 50 --out "$TMP/steady" --duration 2 >/dev/null 2>&1
+n=$(awk -F, 'NR > 1 && $7 == 1' "$TMP/steady/series.csv" | wc -l)
+rows=$(($(wc -l <"$TMP/steady/series.csv") - 1))
+check "no heap dump while nothing grows ($n dumps in $rows samples)" [ "$rows" -ge 10 -a "$n" -eq 0 ]
+v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
+check "steady fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
+fix_quit $FIX_PID $FIX_FD
