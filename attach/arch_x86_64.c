@@ -115,6 +115,11 @@ bool ma_arch_interrupted_eintr(const struct user_regs_struct *r)
 	return false;
 }
 
+bool ma_arch_is_syscall_insn(const unsigned char insn[2])
+{
+	return insn[0] == 0x0f && insn[1] == 0x05;
+}
+
 void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eintr,
 			 struct user_regs_struct *out)
 {

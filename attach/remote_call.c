@@ -355,6 +355,22 @@ static bool real_signal_pending(pid_t pid, pid_t tid)
 }
 
 /* For a straggler: issue an EINTR-failed syscall again before letting go. */
+/*
+ * May the EINTR our stop caused be undone by issuing the syscall again?
+ * Only if no real signal waits (then the EINTR is its due) and the thread
+ * entered through the 64-bit `syscall` instruction the numbers are for.
+ */
+static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r)
+{
+	unsigned char insn[MA_SYSCALL_INSN_LEN];
+
+	if (ma_mem_read(pid, ma_arch_ip(r) - MA_SYSCALL_INSN_LEN, insn, sizeof(insn)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return ma_arch_is_syscall_insn(insn) && !real_signal_pending(pid, tid);
+}
+
 static void release_regs_eintr(pid_t pid, pid_t tid)
 {
 	struct user_regs_struct r, resume;
@@ -363,7 +379,7 @@ static void release_regs_eintr(pid_t pid, pid_t tid)
 		ma_err_clear();
 		return;
 	}
-	if (ma_arch_interrupted_eintr(&r) && !real_signal_pending(pid, tid)) {
+	if (ma_arch_interrupted_eintr(&r) && may_reissue(pid, tid, &r)) {
 		ma_arch_resume_regs(&r, true, &resume);
 		ma_arch_set_regs(tid, &resume);
 	}
@@ -430,7 +446,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		held_sig = sig; /* a signal was being delivered */
 	if ((rc = ma_arch_get_state(ti->tid, &s->saved)))
 		goto unsafe;
-	ma_arch_resume_regs(&s->saved.regs, !held_sig && !real_signal_pending(s->t->pid, ti->tid),
+	ma_arch_resume_regs(&s->saved.regs,
+			    !held_sig && ma_arch_interrupted_eintr(&s->saved.regs) &&
+				    may_reissue(s->t->pid, ti->tid, &s->saved.regs),
 			    &s->resume);
 	s->resume_valid = true;
 	if (ma_unwind(ti->tid, bt) != 0) {

@@ -42,6 +42,10 @@ void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eint
  * spurious EINTR reaches the program.
  */
 bool ma_arch_interrupted_eintr(const struct user_regs_struct *r);
+/* True if the two bytes before the stopped ip are the 64-bit `syscall`
+ * instruction (not int $0x80 or sysenter, whose numbers differ). */
+bool ma_arch_is_syscall_insn(const unsigned char insn[2]);
+#define MA_SYSCALL_INSN_LEN 2
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 
