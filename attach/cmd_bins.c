@@ -270,12 +270,9 @@ static int read_live(const char *cmd, struct bins_args *a, struct ma_je_stats *s
 	if (!rc)
 		rc = ma_je_read_bins(&s, t);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(cmd, &s);
+		rc = ma_fail_and_detach(cmd, &s, NULL);
 		ma_target_release(&tg);
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", msg);
+		return rc;
 	}
 	rc = ma_detach(cmd, &s);
 	ma_target_release(&tg);

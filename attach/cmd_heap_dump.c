@@ -94,13 +94,10 @@ int cmd_heap_dump(int argc, char **argv)
 	if (!rc)
 		rc = dump(argv[0], &s, &st, activate, &of, &n);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(argv[0], &s);
+		rc = ma_fail_and_detach(argv[0], &s, NULL);
 		ma_target_release(&t);
 		ma_outfile_abort(&of);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+		return rc;
 	}
 	rc = ma_detach(argv[0], &s);
 	ma_target_release(&t);

@@ -161,12 +161,9 @@ int cmd_purge(int argc, char **argv)
 	if (!rc)
 		rc = measure(&s, &r.after);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(argv[0], &s);
+		rc = ma_fail_and_detach(argv[0], &s, NULL);
 		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+		return rc;
 	}
 	rc = ma_detach(argv[0], &s);
 	ma_target_release(&t);

@@ -251,11 +251,7 @@ int cmd_snapshot(int argc, char **argv)
 	}
 	rc = visit(&sn, &s);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(argv[0], &s);
-		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+		rc = ma_fail_and_detach(argv[0], &s, NULL);
 	} else {
 		rc = ma_detach(argv[0], &s);
 	}

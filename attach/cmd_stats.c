@@ -141,12 +141,9 @@ int cmd_stats(int argc, char **argv)
 		return rc;
 	rc = ma_collect_stats(&s, &r.st);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(argv[0], &s);
+		rc = ma_fail_and_detach(argv[0], &s, NULL);
 		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", msg);
+		return rc;
 	}
 	if (ma_detach(argv[0], &s)) {
 		ma_target_release(&t);

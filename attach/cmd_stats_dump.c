@@ -66,13 +66,10 @@ int cmd_stats_dump(int argc, char **argv)
 	}
 	rc = ma_je_stats_print(&s, "J", STATS_PRINT_TIMEOUT_MS, &buf, &len);
 	if (rc) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
-		ma_detach(argv[0], &s);
+		rc = ma_fail_and_detach(argv[0], &s, "malloc_stats_print");
 		ma_target_release(&t);
 		ma_outfile_abort(&of);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "malloc_stats_print: %s", msg);
+		return rc;
 	}
 	rc = ma_detach(argv[0], &s);
 	ma_target_release(&t);

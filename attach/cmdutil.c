@@ -84,6 +84,14 @@ int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struc
 	return 0;
 }
 
+int ma_fail_and_detach(const char *cmd, struct ma_session *s, const char *what)
+{
+	ma_cmd_error(cmd, MA_EXIT_FAIL, "%s%s%s", what ? what : "", what ? ": " : "", ma_errmsg());
+	ma_err_clear();
+	ma_detach(cmd, s);
+	return MA_EXIT_FAIL;
+}
+
 int ma_detach(const char *cmd, struct ma_session *s)
 {
 	int rc = ma_session_close(s);

@@ -33,6 +33,12 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
  */
 int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struct ma_target *t,
 	      struct ma_session *s);
+/*
+ * The operation failed with the thread still borrowed: print that failure
+ * (one line, after "WHAT: " if WHAT is given), then restore and detach,
+ * reporting a failure to restore as well.  Returns exit status 1.
+ */
+int ma_fail_and_detach(const char *cmd, struct ma_session *s, const char *what);
 /* Restore and detach; prints an error if that failed.  Returns 0 or 1. */
 int ma_detach(const char *cmd, struct ma_session *s);
 
