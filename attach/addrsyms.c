@@ -11,18 +11,9 @@ void ma_addrsyms_init(struct ma_addrsyms *a, const struct ma_target *t)
 	a->t = t;
 }
 
-static const struct ma_mapping *first_of(const struct ma_target *t, const struct ma_mapping *m)
-{
-	for (size_t i = 0; i < t->nmaps; i++)
-		if (t->maps[i].inode == m->inode && t->maps[i].path &&
-		    strcmp(t->maps[i].path, m->path) == 0)
-			return &t->maps[i];
-	return m;
-}
-
 static struct ma_addrsyms_obj *obj_for(struct ma_addrsyms *a, const struct ma_mapping *m)
 {
-	const struct ma_mapping *first = first_of(a->t, m);
+	const struct ma_mapping *first = ma_target_first_mapping(a->t, m);
 	struct ma_addrsyms_obj *o, *p;
 	int fd;
 
@@ -40,7 +31,7 @@ static struct ma_addrsyms_obj *obj_for(struct ma_addrsyms *a, const struct ma_ma
 	fd = ma_target_open_mapped_file(a->t, first);
 	if (fd >= 0 && ma_elf_open_fd(&o->elf, fd, first->path) == 0) {
 		o->ok = 1;
-		o->bias = o->elf.type == 3 ? first->start - ma_elf_base_vaddr(&o->elf) : 0;
+		o->bias = ma_target_load_bias(first, &o->elf);
 	} else {
 		ma_err_clear();
 	}

@@ -225,20 +225,26 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	return -1;
 }
 
-/* The first mapping (lowest address) of the object that M belongs to. */
-static const struct ma_mapping *first_mapping_of(const struct ma_target *t,
+/* Do mappings A and B map the same file? */
+static bool same_object(const struct ma_mapping *a, const struct ma_mapping *b)
+{
+	return a->inode == b->inode && a->path && b->path && strcmp(a->path, b->path) == 0;
+}
+
+const struct ma_mapping *ma_target_first_mapping(const struct ma_target *t,
 						 const struct ma_mapping *m)
 {
 	const struct ma_mapping *best = m;
 
-	for (size_t i = 0; i < t->nmaps; i++) {
-		const struct ma_mapping *o = &t->maps[i];
-
-		if (o->inode == m->inode && o->path && strcmp(o->path, m->path) == 0 &&
-		    o->start < best->start)
-			best = o;
-	}
+	for (size_t i = 0; i < t->nmaps; i++)
+		if (same_object(&t->maps[i], m) && t->maps[i].start < best->start)
+			best = &t->maps[i];
 	return best;
+}
+
+uint64_t ma_target_load_bias(const struct ma_mapping *first, const struct ma_elf *e)
+{
+	return e->type == 3 /* ET_DYN */ ? first->start - ma_elf_base_vaddr(e) : 0;
 }
 
 static bool is_libjemalloc(const char *path)
@@ -375,8 +381,7 @@ static int shared_text_ranges(struct ma_jemalloc *je, const struct ma_target *t,
 	for (size_t i = 0; i < t->nmaps; i++) {
 		const struct ma_mapping *m = &t->maps[i];
 
-		if (m->inode == first->inode && m->path && strcmp(m->path, first->path) == 0 &&
-		    m->perms[2] == 'x' && add_range(je, m->start, m->end))
+		if (same_object(m, first) && m->perms[2] == 'x' && add_range(je, m->start, m->end))
 			return MA_E_NOMEM;
 	}
 	return 0;
@@ -401,7 +406,7 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		je->flavour = (enum ma_je_flavour)p;
 		je->object = strdup(first->path);
 		je->is_static = !is_libjemalloc(first->path);
-		je->bias = e->type == 3 /* ET_DYN */ ? first->start - ma_elf_base_vaddr(e) : 0;
+		je->bias = ma_target_load_bias(first, e);
 		je->mallctl = s->addr + je->bias;
 #define SIBLING(field, nm)                                               \
 	do {                                                             \
@@ -495,7 +500,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				continue;
 			if ((pass == 0) != is_libjemalloc(m->path))
 				continue;
-			first = first_mapping_of(t, m);
+			first = ma_target_first_mapping(t, m);
 			fd = ma_target_open_mapped_file(t, first);
 			if (fd < 0)
 				continue;

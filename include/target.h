@@ -66,6 +66,12 @@ int ma_target_find_jemalloc(struct ma_target *t);
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr);
 /* The mapping holding ADDR, or NULL. */
 const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_t addr);
+/* The lowest mapping of the file that M maps (where its ELF header is). */
+const struct ma_mapping *ma_target_first_mapping(const struct ma_target *t,
+						 const struct ma_mapping *m);
+struct ma_elf;
+/* runtime address = link-time address + bias, for an ELF mapped from FIRST. */
+uint64_t ma_target_load_bias(const struct ma_mapping *first, const struct ma_elf *e);
 /* Open the file behind mapping M robustly (map_files, /proc/PID/root, exe). */
 int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mapping *m);
 void ma_target_release(struct ma_target *t);
