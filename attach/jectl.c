@@ -89,19 +89,6 @@ static void read_target_string(pid_t pid, uint64_t p, char *buf, size_t buflen)
 	buf[buflen - 1] = '\0';
 }
 
-int ma_mallctl_read_string(struct ma_session *s, const char *name, char *buf, size_t buflen)
-{
-	uint64_t p;
-	int rc = ma_mallctl_read(s, name, &p, sizeof(p));
-
-	if (rc)
-		return rc;
-	if (!p || buflen == 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") returned NULL", name);
-	read_target_string(s->t->pid, p, buf, buflen);
-	return 0;
-}
-
 int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, size_t *miblen)
 {
 	size_t nlen = strlen(name) + 1, cap = *miblen;
@@ -135,35 +122,6 @@ int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, si
 		return ma_fail(MA_E_JEMALLOC, "mallctlnametomib(\"%s\"): bad length", name);
 	*miblen = len64;
 	return ma_mem_read(s->t->pid, a_mib, mib, len64 * 8);
-}
-
-int ma_mallctlbymib_read(struct ma_session *s, const size_t *mib, size_t miblen, void *out,
-			 size_t len)
-{
-	uint64_t a_len, a_mib, a_out, ret, len64 = len;
-	int rc;
-
-	if (!s->t->je.mallctlbymib)
-		return ma_fail(MA_E_NOJEMALLOC, "mallctlbymib not found in the target");
-	ma_session_reset(s);
-	a_len = ma_session_alloc(s, 8);
-	a_mib = ma_session_alloc(s, miblen * 8);
-	a_out = ma_session_alloc(s, len);
-	if (!a_out)
-		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
-	if ((rc = ma_mem_write(s->t->pid, a_len, &len64, 8)) ||
-	    (rc = ma_mem_write(s->t->pid, a_mib, mib, miblen * 8)))
-		return rc;
-	{
-		uint64_t args[6] = { a_mib, miblen, a_out, a_len, 0, 0 };
-
-		rc = ma_session_call(s, s->t->je.mallctlbymib, args, 6, &ret);
-	}
-	if (rc)
-		return rc;
-	if ((int)ret != 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctlbymib failed: %s", strerror((int)ret));
-	return ma_mem_read(s->t->pid, a_out, out, len);
 }
 
 int ma_ctl_batch_init(struct ma_ctl_batch *b, struct ma_session *s, size_t max_entries,

@@ -14,13 +14,8 @@
 int ma_mallctl_read(struct ma_session *s, const char *name, void *out, size_t len);
 /* mallctl(name, NULL, NULL, in, len); IN may be NULL with len 0 (a command). */
 int ma_mallctl_write(struct ma_session *s, const char *name, const void *in, size_t len);
-/* Read a NUL-terminated string value (const char *) into BUF. */
-int ma_mallctl_read_string(struct ma_session *s, const char *name, char *buf, size_t buflen);
 /* mallctlnametomib; *miblen in: capacity, out: length. */
 int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, size_t *miblen);
-/* mallctlbymib read. */
-int ma_mallctlbymib_read(struct ma_session *s, const size_t *mib, size_t miblen, void *out,
-			 size_t len);
 
 /*
  * A batch of mallctl calls run by one injected call (one stop of the
