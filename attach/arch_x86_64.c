@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include "steps.h"
 #include <sys/uio.h>
 
 #include "arch.h"
@@ -47,14 +48,14 @@ static int ptrace_err(const char *what, pid_t tid)
 
 int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r)
 {
-	if (ptrace(PTRACE_GETREGS, tid, NULL, r) != 0)
+	if (ma_ptrace(PTRACE_GETREGS, tid, NULL, r) != 0)
 		return ptrace_err("PTRACE_GETREGS", tid);
 	return 0;
 }
 
 int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r)
 {
-	if (ptrace(PTRACE_SETREGS, tid, NULL, r) != 0)
+	if (ma_ptrace(PTRACE_SETREGS, tid, NULL, (void *)r) != 0)
 		return ptrace_err("PTRACE_SETREGS", tid);
 	return 0;
 }
@@ -65,7 +66,7 @@ int ma_arch_get_state(pid_t tid, struct ma_cpu_state *s)
 
 	if (ma_arch_get_regs(tid, &s->regs))
 		return MA_E_INTERNAL;
-	if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
+	if (ma_ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
 		return ptrace_err("PTRACE_GETREGSET(NT_X86_XSTATE)", tid);
 	s->xstate_len = iov.iov_len;
 	return 0;
@@ -75,7 +76,7 @@ int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s)
 {
 	struct iovec iov = { s->xstate, s->xstate_len };
 
-	if (ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
+	if (ma_ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
 		return ptrace_err("PTRACE_SETREGSET(NT_X86_XSTATE)", tid);
 	return 0;
 }
@@ -175,19 +176,42 @@ void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t
 }
 
 uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
-uint64_t ma_arch_sp(const struct user_regs_struct *r) { return r->rsp; }
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
-long ma_arch_syscall_nr(const struct user_regs_struct *r) { return (long)r->orig_rax; }
 
-/* State area layout: 16 slots popped in order, then rsp, rip; xsave at 192. */
+/*
+ * The state area, on the borrowed thread's own stack below its red zone:
+ * 16 slots popped in order (r15 ... rdi, rflags), the signal mask at 128,
+ * the xsave image at 192 (64-byte aligned).
+ */
 #define AREA_GPRS 0
-#define AREA_RSP 128
-#define AREA_RIP 136
+#define AREA_SIGMASK 128
 #define AREA_XSAVE 192
+#define RED_ZONE 128
 
 size_t ma_arch_state_area_size(size_t xlen)
 {
 	return AREA_XSAVE + ((xlen + 63) & ~(size_t)63);
+}
+
+uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen)
+{
+	return (saved->rsp - RED_ZONE - ma_arch_state_area_size(xlen)) & ~(uint64_t)63;
+}
+
+void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
+			const struct ma_cpu_state *xs, uint64_t sigmask)
+{
+	uint64_t gprs[16] = {
+		resume->r15, resume->r14, resume->r13, resume->r12, resume->rbp, resume->rbx,
+		resume->r11, resume->r10, resume->r9, resume->r8, resume->rax, resume->rcx,
+		resume->rdx, resume->rsi, resume->rdi, resume->eflags & ~(uint64_t)FLAG_TF,
+	};
+
+	memset(area, 0, ma_arch_state_area_size(xs->xstate_len));
+	memcpy(area + AREA_GPRS, gprs, sizeof(gprs));
+	memcpy(area + AREA_SIGMASK, &sigmask, sizeof(sigmask));
+	/* Bytes 464..511 hold the kernel's software fields; xrstor ignores them. */
+	memcpy(area + AREA_XSAVE, xs->xstate, xs->xstate_len);
 }
 
 static void put32(unsigned char *p, int32_t v)
@@ -195,28 +219,58 @@ static void put32(unsigned char *p, int32_t v)
 	memcpy(p, &v, 4);
 }
 
-/* Emit OP (len bytes, ending in a rip-relative disp32 slot) targeting TARGET. */
-static size_t emit_riprel(unsigned char *code, size_t at, uint64_t code_addr, const unsigned char *op,
-			  size_t oplen, uint64_t target)
+/* Append BYTES to the code being built at *N. */
+static void emit(unsigned char *code, size_t *n, const unsigned char *bytes, size_t len)
 {
-	memcpy(code + at, op, oplen);
-	put32(code + at + oplen, (int32_t)(target - (code_addr + at + oplen + 4)));
-	return at + oplen + 4;
+	memcpy(code + *n, bytes, len);
+	*n += len;
 }
 
-size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char *area,
-			  uint64_t area_addr, const struct user_regs_struct *resume,
-			  const struct ma_cpu_state *xs)
+/*
+ * Append OP, a rip-relative disp32 to TARGET and TAIL immediate bytes
+ * (the displacement counts from the end of the whole instruction).
+ */
+static void emit_riprel(unsigned char *code, size_t *n, uint64_t code_addr,
+			const unsigned char *op, size_t oplen, uint64_t target, size_t tail)
+{
+	emit(code, n, op, oplen);
+	put32(code + *n, (int32_t)(target - (code_addr + *n + 4 + tail)));
+	*n += 4;
+}
+
+/*
+ * xrstor's feature mask: everything, except AMX tile data (bit 18) when
+ * the saved image does not hold it: a thread that never asked for AMX has
+ * it disabled (XFD), and touching it would fault.
+ */
+static uint64_t xrstor_mask(const struct ma_cpu_state *xs)
+{
+	uint64_t bv;
+
+	memcpy(&bv, xs->xstate + 512, sizeof(bv));
+	return (bv & (1ULL << 18)) ? ~(uint64_t)0 : ~(uint64_t)(1ULL << 18);
+}
+
+size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
+			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs)
 {
 	static const unsigned char marker[] = {
-		0x48, 0x89, 0xc7, /* mov %rax,%rdi */
+		0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
 		0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
-		0x0f, 0x05, /* syscall  <- tracer stops here */
-		0xb8, 0xff, 0xff, 0xff, 0xff, /* mov $-1,%eax */
-		0xba, 0xff, 0xff, 0xff, 0xff, /* mov $-1,%edx */
+		0x0f, 0x05, /* syscall  <- the tracer stops here */
 	};
-	static const unsigned char xrstor[] = { 0x48, 0x0f, 0xae, 0x2d }; /* xrstor64 d(%rip) */
-	static const unsigned char lea_rsp[] = { 0x48, 0x8d, 0x25 }; /* lea d(%rip),%rsp */
+	static const unsigned char movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
+	static const unsigned char setmask[] = {
+		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
+		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
+		0x48, 0x8d, 0xb4, 0x24, AREA_SIGMASK, 0x00, 0x00, 0x00, /* lea 128(%rsp),%rsi */
+		0x31, 0xd2, /* xor %edx,%edx */
+		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
+		0x0f, 0x05, /* syscall */
+	};
+	static const unsigned char xrstor[] = {
+		0x48, 0x0f, 0xae, 0xac, 0x24, AREA_XSAVE, 0x00, 0x00, 0x00, /* xrstor64 192(%rsp) */
+	};
 	static const unsigned char pops[] = {
 		0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, /* r15 r14 r13 r12 */
 		0x5d, 0x5b, 0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, /* rbp rbx r11 r10 r9 */
@@ -225,51 +279,27 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char
 	};
 	static const unsigned char mov_rsp[] = { 0x48, 0x8b, 0x25 }; /* mov d(%rip),%rsp */
 	static const unsigned char jmp_ind[] = { 0xff, 0x25 }; /* jmp *d(%rip) */
-	uint64_t gprs[16] = {
-		resume->r15, resume->r14, resume->r13, resume->r12, resume->rbp, resume->rbx,
-		resume->r11, resume->r10, resume->r9, resume->r8, resume->rax, resume->rcx,
-		resume->rdx, resume->rsi, resume->rdi, resume->eflags & ~(uint64_t)FLAG_TF,
-	};
-	size_t n = sizeof(marker);
+	uint64_t mask = xrstor_mask(xs), rsp = resume->rsp, rip = resume->rip;
+	unsigned char mov_eax[5] = { 0xb8 }, mov_edx[5] = { 0xba };
+	size_t n = 0;
 
-	memcpy(code, marker, n);
-	/*
-	 * xrstor's feature mask (eax/edx immediates): everything, except
-	 * AMX tile data (bit 18) when the saved image does not hold it: a
-	 * thread that never asked for AMX has it disabled (XFD), and touching
-	 * it would fault.
-	 */
-	{
-		uint64_t bv, mask = ~(uint64_t)0;
-		uint32_t lo, hi;
-
-		memcpy(&bv, xs->xstate + 512, sizeof(bv));
-		if (!(bv & (1ULL << 18)))
-			mask &= ~(1ULL << 18);
-		lo = (uint32_t)mask;
-		hi = (uint32_t)(mask >> 32);
-		memcpy(code + 11, &lo, 4); /* mov $lo,%eax */
-		memcpy(code + 16, &hi, 4); /* mov $hi,%edx */
-	}
-	n = emit_riprel(code, n, stub_addr, xrstor, sizeof(xrstor), area_addr + AREA_XSAVE);
-	n = emit_riprel(code, n, stub_addr, lea_rsp, sizeof(lea_rsp), area_addr + AREA_GPRS);
-	memcpy(code + n, pops, sizeof(pops));
-	n += sizeof(pops);
-	n = emit_riprel(code, n, stub_addr, mov_rsp, sizeof(mov_rsp), area_addr + AREA_RSP);
-	n = emit_riprel(code, n, stub_addr, jmp_ind, sizeof(jmp_ind), area_addr + AREA_RIP);
-
-	memset(area, 0, ma_arch_state_area_size(xs->xstate_len));
-	memcpy(area + AREA_GPRS, gprs, sizeof(gprs));
-	memcpy(area + AREA_RSP, &resume->rsp, 8);
-	memcpy(area + AREA_RIP, &resume->rip, 8);
-	memcpy(area + AREA_XSAVE, xs->xstate, xs->xstate_len);
-	/* Bytes 464..511 hold the kernel's software fields; xrstor ignores them. */
+	memset(code, 0xcc, MA_STUB_REGION);
+	emit(code, &n, marker, sizeof(marker));
+	/* n == MA_STUB_MARKER_END: the self-restore path. */
+	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
+	emit(code, &n, (const unsigned char *)&area_addr, 8);
+	emit(code, &n, setmask, sizeof(setmask));
+	put32(mov_eax + 1, (int32_t)(uint32_t)mask);
+	put32(mov_edx + 1, (int32_t)(uint32_t)(mask >> 32));
+	emit(code, &n, mov_eax, sizeof(mov_eax));
+	emit(code, &n, mov_edx, sizeof(mov_edx));
+	emit(code, &n, xrstor, sizeof(xrstor));
+	emit(code, &n, pops, sizeof(pops));
+	emit_riprel(code, &n, stub_addr, mov_rsp, sizeof(mov_rsp), stub_addr + MA_STUB_SLOT_RSP, 0);
+	emit_riprel(code, &n, stub_addr, jmp_ind, sizeof(jmp_ind), stub_addr + MA_STUB_SLOT_RIP, 0);
+	memcpy(code + MA_STUB_SLOT_RSP, &rsp, 8);
+	memcpy(code + MA_STUB_SLOT_RIP, &rip, 8);
 	return n;
-}
-
-bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr)
-{
-	return r->rip == stub_addr + MA_STUB_MARKER_END && (long)r->orig_rax == MA_STUB_MARKER_NR;
 }
 
 uint64_t ma_arch_stub_retval(const struct user_regs_struct *r)

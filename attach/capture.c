@@ -73,7 +73,7 @@ static int copy_target_fd(pid_t pid, long fd, int out_fd, size_t *nbytes)
 int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
 			 size_t *nbytes)
 {
-	static const char name[] = "memattach-heap";
+	static const char name[] = MA_MEMFD_NAME;
 	char path[48];
 	uint64_t a_name, fd = (uint64_t)-1, ret;
 	int rc;

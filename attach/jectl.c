@@ -485,52 +485,6 @@ out:
 	return rc;
 }
 
-/* mmap / mprotect / munmap in the target; 0 or MA_E_*. */
-static int remote_mmap(struct ma_session *s, size_t len, uint64_t *addr)
-{
-	uint64_t args[6] = { 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			     (uint64_t)-1, 0 };
-	int rc = ma_session_syscall(s, SYS_mmap, args, 6, addr);
-
-	if (rc)
-		return rc;
-	if (*addr > (uint64_t)-4096)
-		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", len,
-			       strerror((int)-*addr));
-	return 0;
-}
-
-static void remote_munmap(struct ma_session *s, uint64_t addr, size_t len)
-{
-	uint64_t args[2] = { addr, len }, ret;
-
-	if (addr && ma_session_syscall(s, SYS_munmap, args, 2, &ret))
-		ma_err_clear();
-}
-
-/* A read+execute page holding the append callback. */
-static int map_append_cb(struct ma_session *s, uint64_t *page)
-{
-	unsigned char code[MA_APPEND_CB_MAX];
-	size_t n = ma_arch_build_append_cb(code, sizeof(code));
-	uint64_t args[3], ret;
-	int rc;
-
-	if ((rc = remote_mmap(s, 4096, page)))
-		return rc;
-	if ((rc = ma_mem_write(s->t->pid, *page, code, n)))
-		return rc;
-	/* Never writable and executable at once. */
-	args[0] = *page;
-	args[1] = 4096;
-	args[2] = PROT_READ | PROT_EXEC;
-	if ((rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret)))
-		return rc;
-	if (ret != 0)
-		return ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
-	return 0;
-}
-
 /* One attempt with a CAP-byte buffer; *need gets the full output size. */
 static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts, int timeout_ms,
 			    size_t cap, char **out, size_t *len, size_t *need)
@@ -539,7 +493,7 @@ static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts,
 	size_t maplen = cap + 4096;
 	int rc;
 
-	if ((rc = remote_mmap(s, maplen, &buf)))
+	if ((rc = ma_session_map(s, maplen, &buf)))
 		return rc;
 	hdr[0] = buf + 4096;
 	hdr[1] = buf + 4096 + cap;
@@ -573,9 +527,8 @@ static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts,
 			}
 		}
 	}
-	/* After a timeout the thread may still write there: leave it mapped. */
-	if (!s->abandoned)
-		remote_munmap(s, buf, maplen);
+	/* After a timeout the thread may still write there: it stays mapped (and recorded). */
+	ma_session_unmap(s, buf);
 	return rc;
 }
 
@@ -583,15 +536,13 @@ int ma_je_stats_print(struct ma_session *s, const char *opts, int timeout_ms, ch
 		      size_t *len)
 {
 	size_t cap = 4UL << 20, need = 0;
-	uint64_t cb = 0;
-	int rc;
+	uint64_t cb = s->append_cb;
+	int rc = 0;
 
 	*out = NULL;
 	*len = 0;
 	if (!s->t->je.malloc_stats_print)
 		return ma_fail(MA_E_NOJEMALLOC, "malloc_stats_print not found in the target");
-	if ((rc = map_append_cb(s, &cb)))
-		goto out;
 	/* Pages of the buffer are touched only as far as the output goes. */
 	for (int attempt = 0; attempt < 3; attempt++) {
 		rc = stats_print_once(s, cb, opts, timeout_ms, cap, out, len, &need);
@@ -601,8 +552,5 @@ int ma_je_stats_print(struct ma_session *s, const char *opts, int timeout_ms, ch
 	}
 	if (!rc && !*out)
 		rc = ma_fail(MA_E_INTERNAL, "malloc_stats_print output kept growing (%zu bytes)", need);
-out:
-	if (!s->abandoned)
-		remote_munmap(s, cb, 4096);
 	return rc;
 }

@@ -3,10 +3,21 @@
  *
  * The only file that drives ptrace stops (arch_x86_64.c reads and writes
  * registers).  Every syscall or call runs under PTRACE_SYSCALL so the
- * thread stops at known points: a syscall we issued through a `syscall`
- * instruction found in the target, or the marker syscall of the return stub.
+ * thread stops at known points: the stub's `syscall` instruction, which
+ * serves both the syscalls we issue and the marker a call returns into.
+ *
+ * Order of a session, each step safe should memattach die right after it
+ * (the kernel then detaches and the thread runs on from its registers):
+ *   seize + interrupt           untouched thread: the kernel resumes it
+ *   (EINTR re-issue registers)  the thread issues its syscall again
+ *   write state area, stub      memory no one uses: nothing changes
+ *   registers -> stub syscall   it runs that syscall, then restores itself
+ *   block signals               the stub's restore path puts the mask back
+ *   calls, syscalls             they end in the stub: it restores itself
+ *   unmap, mask back, registers back, slack back, detach.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,18 +25,26 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <dirent.h>
 
 #include "ma_error.h"
 #include "remote.h"
+#include "runlock.h"
 #include "safepoint.h"
+#include "seccomp.h"
+#include "steps.h"
 
 #define PAGE 4096UL
 #define DEFAULT_DATA (1UL << 20)
 #define STACK_SIZE (256UL << 10)
+#define CODE_LEN PAGE
+/* Room below the red zone that a borrowed thread's stack must have. */
+#define STACK_ROOM (16UL << 10)
 
 volatile sig_atomic_t ma_interrupted;
 
@@ -64,9 +83,7 @@ uint64_t ma_now_ns(void)
 /*
  * Tests only: MEMATTACH_TEST_FAULT makes every injected call jump to an
  * unmapped address.  MEMATTACH_TEST_KILL_AT=call|marker|syscall|fault makes
- * memattach SIGKILL
- * itself with the borrowed thread stopped just before a call, or stopped
- * at the return stub after one, to show the thread restores itself.
+ * memattach SIGKILL itself at that point (steps.h kills after any step).
  */
 static void test_kill_point(const char *where)
 {
@@ -87,7 +104,6 @@ static int nstragglers;
 static pid_t straggler_pid;
 
 static void release_regs_eintr(pid_t pid, pid_t tid);
-static bool real_signal_pending(pid_t pid, pid_t tid);
 
 static void reap_stragglers(void)
 {
@@ -99,8 +115,8 @@ static void reap_stragglers(void)
 			continue;
 		if (r == stragglers[i] && WIFSTOPPED(status)) {
 			release_regs_eintr(straggler_pid, stragglers[i]);
-			ptrace(PTRACE_DETACH, stragglers[i], NULL,
-			       (void *)(long)((status >> 16) == 0 ? WSTOPSIG(status) : 0));
+			ma_ptrace(PTRACE_DETACH, stragglers[i], NULL,
+				  (void *)(long)((status >> 16) == 0 ? WSTOPSIG(status) : 0));
 		}
 		stragglers[i--] = stragglers[--nstragglers];
 	}
@@ -162,26 +178,61 @@ static int ptrace_errno(const char *what, pid_t tid)
 	}
 }
 
+/* Keep a signal that reached the borrowed thread, for delivery after. */
 static void hold_signal(struct ma_session *s)
 {
 	siginfo_t si;
 
-	if (ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0)
+	if (ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0)
 		return;
 	/* Standard signals do not queue: the kernel would merge a second one. */
 	for (int i = 0; si.si_signo < SIGRTMIN && i < s->nheld; i++)
 		if (s->held[i].si_signo == si.si_signo)
 			return;
-	if (s->nheld < MA_MAX_HELD_SIGNALS)
-		s->held[s->nheld++] = si;
+	if (s->nheld == s->held_cap) {
+		int cap = s->held_cap ? s->held_cap * 2 : 16;
+		siginfo_t *p = realloc(s->held, (size_t)cap * sizeof(*p));
+
+		if (!p)
+			return; /* out of memory: nothing better to do */
+		s->held = p;
+		s->held_cap = cap;
+	}
+	s->held[s->nheld++] = si;
+}
+
+static bool is_fault_signal(int sig)
+{
+	/* SIGSYS: a seccomp filter trapped a syscall. */
+	return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+	       sig == SIGTRAP || sig == SIGSYS;
 }
 
 static bool is_fault(int sig, const siginfo_t *si)
 {
-	/* SIGSYS: a seccomp filter trapped one of our syscalls. */
-	return (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
-		sig == SIGTRAP || sig == SIGSYS) &&
-	       si->si_code > 0;
+	return is_fault_signal(sig) && si->si_code > 0;
+}
+
+/*
+ * Signals blocked while the thread is borrowed: all but the synchronous
+ * faults (a fault with its signal blocked would make the kernel reset the
+ * program's handler to SIG_DFL).  SIGKILL and SIGSTOP cannot be blocked.
+ */
+static uint64_t borrowed_mask(void)
+{
+	uint64_t m = ~0ULL;
+	int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
+
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		m &= ~(1ULL << (faults[i] - 1));
+	return m;
+}
+
+static int set_sigmask(struct ma_session *s, uint64_t mask)
+{
+	if (ma_ptrace(PTRACE_SETSIGMASK, s->tid, (void *)sizeof(mask), &mask) != 0)
+		return ptrace_errno("PTRACE_SETSIGMASK", s->tid);
+	return 0;
 }
 
 enum run_goal { GOAL_SYSCALL_EXIT, GOAL_CALL };
@@ -203,103 +254,149 @@ static int park_at_marker(struct ma_session *s)
 	return ma_arch_set_regs(s->tid, &r);
 }
 
+/* At a signal-delivery stop: hold the signal, pass it on, or treat a fault. */
+static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, int *fault,
+			  int *pass_sig)
+{
+	siginfo_t si;
+	int rc;
+
+	memset(&si, 0, sizeof(si));
+	ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+	*pass_sig = 0;
+	if (is_fault(sig, &si) && !*fault) {
+		struct user_regs_struct r;
+
+		ma_arch_get_regs(s->tid, &r);
+		*fault = ma_fail(MA_E_FAULT,
+				 "the injected call faulted in thread %d (signal %d at ip 0x%llx, "
+				 "address %p); the thread was restored",
+				 s->tid, sig, (unsigned long long)ma_arch_ip(&r), si.si_addr);
+		if ((rc = park_at_marker(s)))
+			return rc;
+		*goal = GOAL_CALL;
+	} else if (sig == SIGSTOP) {
+		/* Job control goes through: the kernel stops the thread again when we let go. */
+		*pass_sig = sig;
+	} else {
+		hold_signal(s);
+	}
+	return 0;
+}
+
 /*
  * Resume the thread (regs already set) until the goal: the exit of the
- * syscall it is entering at IP, or the stub marker.  Signals that arrive
- * are held; a fault ends the run with MA_E_FAULT, the thread parked at
- * the marker.
+ * syscall at the stub, or the stub marker after a call.  Signals that
+ * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
+ * at the marker.
  */
-static int run_until(struct ma_session *s, enum run_goal goal, uint64_t ip, int timeout_ms,
+static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		     struct user_regs_struct *out)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
-	int fault = 0;
+	int fault = 0, pass_sig = 0;
 
-	if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_SYSCALL", s->tid);
 	for (;;) {
 		uint64_t now = ma_now_ns();
 		int status, rc, sig, ev;
 
 		rc = wait_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
-		if (rc == MA_E_TIMEOUT)
-			return rc;
 		if (rc)
 			return rc;
 		if (WIFEXITED(status) || WIFSIGNALED(status)) {
 			s->seized = false;
-			return ma_fail(MA_E_EXITED, "the target thread %d exited during the call", s->tid);
+			return ma_fail(MA_E_EXITED, "thread %d exited during the call (the process "
+				       "exited or called exec)", s->tid);
 		}
 		sig = WSTOPSIG(status);
 		ev = status >> 16;
+		pass_sig = 0;
 		if (sig == (SIGTRAP | 0x80)) {
 			struct __ptrace_syscall_info info;
 
 			memset(&info, 0, sizeof(info));
-			ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info);
-			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
-			    info.instruction_pointer == s->stub + MA_STUB_MARKER_END &&
-			    info.entry.nr == MA_STUB_MARKER_NR) {
-				s->at_marker = true;
-				return fault ? fault : ma_arch_get_regs(s->tid, out);
+			ma_ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info);
+			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
+				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				    info.entry.nr == MA_STUB_MARKER_NR) {
+					s->at_marker = true;
+					return fault ? fault : ma_arch_get_regs(s->tid, out);
+				}
+				if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
+					return ma_arch_get_regs(s->tid, out);
 			}
-			if (goal == GOAL_SYSCALL_EXIT && info.instruction_pointer == ip &&
-			    info.op == PTRACE_SYSCALL_INFO_EXIT)
-				return ma_arch_get_regs(s->tid, out);
 		} else if (ev == 0) {
-			siginfo_t si;
-
-			memset(&si, 0, sizeof(si));
-			ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
-			if (is_fault(sig, &si) && !fault && s->stub_ready) {
-				struct user_regs_struct r;
-
-				ma_arch_get_regs(s->tid, &r);
-				fault = ma_fail(MA_E_FAULT,
-						"the injected call faulted in thread %d (signal %d at "
-						"ip 0x%llx, address %p); the thread was restored",
-						s->tid, sig, (unsigned long long)ma_arch_ip(&r),
-						si.si_addr);
-				if ((rc = park_at_marker(s)))
-					return rc;
-				goal = GOAL_CALL;
-			} else if (is_fault(sig, &si)) {
-				return ma_fail(MA_E_FAULT, "a syscall injected in thread %d faulted "
-					       "(signal %d)", s->tid, sig);
-			} else {
-				hold_signal(s);
-			}
+			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
+				return rc;
 		}
-		/* Interrupt/group stops and other syscalls: keep going. */
-		if (ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+		/* Group stops, other syscalls (inside the call): keep going. */
+		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)pass_sig) != 0)
 			return ptrace_errno("PTRACE_SYSCALL", s->tid);
 	}
 }
 
+static int seccomp_allows(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+			  const char *what)
+{
+	struct ma_sc_query q;
+
+	if (!s->filtered)
+		return 0;
+	memset(&q, 0, sizeof(q));
+	q.nr = (int)nr;
+	for (int i = 0; i < nargs && i < 6; i++)
+		q.args[i] = args[i];
+	q.ip = s->stub + MA_STUB_MARKER_END;
+	q.what = what;
+	return ma_seccomp_check(s->t->pid, s->tid, &q, 1);
+}
+
+int ma_session_check_syscalls(struct ma_session *s, const struct ma_sc_query *q, size_t n)
+{
+	return s->filtered ? ma_seccomp_check(s->t->pid, s->tid, q, n) : 0;
+}
+
 /*
  * Execute one syscall in the borrowed thread; *ret gets the raw result.
- *
- * Once the stub exists every syscall runs at its `syscall` instruction and
- * ends at the marker: if memattach dies meanwhile, the thread runs on into
- * the self-restore code.  Stopped at the marker already, the kernel is
- * about to run a syscall: swapping its number and arguments costs no stop.
- * Before the stub exists (the first mmap) and for its own unmapping, a
- * `syscall` instruction of libc is used; a death in those microseconds
- * would leave the thread running libc code with our registers.
- * Not single-stepping: a step ends in a SIGTRAP signal stop, which the
- * kernel would deliver (and kill the target) if memattach died there.
+ * Every syscall runs at the stub's `syscall` instruction and ends at its
+ * exit: if memattach dies meanwhile, the thread runs on into the
+ * self-restore code.  Stopped at the marker already, the kernel is about
+ * to run a syscall: swapping its number and arguments costs no stop.
  */
-static int raw_syscall(struct ma_session *s, uint64_t insn, long nr, const uint64_t *args,
-		       int nargs, int timeout_ms, uint64_t *ret)
+static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+			int timeout_ms, uint64_t *ret)
 {
-	struct user_regs_struct r = s->saved.regs;
+	struct user_regs_struct r;
 	int rc;
 
-	ma_arch_setup_syscall(&r, insn, nr, args, nargs);
+	if ((rc = seccomp_allows(s, nr, args, nargs, "a syscall memattach issues")))
+		return rc;
+	if (s->at_marker) {
+		if ((rc = ma_arch_get_regs(s->tid, &r)))
+			return rc;
+		ma_arch_replace_syscall(&r, nr, args, nargs);
+	} else {
+		r = s->saved.regs;
+		r.rsp = s->area; /* a signal frame would go below the state area */
+		ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, nr, args, nargs);
+	}
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
+	s->changed = true;
 	s->at_marker = false;
-	rc = run_until(s, GOAL_SYSCALL_EXIT, insn + 2, timeout_ms, &r);
+	/*
+	 * The first change of the thread was its registers, to this syscall;
+	 * now its signals are blocked.  Dying between the two, the stub's
+	 * restore path puts the mask back anyway.
+	 */
+	if (!s->mask_blocked) {
+		if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
+			return rc;
+		s->mask_blocked = true;
+	}
+	rc = run_until(s, GOAL_SYSCALL_EXIT, timeout_ms, &r);
 	if (!rc)
 		*ret = ma_arch_syscall_ret(&r);
 	return rc;
@@ -308,24 +405,11 @@ static int raw_syscall(struct ma_session *s, uint64_t insn, long nr, const uint6
 int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 		       uint64_t *ret)
 {
-	struct user_regs_struct r;
 	int rc;
 
-	if (!s->stub_ready || s->abandoned)
+	if (!s->stub_written || s->abandoned || !s->seized)
 		return ma_fail(MA_E_INTERNAL, "no session");
-	if (s->at_marker) {
-		if ((rc = ma_arch_get_regs(s->tid, &r)))
-			return rc;
-		ma_arch_replace_syscall(&r, nr, args, nargs);
-		if ((rc = ma_arch_set_regs(s->tid, &r)))
-			return rc;
-		s->at_marker = false;
-		rc = run_until(s, GOAL_SYSCALL_EXIT, s->stub + MA_STUB_MARKER_END, s->call_timeout_ms, &r);
-		if (!rc)
-			*ret = ma_arch_syscall_ret(&r);
-	} else {
-		rc = raw_syscall(s, s->stub + MA_STUB_SYSCALL, nr, args, nargs, s->call_timeout_ms, ret);
-	}
+	rc = stub_syscall(s, nr, args, nargs, s->call_timeout_ms, ret);
 	if (!rc)
 		test_kill_point("syscall");
 	if (rc == MA_E_TIMEOUT) {
@@ -342,8 +426,8 @@ static bool thread_wanted(const struct ma_session_opts *o, const struct ma_threa
 	return o->tid == 0 || o->tid == ti->tid;
 }
 
-/* A real signal waits for the thread: an EINTR it got is its own. */
-static bool real_signal_pending(pid_t pid, pid_t tid)
+/* Unblocked signals wait for the thread: an EINTR it got is their due. */
+static bool signal_pending_for(pid_t pid, pid_t tid, uint64_t blocked)
 {
 	struct ma_proc_status st;
 
@@ -351,16 +435,15 @@ static bool real_signal_pending(pid_t pid, pid_t tid)
 		ma_err_clear();
 		return true;
 	}
-	return ((st.sig_pending | st.sig_shared_pending) & ~st.sig_blocked) != 0;
+	return ((st.sig_pending | st.sig_shared_pending) & ~blocked) != 0;
 }
 
-/* For a straggler: issue an EINTR-failed syscall again before letting go. */
 /*
  * May the EINTR our stop caused be undone by issuing the syscall again?
  * Only if no real signal waits (then the EINTR is its due) and the thread
  * entered through the 64-bit `syscall` instruction the numbers are for.
  */
-static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r)
+static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
 {
 	unsigned char insn[MA_SYSCALL_INSN_LEN];
 
@@ -368,9 +451,18 @@ static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r)
 		ma_err_clear();
 		return false;
 	}
-	return ma_arch_is_syscall_insn(insn) && !real_signal_pending(pid, tid);
+	return ma_arch_is_syscall_insn(insn) && !signal_pending_for(pid, tid, blocked);
 }
 
+static uint64_t read_sigmask(pid_t tid)
+{
+	uint64_t m = 0;
+
+	ma_ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(m), &m);
+	return m;
+}
+
+/* For a straggler: issue an EINTR-failed syscall again before letting go. */
 static void release_regs_eintr(pid_t pid, pid_t tid)
 {
 	struct user_regs_struct r, resume;
@@ -379,41 +471,49 @@ static void release_regs_eintr(pid_t pid, pid_t tid)
 		ma_err_clear();
 		return;
 	}
-	if (ma_arch_interrupted_eintr(&r) && may_reissue(pid, tid, &r)) {
+	if (ma_arch_interrupted_eintr(&r) && may_reissue(pid, tid, &r, read_sigmask(tid))) {
 		ma_arch_resume_regs(&r, true, &resume);
 		ma_arch_set_regs(tid, &resume);
 	}
 }
 
-/*
- * Let a thread we only looked at go.  The kernel restarts an interrupted
- * syscall by itself, except the ones that fail with EINTR when stopped:
- * those get the registers that issue them again.
- */
-static void release_untouched(struct ma_session *s, int held_sig)
+/* Let a thread we only looked at go (its EINTR re-issue is already set). */
+static void release_untouched(struct ma_session *s, int sig)
 {
-	if (s->resume_valid && s->resume.rip != s->saved.regs.rip &&
-	    ma_arch_interrupted_eintr(&s->saved.regs))
-		ma_arch_set_regs(s->tid, &s->resume);
-	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)held_sig);
+	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
 	s->seized = false;
 }
 
-/* Stop TI's thread and examine it; 0 = seized and safe, else detached. */
+/* Is there room on the thread's stack for the state area and a signal frame below? */
+static bool stack_has_room(const struct ma_session *s)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
+
+	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && s->saved.regs.rsp - m->start > need;
+}
+
+/*
+ * Stop TI's thread and examine it; 0 = seized and safe, else detached.
+ * A thread stopped with a signal on its way in is let go with it at once:
+ * a signal held across the whole session (SIGSTOP, say) could be
+ * cancelled meanwhile by the kernel's rules, and memattach would not know.
+ */
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
 	struct ma_backtrace local, *bt = btp ? btp : &local;
-	int status, rc, sig, held_sig = 0;
+	int status, rc, sig;
 
 	s->tid = ti->tid;
 	memset(&s->resume, 0, sizeof(s->resume));
 	s->resume_valid = false;
-	if (ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
 
-			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer)
+			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer &&
+			    !ma_is_memattach(st.tracer))
 				return ma_fail(MA_E_TRACED,
 					       "process %d is already traced by pid %d (a debugger?); "
 					       "detach it first", s->t->pid, st.tracer);
@@ -422,7 +522,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	s->seized = true;
 	s->t_stop_ns = ma_now_ns();
-	if (ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
+	if (ma_ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_INTERRUPT", ti->tid);
 	rc = wait_stop(ti->tid, &status, 1000);
 	if (rc == MA_E_TIMEOUT) {
@@ -438,19 +538,30 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	sig = WSTOPSIG(status);
 	if ((status >> 16) == PTRACE_EVENT_STOP && sig != SIGTRAP) {
 		snprintf(why, whylen, "process is stopped by job control (signal %d)", sig);
-		ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
-		s->seized = false;
+		release_untouched(s, 0);
 		return MA_E_NOSAFE;
 	}
-	if ((status >> 16) == 0)
-		held_sig = sig; /* a signal was being delivered */
-	if ((rc = ma_arch_get_state(ti->tid, &s->saved)))
-		goto unsafe;
+	if ((status >> 16) == 0) {
+		snprintf(why, whylen, "a signal (%d) was being delivered to it", sig);
+		release_untouched(s, sig);
+		return MA_E_NOSAFE;
+	}
+	if ((rc = ma_arch_get_state(ti->tid, &s->saved))) {
+		release_untouched(s, 0);
+		return rc;
+	}
+	if (ma_ptrace(PTRACE_GETSIGMASK, ti->tid, (void *)sizeof(s->sigmask), &s->sigmask) != 0) {
+		release_untouched(s, 0);
+		return ptrace_errno("PTRACE_GETSIGMASK", ti->tid);
+	}
 	ma_arch_resume_regs(&s->saved.regs,
-			    !held_sig && ma_arch_interrupted_eintr(&s->saved.regs) &&
-				    may_reissue(s->t->pid, ti->tid, &s->saved.regs),
+			    ma_arch_interrupted_eintr(&s->saved.regs) &&
+				    may_reissue(s->t->pid, ti->tid, &s->saved.regs, s->sigmask),
 			    &s->resume);
 	s->resume_valid = true;
+	/* Our stop made its syscall fail with EINTR: should we die now, it issues it again. */
+	if (s->resume.rip != s->saved.regs.rip && ma_arch_interrupted_eintr(&s->saved.regs))
+		ma_arch_set_regs(ti->tid, &s->resume);
 	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
@@ -458,13 +569,15 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
 		goto unsafe;
-	if (held_sig)
-		hold_signal(s);
-	s->held_sig = held_sig;
+	if (!stack_has_room(s)) {
+		snprintf(why, whylen, "less than %lu KiB of its stack below the stack pointer",
+			 STACK_ROOM >> 10);
+		goto unsafe;
+	}
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return 0;
 unsafe:
-	release_untouched(s, held_sig);
+	release_untouched(s, 0);
 	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	return MA_E_NOSAFE;
 }
@@ -522,88 +635,499 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 	}
 }
 
-#define CODE_BYTES 256 /* stub + batch runner; the saved state follows */
-#define GADGET_TIMEOUT_MS 30000
+/* ---- leftovers of a killed run ---- */
+
+static bool in_range(uint64_t a, uint64_t lo, uint64_t len)
+{
+	return a >= lo && a - lo < len;
+}
+
+/* Is PC or SP in the stub or in one of H's mappings? */
+static bool runs_in(const struct ma_stub_header *h, uint64_t stub, uint64_t pc, uint64_t sp)
+{
+	if (in_range(pc, stub, MA_STUB_REGION))
+		return true;
+	for (size_t i = 0; i < MA_MAX_MAP_RECORDS; i++)
+		if (h->map[i].len &&
+		    (in_range(pc, h->map[i].addr, h->map[i].len) || in_range(sp, h->map[i].addr, h->map[i].len)))
+			return true;
+	return false;
+}
 
 /*
- * Two mappings in the target.  The code mapping (read+execute, never
- * writable by the target: we write it through /proc/PID/mem) holds the
- * stub, the batch runner and the saved state the stub restores from.  The
- * data mapping (read+write) holds buffers and the private stack.  Only the
- * first mmap runs at a libc `syscall` instruction; the second already goes
- * through the stub.
+ * Stop thread TID just long enough to read its ip and stack pointer (a
+ * syscall our stop failed with EINTR is issued again).  False if it could
+ * not be stopped.
+ */
+static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
+{
+	struct user_regs_struct r;
+	int status, sig = 0;
+	bool ok = false;
+
+	if (ma_ptrace(PTRACE_SEIZE, tid, NULL, NULL) != 0)
+		return false;
+	if (ma_ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) == 0 && wait_stop(tid, &status, 1000) == 0 &&
+	    WIFSTOPPED(status)) {
+		if ((status >> 16) == 0)
+			sig = WSTOPSIG(status);
+		ok = ma_arch_get_regs(tid, &r) == 0;
+		if (ok) {
+			*pc = r.rip;
+			*sp = r.rsp;
+			release_regs_eintr(pid, tid);
+		}
+		ma_ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig);
+	} else if (nstragglers < MAX_STRAGGLERS) {
+		straggler_pid = pid;
+		stragglers[nstragglers++] = tid;
+	}
+	ma_err_clear();
+	return ok;
+}
+
+/*
+ * Does a thread still run in the leftover described by H (at stub site
+ * STUB)?  Its borrowed thread is in it while its ip is in the stub or a
+ * mapping, or its stack pointer in a mapping.  A thread that is running
+ * is stopped for a moment to look; if that fails, assume it is.
+ */
+static bool leftover_in_use(const struct ma_session *s, const struct ma_stub_header *h,
+			    uint64_t stub)
+{
+	char path[96], buf[512], *tok[10], *save = NULL;
+	int ntok = 0;
+	FILE *f;
+
+	if ((pid_t)h->tid == s->tid)
+		return runs_in(h, stub, s->saved.regs.rip, s->saved.regs.rsp);
+	snprintf(path, sizeof(path), "/proc/%d/task/%u/syscall", s->t->pid, h->tid);
+	if (!(f = fopen(path, "re")))
+		return false; /* the thread is gone */
+	/* "nr a1..a6 sp pc" in a syscall, "-1 sp pc" blocked elsewhere, "running". */
+	if (fgets(buf, sizeof(buf), f))
+		for (char *p = strtok_r(buf, " \n", &save); p && ntok < 10; p = strtok_r(NULL, " \n", &save))
+			tok[ntok++] = p;
+	fclose(f);
+	if (ntok != 9 && ntok != 3) {
+		uint64_t pc, sp;
+
+		return !peek_thread(s->t->pid, (pid_t)h->tid, &pc, &sp) || runs_in(h, stub, pc, sp);
+	}
+	return runs_in(h, stub, strtoull(tok[ntok - 1], NULL, 16), strtoull(tok[ntok - 2], NULL, 16));
+}
+
+/*
+ * Is the anonymous mapping R there, and ours: our magic and R's session in
+ * its header, or still all zero (the run died between its mmap and
+ * writing the header)?
+ */
+static bool leftover_mapping(const struct ma_session *s, const struct ma_map_record *r)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, r->addr);
+	uint64_t hdr[2];
+
+	/*
+	 * Ours starts a mapping (a page left free on each side when made), is
+	 * anonymous, and its first page is r-x or, before its mprotect, rw-.
+	 */
+	if (!r->len || !m || m->start != r->addr || m->path)
+		return false;
+	if (ma_mem_read(s->t->pid, r->addr, hdr, sizeof(hdr)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	if (hdr[0] == 0 && hdr[1] == 0) /* the run died before writing it: only if whole */
+		return m->end == r->addr + r->len && strncmp(m->perms, "rw-", 3) == 0;
+	return hdr[0] == MA_MAGIC_MAP && hdr[1] == r->session;
+}
+
+/* Take over the still-mapped records of a killed run's header H. */
+static void inherit_records(struct ma_session *s, const struct ma_stub_header *h)
+{
+	for (size_t i = 0; i < MA_MAX_MAP_RECORDS; i++) {
+		bool dup = false;
+
+		if (!leftover_mapping(s, &h->map[i]))
+			continue;
+		for (size_t j = 0; j < s->ninherited; j++)
+			dup |= s->inherited[j].addr == h->map[i].addr;
+		if (!dup && s->ninherited < MA_MAX_MAP_RECORDS - 2)
+			s->inherited[s->ninherited++] = h->map[i];
+	}
+}
+
+/*
+ * Look at every stub site.  A site whose stub a killed run left is free
+ * again once no thread runs in it: its mappings are inherited (unmapped
+ * once this session can issue syscalls) and its bytes put back after
+ * that.  A site still in use is left alone.  This session takes a clean
+ * site if there is one, else a freed one.
+ */
+static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
+{
+	long clean = -1, freed = -1;
+
+	*busy_left = false;
+	for (size_t i = 0; i < s->t->nstub_sites; i++) {
+		uint64_t addr = s->t->stub_sites[i].addr;
+		unsigned char cur[MA_STUB_REGION];
+		struct ma_stub_header h;
+
+		stale[i] = false;
+		if (ma_mem_read(s->t->pid, addr, cur, sizeof(cur)) != 0) {
+			ma_err_clear();
+			continue;
+		}
+		memcpy(&h, cur + MA_STUB_HEADER, sizeof(h));
+		if (h.magic != MA_MAGIC_STUB) {
+			if (clean < 0)
+				clean = (long)i;
+			continue;
+		}
+		if (leftover_in_use(s, &h, addr)) {
+			*busy_left = true;
+			continue;
+		}
+		stale[i] = true;
+		inherit_records(s, &h);
+		if (freed < 0)
+			freed = (long)i;
+	}
+	if (clean < 0 && freed < 0)
+		return ma_fail(MA_E_INTERNAL, "every stub site of process %d is in use by an earlier, "
+			       "killed memattach run whose call has not returned yet; try again later",
+			       s->t->pid);
+	s->site = (size_t)(clean >= 0 ? clean : freed);
+	s->stub = s->t->stub_sites[s->site].addr;
+	stale[s->site] = false; /* ours now: put back at close */
+	return ma_target_stub_site_original(s->t, s->site, s->stub_orig, sizeof(s->stub_orig));
+}
+
+/*
+ * Descriptors a killed heap-dump left open (our memfd).  Only called when
+ * no earlier run's call is still running: then no one uses them.
+ */
+static void close_leftover_memfds(struct ma_session *s)
+{
+	char path[64], link[256], fdpath[384];
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", s->t->pid);
+	if (!(dir = opendir(path)))
+		return;
+	while ((d = readdir(dir))) {
+		ssize_t n;
+		uint64_t args[1], ret;
+
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, d->d_name);
+		n = readlink(fdpath, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, "/memfd:" MA_MEMFD_NAME " (deleted)") != 0)
+			continue;
+		args[0] = (uint64_t)atoi(d->d_name);
+		if (ma_session_syscall(s, SYS_close, args, 1, &ret) == 0 && ret == 0)
+			s->leftovers_removed++;
+		else
+			ma_err_clear();
+	}
+	closedir(dir);
+}
+
+static int write_stub_header(struct ma_session *s);
+
+/* Unmap the inherited mappings, then put back the bytes of the stale stub sites. */
+static void remove_leftovers(struct ma_session *s, const bool *stale)
+{
+	while (s->ninherited > 0) {
+		struct ma_map_record *r = &s->inherited[s->ninherited - 1];
+		uint64_t args[2] = { r->addr, r->len }, ret;
+
+		if (ma_session_syscall(s, SYS_munmap, args, 2, &ret) != 0) {
+			ma_err_clear();
+			return;
+		}
+		s->leftovers_removed++;
+		s->ninherited--;
+		if (write_stub_header(s) != 0) {
+			ma_err_clear();
+			return;
+		}
+	}
+	for (size_t i = 0; i < s->t->nstub_sites; i++) {
+		unsigned char orig[MA_STUB_REGION];
+
+		if (!stale[i] || ma_target_stub_site_original(s->t, i, orig, sizeof(orig)) != 0 ||
+		    ma_mem_write(s->t->pid, s->t->stub_sites[i].addr, orig, sizeof(orig)) != 0) {
+			ma_err_clear();
+			continue;
+		}
+		s->leftovers_removed++;
+	}
+}
+
+/* ---- setting up ---- */
+
+static int check_seccomp(struct ma_session *s, size_t data_len)
+{
+	uint64_t ip = s->stub + MA_STUB_MARKER_END;
+	uint64_t any = 0x7f0000000000ULL; /* the address is chosen later */
+	struct ma_sc_query q[] = {
+		{ SYS_mmap, { any, CODE_LEN + data_len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, (uint64_t)-1, 0 },
+		  ip, "mmap (memattach's scratch area)" },
+		{ SYS_mprotect, { any, CODE_LEN, PROT_READ | PROT_EXEC, 0, 0, 0 }, ip,
+		  "mprotect (memattach's code page)" },
+		{ SYS_munmap, { any, CODE_LEN + data_len, 0, 0, 0, 0 }, ip, "munmap" },
+		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
+		{ SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
+		  s->stub + MA_STUB_RESTORE_SYSCALL_END, "rt_sigprocmask (the stub's self-restore)" },
+	};
+	int mode = ma_seccomp_mode(s->t->pid, s->tid);
+
+	if (mode == 0)
+		return 0;
+	s->filtered = true;
+	return ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]));
+}
+
+static void fill_header(const struct ma_session *s, struct ma_stub_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = MA_MAGIC_STUB;
+	h->session = s->id;
+	h->tid = (uint32_t)s->tid;
+	h->owner = (uint32_t)getpid();
+	h->map[0] = s->own[0];
+	h->map[1] = s->own[1];
+	for (size_t i = 0; i < s->ninherited; i++)
+		h->map[2 + i] = s->inherited[i];
+}
+
+/* Write the state area and the stub: memory only this session uses; the thread is unchanged. */
+static int write_stub(struct ma_session *s)
+{
+	unsigned char stub[MA_STUB_REGION], *area;
+	struct ma_stub_header h;
+	int rc;
+
+	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
+	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
+	if (!(area = aligned_alloc(64, s->area_len)))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	ma_arch_build_area(area, &s->resume, &s->saved, s->sigmask);
+	rc = ma_mem_write(s->t->pid, s->area, area, s->area_len);
+	free(area);
+	if (rc)
+		return rc;
+	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved);
+	fill_header(s, &h);
+	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
+	if ((rc = ma_mem_write(s->t->pid, s->stub, stub, sizeof(stub))))
+		return rc;
+	s->stub_written = true;
+	return 0;
+}
+
+/* Record the mappings in the stub header, so a later run can find them. */
+static int write_stub_header(struct ma_session *s)
+{
+	struct ma_stub_header h;
+
+	fill_header(s, &h);
+	return ma_mem_write(s->t->pid, s->stub + MA_STUB_HEADER, &h, sizeof(h));
+}
+
+/*
+ * An address for LEN bytes that no mapping of T uses, with a free page on
+ * each side (so the kernel merges ours with nothing): in the largest gap
+ * below 2^47, at an offset that differs per session and attempt.
+ */
+static uint64_t pick_address(const struct ma_session *s, size_t len, unsigned attempt)
+{
+	const struct ma_target *t = s->t;
+	uint64_t best_lo = 0, best_len = 0, slot, span;
+
+	for (size_t i = 0; i + 1 < t->nmaps; i++) {
+		uint64_t lo = t->maps[i].end, hi = t->maps[i + 1].start;
+
+		if (hi > lo && hi - lo > best_len && hi < (1ULL << 47)) {
+			best_lo = lo;
+			best_len = hi - lo;
+		}
+	}
+	if (best_len < len + 4 * PAGE)
+		return 0;
+	/* Far from both ends (a brk heap grows up, mmaps come down), when the gap is large. */
+	span = (best_len - len - 2 * PAGE) / PAGE;
+	if (span > (4ULL << 20)) {
+		best_lo += (span / 2) * PAGE;
+		span = 1ULL << 20;
+	}
+	slot = ((s->id >> 12) + attempt * 0x9e3779b97f4a7c15ULL) % span;
+	return best_lo + PAGE + slot * PAGE;
+}
+
+/* Record R as slot I of ours in the stub header. */
+static int record_own(struct ma_session *s, int i, uint64_t addr, size_t len)
+{
+	s->own[i] = (struct ma_map_record){ addr, len, addr ? s->id : 0 };
+	if (!addr)
+		s->own[i].len = 0;
+	return write_stub_header(s);
+}
+
+/*
+ * mmap LEN bytes read+write for slot I: the address is chosen and written
+ * into the stub header before the syscall, so a run killed at any instant
+ * leaves a mapping the next run can find; then our magic goes in its
+ * first bytes.
+ */
+static int map_recorded(struct ma_session *s, int i, size_t len, uint64_t *addr)
+{
+	int rc = 0;
+
+	for (unsigned attempt = 0; attempt < 8; attempt++) {
+		uint64_t want = pick_address(s, len, attempt), got;
+		uint64_t args[6] = { want, len, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, (uint64_t)-1, 0 };
+		uint64_t hdr[2] = { MA_MAGIC_MAP, s->id };
+
+		if (!want)
+			break;
+		if ((rc = record_own(s, i, want, len)))
+			return rc;
+		if ((rc = ma_session_syscall(s, SYS_mmap, args, 6, &got)))
+			return rc;
+		if (got == (uint64_t)-EEXIST)
+			continue; /* the target mapped there meanwhile */
+		if (got > (uint64_t)-4096) {
+			record_own(s, i, 0, 0);
+			return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", len,
+				       strerror((int)-got));
+		}
+		if (got != want && (rc = record_own(s, i, got, len))) /* a kernel without NOREPLACE */
+			return rc;
+		*addr = got;
+		return ma_mem_write(s->t->pid, got, hdr, sizeof(hdr));
+	}
+	record_own(s, i, 0, 0);
+	return rc ? rc : ma_fail(MA_E_NOMEM, "no free address range of %zu bytes in process %d", len,
+				 s->t->pid);
+}
+
+static int unmap_recorded(struct ma_session *s, int i)
+{
+	uint64_t args[2] = { s->own[i].addr, s->own[i].len }, ret;
+	int rc;
+
+	if (!s->own[i].len)
+		return 0;
+	if ((rc = ma_session_syscall(s, SYS_munmap, args, 2, &ret)))
+		return rc;
+	return record_own(s, i, 0, 0); /* no longer ours: a later run must not unmap it */
+}
+
+int ma_session_map(struct ma_session *s, size_t len, uint64_t *addr)
+{
+	if (s->own[1].len)
+		return ma_fail(MA_E_INTERNAL, "one extra mapping at a time");
+	return map_recorded(s, 1, (len + PAGE - 1) & ~(PAGE - 1), addr);
+}
+
+void ma_session_unmap(struct ma_session *s, uint64_t addr)
+{
+	if (s->own[1].len && s->own[1].addr == addr && !s->abandoned && unmap_recorded(s, 1))
+		ma_err_clear();
+}
+
+/*
+ * One mapping: its first page holds the header, the batch runner and the
+ * append callback and becomes read+execute (never writable and executable
+ * at once; we write it through /proc/PID/mem); the rest, buffers and the
+ * private stack, stays read+write.
  */
 static int map_scratch(struct ma_session *s, size_t data_size)
 {
-	size_t area = ma_arch_state_area_size(s->saved.xstate_len);
-	size_t code_len = (CODE_BYTES + area + PAGE - 1) & ~(PAGE - 1);
-	size_t data_len = data_size + STACK_SIZE;
-	uint64_t args[6] = { 0, code_len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
-			     (uint64_t)-1, 0 };
-	unsigned char *image;
-	uint64_t addr;
+	unsigned char code[MA_BATCH_MAX_CODE + MA_APPEND_CB_MAX];
+	size_t len = CODE_LEN + data_size + STACK_SIZE, nb;
+	uint64_t addr, args[3], ret;
 	int rc;
 
-	rc = raw_syscall(s, s->t->syscall_insn, SYS_mmap, args, 6, GADGET_TIMEOUT_MS, &addr);
-	if (rc)
+	/* The first syscall: it changes the registers, then the signals are blocked. */
+	if ((rc = map_recorded(s, 0, len, &addr)))
 		return rc;
-	if (addr > (uint64_t)-4096)
-		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", code_len,
-			       strerror((int)-addr));
-	s->code = s->stub = addr;
-	s->code_len = code_len;
-	s->code_mapped = true;
-	s->batch_fn = s->stub + MA_STUB_MAX;
-
-	image = aligned_alloc(64, code_len);
-	if (!image)
-		return ma_fail(MA_E_NOMEM, "out of memory");
-	memset(image, 0xcc, CODE_BYTES);
-	ma_arch_build_stub(image, s->stub, image + CODE_BYTES, s->stub + CODE_BYTES, &s->resume,
-			   &s->saved);
-	ma_arch_build_batch(image + MA_STUB_MAX);
-	rc = ma_mem_write(s->t->pid, addr, image, CODE_BYTES + area);
-	free(image);
-	if (rc)
-		return rc;
-	s->stub_ready = true;
-
-	args[1] = data_len;
-	args[2] = PROT_READ | PROT_WRITE;
-	rc = ma_session_syscall(s, SYS_mmap, args, 6, &addr);
-	if (rc)
-		return rc;
-	if (addr > (uint64_t)-4096)
-		return ma_fail(MA_E_NOMEM, "mmap of %zu bytes in the target failed: %s", data_len,
-			       strerror((int)-addr));
-	s->scratch = s->data = addr;
-	s->scratch_len = data_len;
+	s->scratch = addr;
+	s->scratch_len = len;
 	s->mapped = true;
+	nb = ma_arch_build_batch(code);
+	s->batch_fn = addr + MA_MAP_HEADER;
+	s->append_cb = s->batch_fn + MA_BATCH_MAX_CODE;
+	ma_arch_build_append_cb(code + MA_BATCH_MAX_CODE, MA_APPEND_CB_MAX);
+	(void)nb;
+	if ((rc = ma_mem_write(s->t->pid, s->batch_fn, code, sizeof(code))))
+		return rc;
+	args[0] = addr;
+	args[1] = CODE_LEN;
+	args[2] = PROT_READ | PROT_EXEC;
+	if ((rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret)))
+		return rc;
+	if (ret != 0)
+		return ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
+	s->data = addr + CODE_LEN;
 	s->data_len = data_size;
-	s->stack_top = addr + data_len;
+	s->stack_top = addr + len;
 	return 0;
 }
 
 int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o)
 {
-	int rc;
+	size_t data = o->data_size ? o->data_size : DEFAULT_DATA;
+	bool stale[MA_MAX_STUB_SITES];
+	uint64_t addrs[2];
+	bool busy_left;
+	int rc, fd;
 
 	memset(s, 0, sizeof(*s));
 	s->t = t;
+	s->lock_fd = -1;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
+	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))
+		s->id = ma_now_ns() ^ (uint64_t)getpid() << 32;
 	if ((rc = ma_arch_state_alloc(&s->saved)))
 		return rc;
-	rc = choose_thread(s, o);
-	if (rc)
-		return rc;
-	rc = map_scratch(s, o->data_size ? o->data_size : DEFAULT_DATA);
-	if (rc) {
-		int err = rc;
-
-		ma_session_close(s);
-		return err;
+	if ((fd = ma_runlock_acquire(t->pid, o->deadline_ms, &s->lock_waited_ns)) < 0) {
+		ma_arch_state_free(&s->saved);
+		return fd;
 	}
+	s->lock_fd = fd;
+	if ((rc = choose_thread(s, o)))
+		goto fail;
+	/* The process may have exec'd between reading its maps and now. */
+	addrs[0] = t->je.mallctl;
+	addrs[1] = t->stub_sites[0].addr;
+	if ((rc = ma_target_maps_unchanged(t, addrs, 2)))
+		goto fail;
+	if ((rc = scan_stub_sites(s, stale, &busy_left)))
+		goto fail;
+	if ((rc = check_seccomp(s, data + STACK_SIZE)))
+		goto fail;
+	if ((rc = write_stub(s)))
+		goto fail;
+	if ((rc = map_scratch(s, data)))
+		goto fail;
+	remove_leftovers(s, stale);
+	if (!busy_left)
+		close_leftover_memfds(s);
 	return 0;
+fail:
+	if (rc == MA_E_TIMEOUT && s->seized && s->changed)
+		s->abandoned = true; /* a syscall still runs: the stub restores */
+	ma_session_close(s);
+	return rc;
 }
 
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
@@ -626,7 +1150,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	s->ncalls++;
 	s->at_marker = false;
 	test_kill_point("call");
-	rc = run_until(s, GOAL_CALL, 0, timeout_ms, &r);
+	rc = run_until(s, GOAL_CALL, timeout_ms, &r);
 	if (!rc) {
 		s->at_marker = true;
 		test_kill_point("marker");
@@ -634,8 +1158,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if (rc == MA_E_TIMEOUT) {
 		/*
 		 * The call is still running (waiting for a lock?).  We cannot
-		 * restore a thread in the middle of jemalloc; leave it to
-		 * finish and restore itself through the stub.
+		 * restore a thread in the middle of jemalloc; it finishes and
+		 * restores itself through the stub.
 		 */
 		s->abandoned = true;
 		return ma_fail(MA_E_TIMEOUT,
@@ -681,6 +1205,8 @@ void ma_session_reset(struct ma_session *s)
 	s->data_used = 0;
 }
 
+/* ---- giving the thread back ---- */
+
 /*
  * Stop the running thread again so it can be detached.  Returns the signal
  * of a signal-delivery stop caught on the way (to pass on), or 0.
@@ -689,7 +1215,7 @@ static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
-	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
+	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
 	    wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
 		return WSTOPSIG(status);
 	return 0;
@@ -714,7 +1240,7 @@ static int redeliver_and_detach(struct ma_session *s)
 
 	for (int i = 0; i < s->nheld; i++)
 		syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
-	if (ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
+	if (ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_CONT", s->tid);
 	while (next < s->nheld) {
 		siginfo_t si;
@@ -723,7 +1249,7 @@ static int redeliver_and_detach(struct ma_session *s)
 		if (wait_stop(s->tid, &status, 1000) != 0 || !WIFSTOPPED(status))
 			break;
 		if ((status >> 16) != 0) {
-			ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+			ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL);
 			continue;
 		}
 		/*
@@ -735,21 +1261,39 @@ static int redeliver_and_detach(struct ma_session *s)
 		if (next == 0)
 			ma_arch_set_regs(s->tid, &s->saved.regs);
 		memset(&si, 0, sizeof(si));
-		ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
-		if (!is_our_copy(&si) && s->nheld < MA_MAX_HELD_SIGNALS)
-			s->held[s->nheld++] = si;
-		ptrace(PTRACE_SETSIGINFO, s->tid, NULL, &s->held[next]);
+		ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+		if (!is_our_copy(&si)) {
+			int n = s->nheld;
+
+			hold_signal(s);
+			if (s->nheld == n)
+				continue; /* merged or no memory: deliver it as it is */
+		}
+		ma_ptrace(PTRACE_SETSIGINFO, s->tid, NULL, &s->held[next]);
 		sig = s->held[next++].si_signo;
 		s->redelivered = next;
 		if (next == s->nheld)
-			return ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) == 0
+			return ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) == 0
 				       ? 0
 				       : ptrace_errno("PTRACE_DETACH", s->tid);
-		ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
+		ma_ptrace(PTRACE_CONT, s->tid, NULL, (void *)(long)sig);
 	}
 	/* The thread did not come back in time: let it go; placeholders stay queued. */
-	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)stop_for_detach(s));
+	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)stop_for_detach(s));
 	return 0;
+}
+
+/* Put the file's bytes back where the stub was: no thread will run it again. */
+static int restore_stub_site(struct ma_session *s)
+{
+	int rc;
+
+	if (!s->stub_written)
+		return 0;
+	rc = ma_mem_write(s->t->pid, s->stub, s->stub_orig, sizeof(s->stub_orig));
+	if (!rc)
+		s->stub_written = false;
+	return rc;
 }
 
 /*
@@ -767,44 +1311,70 @@ static int detach_through_signal_path(struct ma_session *s)
 {
 	int status, sig = 0;
 
-	if (ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
+	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_INTERRUPT", s->tid);
 	if (ma_arch_set_regs(s->tid, &s->saved.regs) || ma_arch_set_xstate(s->tid, &s->saved))
 		return MA_E_INTERNAL;
-	if (ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
+	restore_stub_site(s);
+	if (ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_CONT", s->tid);
 	if (wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
 		sig = WSTOPSIG(status); /* a real signal: deliver it as the kernel would */
-	if (ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) != 0)
+	if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig) != 0)
 		return ptrace_errno("PTRACE_DETACH", s->tid);
 	return 0;
 }
 
-/* Give the thread back: its registers, xstate and held signals. */
+/*
+ * Give the thread back: mask, registers, xstate, slack bytes, held
+ * signals.  The mask goes first, while the registers still point into the
+ * stub (whose restore path would set the same mask).  A syscall that our
+ * stop made fail with EINTR is issued again, unless a signal now waits
+ * for the thread: then the EINTR is that signal's due.
+ */
 static int restore_and_detach(struct ma_session *s)
 {
+	const struct user_regs_struct *regs = &s->resume;
 	int rc = 0;
 
+	struct user_regs_struct r;
+
+	/* At the marker's entry: let its getpid run rather than skip it (nr -1 meets seccomp). */
+	if (s->at_marker && (rc = run_until(s, GOAL_SYSCALL_EXIT, s->call_timeout_ms, &r)))
+		return rc;
+	s->at_marker = false;
+	if (s->mask_blocked && (rc = set_sigmask(s, s->sigmask)))
+		return rc;
+	s->mask_blocked = false;
 	if (!s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs)) {
 		rc = detach_through_signal_path(s);
 	} else {
-		if (ma_arch_set_regs(s->tid, &s->resume) || ma_arch_set_xstate(s->tid, &s->saved))
+		if (ma_arch_interrupted_eintr(&s->saved.regs) &&
+		    signal_pending_for(s->t->pid, s->tid, s->sigmask))
+			regs = &s->saved.regs;
+		if (ma_arch_set_regs(s->tid, regs) || ma_arch_set_xstate(s->tid, &s->saved))
 			rc = MA_E_INTERNAL;
+		restore_stub_site(s);
 		if (s->nheld)
 			redeliver_and_detach(s);
-		else if (ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
+		else if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
 			rc = ptrace_errno("PTRACE_DETACH", s->tid);
 	}
 	s->seized = false;
 	return rc;
 }
 
-/* Let an abandoned thread finish its call; the stub restores it. */
+/*
+ * Let an abandoned thread finish its call; the stub restores it (and its
+ * mask).  Its mask goes back now so its signals are not held up meanwhile.
+ */
 static void let_go_abandoned(struct ma_session *s)
 {
 	int sig = stop_for_detach(s);
 
-	ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
+	if (s->mask_blocked)
+		set_sigmask(s, s->sigmask);
+	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
 	for (int i = 0; i < s->nheld; i++)
 		syscall(SYS_tgkill, s->t->pid, s->tid, s->held[i].si_signo);
 	s->seized = false;
@@ -812,35 +1382,31 @@ static void let_go_abandoned(struct ma_session *s)
 
 int ma_session_close(struct ma_session *s)
 {
-	uint64_t args[2], ret;
 	int rc = 0, rc2;
 
-	if (s->seized && !s->abandoned && s->mapped) {
-		args[0] = s->scratch;
-		args[1] = s->scratch_len;
-		rc = ma_session_syscall(s, SYS_munmap, args, 2, &ret);
-		if (!rc)
-			s->mapped = false;
+	if (s->seized && !s->abandoned && s->stub_written) {
+		for (int i = 1; i >= 0; i--)
+			if ((rc2 = unmap_recorded(s, i)) && !rc)
+				rc = rc2;
+		s->mapped = s->own[0].len != 0;
 	}
-	if (s->seized && s->abandoned)
-		let_go_abandoned(s); /* mappings stay: the thread still uses them */
-	if (s->seized && s->code_mapped && !s->mapped) {
-		/* The stub cannot unmap itself: a libc syscall instruction does. */
-		args[0] = s->code;
-		args[1] = s->code_len;
-		rc2 = raw_syscall(s, s->t->syscall_insn, SYS_munmap, args, 2, GADGET_TIMEOUT_MS, &ret);
-		if (!rc2)
-			s->code_mapped = false;
-		rc = rc ? rc : rc2;
-	}
-	if (s->seized) {
+	if (s->seized && s->abandoned) {
+		let_go_abandoned(s); /* the stub and mappings stay: the thread still uses them */
+	} else if (s->seized && s->changed) {
 		rc2 = restore_and_detach(s);
 		rc = rc ? rc : rc2;
+	} else if (s->seized) {
+		restore_stub_site(s);
+		release_untouched(s, 0);
 	}
 	if (s->t_stop_ns)
 		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	s->t_stop_ns = 0;
 	ma_arch_state_free(&s->saved);
+	free(s->held);
+	s->held = NULL;
+	ma_runlock_release(s->lock_fd);
+	s->lock_fd = -1;
 	return rc;
 }
 
@@ -857,12 +1423,13 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 		return rc;
 	rc = try_thread(&s, ti, bt, why, whylen);
 	*safe = rc == 0;
-	if (rc == 0) /* safe, but we only wanted to look */
-		release_untouched(&s, s.held_sig); else if (rc == MA_E_TIMEOUT && s.seized) {
+	if (rc == 0) { /* safe, but we only wanted to look */
+		release_untouched(&s, 0);
+	} else if (rc == MA_E_TIMEOUT && s.seized) {
 		int status;
 
 		if (wait_stop(ti->tid, &status, 200) == 0 && WIFSTOPPED(status))
-			ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
+			ma_ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
 	}
 	ma_arch_state_free(&s.saved);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT)

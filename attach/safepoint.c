@@ -129,6 +129,7 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 
 	bt->n = 0;
 	bt->complete = false;
+	bt->in_signal_handler = false;
 	if (!addr_space) {
 		fast_accessors = _UPT_accessors;
 		fast_accessors.find_proc_info = fast_find_proc_info;
@@ -168,6 +169,8 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 		if (ip == 0)
 			break;
 		bt->ip[bt->n++] = ip;
+		if (unw_is_signal_frame(&c) > 0)
+			bt->in_signal_handler = true;
 		rc = unw_step(&c);
 	} while (rc > 0 && bt->n < MA_MAX_FRAMES);
 	/* A walk cut off at MA_MAX_FRAMES is not complete: deeper frames are unknown. */
@@ -212,6 +215,20 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			continue;
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in jemalloc: it may hold an allocator lock",
 			 i, (unsigned long long)bt->ip[i]);
+		return false;
+	}
+	for (size_t i = 0; i < bt->n && t->fork_fn.hi; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		if (pc < t->fork_fn.lo || pc >= t->fork_fn.hi)
+			continue;
+		snprintf(why, whylen, "frame #%zu (0x%llx) is in fork(): between the atfork handlers "
+			 "it holds every allocator lock", i, (unsigned long long)bt->ip[i]);
+		return false;
+	}
+	if (bt->in_signal_handler) {
+		/* Its stack may be a small sigaltstack: no room for our state area. */
+		snprintf(why, whylen, "it is running a signal handler");
 		return false;
 	}
 	if (!bt->complete) {

@@ -15,6 +15,7 @@
 
 #include "elfsyms.h"
 #include "ma_error.h"
+#include "steps.h"
 #include "target.h"
 
 const char *ma_je_flavour_name(enum ma_je_flavour f)
@@ -169,7 +170,7 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 			       pid, st.tgid);
 	if (st.state == 'Z' || st.state == 'X')
 		return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid, st.name);
-	if (st.tracer != 0 && st.tracer != getpid())
+	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer))
 		return ma_fail(MA_E_TRACED,
 			       "process %d (%s) is already traced by pid %d (a debugger?); detach it first",
 			       pid, st.name, st.tracer);
@@ -177,6 +178,51 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 		return ma_fail(MA_E_PERM, "no permission to attach to pid %d; run as its user or root",
 			       pid);
 	return read_maps(t);
+}
+
+bool ma_is_memattach(pid_t pid)
+{
+	char path[64], comm[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	if (!(f = fopen(path, "re")))
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strcmp(comm, "memattach\n") == 0;
+}
+
+static bool same_mapping(const struct ma_mapping *a, const struct ma_mapping *b)
+{
+	return a->start == b->start && a->end == b->end && a->offset == b->offset &&
+	       a->inode == b->inode && strcmp(a->perms, b->perms) == 0;
+}
+
+int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, size_t n)
+{
+	struct ma_target now;
+	int rc = 0;
+
+	memset(&now, 0, sizeof(now));
+	now.pid = t->pid;
+	if ((rc = read_maps(&now))) {
+		ma_target_release(&now);
+		return rc;
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct ma_mapping *a = ma_target_mapping_at(t, addrs[i]);
+		const struct ma_mapping *b = ma_target_mapping_at(&now, addrs[i]);
+
+		if (!a || !b || !same_mapping(a, b))
+			rc = ma_fail(MA_E_EXITED,
+				     "process %d replaced its program (exec) or unmapped jemalloc "
+				     "while memattach attached; run memattach again",
+				     t->pid);
+	}
+	ma_target_release(&now);
+	return rc;
 }
 
 const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_t addr)
@@ -426,6 +472,8 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 	return 0;
 }
 
+static bool is_main_executable(const struct ma_target *t, const struct ma_mapping *m);
+
 static bool is_libc(const char *path)
 {
 	const char *base = strrchr(path, '/');
@@ -434,35 +482,36 @@ static bool is_libc(const char *path)
 	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
 }
 
-/* Find the bytes of `syscall` (0f 05) in executable mapping M. */
-static uint64_t scan_for_syscall(pid_t pid, const struct ma_mapping *m)
+/*
+ * libc's fork(): between the atfork prepare and parent handlers a thread
+ * holds every allocator lock (jemalloc's prefork handler took them) with
+ * no jemalloc frame on its stack.  Looked up in libc, or in the executable
+ * when libc is linked in statically.
+ */
+static void find_fork(struct ma_target *t)
 {
-	unsigned char buf[4096];
+	for (int pass = 0; pass < 2 && !t->fork_fn.hi; pass++) {
+		for (size_t i = 0; i < t->nmaps && !t->fork_fn.hi; i++) {
+			const struct ma_mapping *m = &t->maps[i], *first;
+			const struct ma_sym *s;
+			struct ma_elf e;
+			int fd;
 
-	for (uint64_t a = m->start; a < m->end && a < m->start + (1 << 20); a += sizeof(buf)) {
-		if (ma_mem_read(pid, a, buf, sizeof(buf)) != 0) {
-			ma_err_clear();
-			break;
-		}
-		for (size_t k = 0; k + 1 < sizeof(buf); k++)
-			if (buf[k] == 0x0f && buf[k + 1] == 0x05)
-				return a + k;
-	}
-	return 0;
-}
-
-/* A `syscall` instruction in the target: libc's code first (it has many). */
-static void find_syscall_insn(struct ma_target *t)
-{
-	for (int pass = 0; pass < 2 && !t->syscall_insn; pass++) {
-		for (size_t i = 0; i < t->nmaps && !t->syscall_insn; i++) {
-			const struct ma_mapping *m = &t->maps[i];
-
-			if (m->perms[2] != 'x' || !m->path || strcmp(m->path, "[vsyscall]") == 0)
+			if (!m->path || m->path[0] != '/' || m->perms[2] != 'x')
 				continue;
-			if ((pass == 0) != is_libc(m->path))
+			if (pass == 0 ? !is_libc(m->path) : !is_main_executable(t, m))
 				continue;
-			t->syscall_insn = scan_for_syscall(t->pid, m);
+			first = ma_target_first_mapping(t, m);
+			if ((fd = ma_target_open_mapped_file(t, first)) < 0 ||
+			    ma_elf_open_fd(&e, fd, first->path) != 0) {
+				ma_err_clear();
+				continue;
+			}
+			if ((s = ma_elf_sym_by_name(&e, "fork")) || (s = ma_elf_sym_by_name(&e, "__libc_fork"))) {
+				t->fork_fn.lo = s->addr + ma_target_load_bias(first, &e);
+				t->fork_fn.hi = t->fork_fn.lo + (s->size ? s->size : 1);
+			}
+			ma_elf_release(&e);
 		}
 	}
 }
@@ -529,10 +578,8 @@ int ma_target_find_jemalloc(struct ma_target *t)
 			       "process %d does not use jemalloc: no mallctl in its mapped objects",
 			       t->pid);
 	}
-	find_syscall_insn(t);
-	if (!t->syscall_insn)
-		return ma_fail(MA_E_INTERNAL, "no syscall instruction found in process %d", t->pid);
-	return 0;
+	find_fork(t);
+	return ma_target_find_stub_sites(t);
 }
 
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr)
@@ -590,8 +637,10 @@ int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
 int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 {
 	struct iovec local = { (void *)buf, len }, remote = { (void *)(uintptr_t)addr, len };
+	int rc = 0;
 
-	if (process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len)
-		return 0;
-	return mem_fallback(pid, addr, (void *)buf, len, true);
+	if (process_vm_writev(pid, &local, 1, &remote, 1, 0) != (ssize_t)len)
+		rc = mem_fallback(pid, addr, (void *)buf, len, true);
+	ma_step();
+	return rc;
 }

@@ -59,33 +59,46 @@ void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 			   const uint64_t *args, int nargs);
 
 uint64_t ma_arch_ip(const struct user_regs_struct *r);
-uint64_t ma_arch_sp(const struct user_regs_struct *r);
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
-long ma_arch_syscall_nr(const struct user_regs_struct *r);
 
 /*
- * The return stub.  A call returns into it; it moves the return value to
- * the first argument register and makes a getpid syscall, where the tracer
- * stops the thread (syscall-entry stop at MA_STUB_MARKER_END).  If the
- * tracer died instead, the syscall just runs and the code after it reloads
- * the saved state (xstate, general registers, flags, stack, ip) from the
- * state area and jumps back: the thread restores itself.
+ * The return stub, written into slack bytes that no thread ever executes
+ * (after the end of an executable segment, see target.h), MA_STUB_REGION
+ * bytes: code, then slots.  A call returns into it; it moves the return
+ * value to the first argument register and makes a getpid syscall, where
+ * the tracer stops the thread (syscall-entry stop at MA_STUB_MARKER_END).
+ * Every syscall memattach issues runs at that same `syscall` instruction.
+ * If the tracer died instead, the syscall just runs and the code after it
+ * restores the thread by itself: signal mask, xstate and general registers
+ * from the state area on the thread's own stack (below its red zone, where
+ * a signal frame would go), then stack pointer and ip from the stub's
+ * slots.  It writes nothing: the stub's page is not writable.
  */
 #define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
 #define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
 #define MA_STUB_MARKER_NR 39 /* __NR_getpid */
-#define MA_STUB_MAX 128
+#define MA_STUB_RESTORE_SYSCALL_END 48 /* after the restore path's rt_sigprocmask */
+#define MA_STUB_SLOT_RSP 112
+#define MA_STUB_SLOT_RIP 120
+#define MA_STUB_HEADER 128 /* the session's header (remote.h) */
+#define MA_STUB_REGION 304
 
 /* Size of the state area for an xstate image of XLEN bytes. */
 size_t ma_arch_state_area_size(size_t xlen);
+/* Where the state area goes: below SAVED's red zone, 64-byte aligned. */
+uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen);
+/* The state area image restoring RESUME, XS and SIGMASK. */
+void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
+			const struct ma_cpu_state *xs, uint64_t sigmask);
+/* Offset of the signal mask in the state area. */
+#define MA_AREA_SIGMASK 128
 /*
- * Build the stub code (for address STUB_ADDR) into CODE and the state area
- * image (for address AREA_ADDR, restoring RESUME and XS) into AREA.
- * Returns the code length.
+ * Build the stub (MA_STUB_REGION bytes, for address STUB_ADDR, restoring
+ * from the area at AREA_ADDR and jumping to RESUME's ip).  Returns the
+ * code length (< MA_STUB_SLOT_RSP).
  */
-size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char *area,
-			  uint64_t area_addr, const struct user_regs_struct *resume,
-			  const struct ma_cpu_state *xs);
+size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
+			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs);
 /*
  * Build the batch runner into CODE: batch(entries, n) calls each entry's
  * function with its six arguments and stores the result (struct
@@ -94,8 +107,6 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, unsigned char
  */
 #define MA_BATCH_MAX_CODE 64
 size_t ma_arch_build_batch(unsigned char *code);
-/* True if R is stopped at the stub's marker (the call has returned). */
-bool ma_arch_at_stub_marker(const struct user_regs_struct *r, uint64_t stub_addr);
 /* Return value of the call, read at the stub marker. */
 uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
 

@@ -1,18 +1,24 @@
 /*
  * remote.h - calling functions inside a live target, one thread at a time.
  *
- * A session seizes exactly one thread that is safe to borrow (see
- * safepoint.h), saves its complete CPU state, maps two private areas in
- * the target -- code (return stub, batch runner, the saved state; r-x) and
- * data (buffers, a private stack; rw-) -- runs calls and syscalls there,
- * and on close unmaps them, restores the thread bit for bit (an
- * interrupted syscall is restarted by the kernel's own signal path) and
- * re-delivers any signal that arrived meanwhile.  All other threads run
- * on undisturbed.
+ * A session takes the target's run lock (runlock.h), seizes exactly one
+ * thread that is safe to borrow (see safepoint.h), saves its complete CPU
+ * state and signal mask, and before changing anything writes (1) the state
+ * area onto the thread's own stack below its red zone and (2) the return
+ * stub into slack bytes no thread executes (stubsite.c, arch.h).  From the
+ * first register change to the last, the thread's ip is in the stub or in
+ * a call that returns into it, so a memattach killed at any instant leaves
+ * a thread that restores itself.  The thread's signals are blocked while
+ * it is borrowed (PTRACE_SETSIGMASK; the kernel keeps them pending, in
+ * order, with stop/continue semantics), except the synchronous fault
+ * signals, which an injected call that faults must be able to raise.
+ * Two private mappings hold the batch runner (r-x) and buffers plus a
+ * private stack (rw-); on close they are unmapped, the mask, registers and
+ * xstate restored and the slack bytes put back.  All other threads run on.
  *
- * If memattach dies mid-session, the kernel detaches the thread and the
- * return stub restores the saved state by itself (arch.h); only the
- * mappings are left behind.
+ * A killed run's leftovers (mappings, slack stub, memfds) carry a magic
+ * header and are removed by the next run, which holds the run lock, once
+ * no thread still runs in them.
  */
 #ifndef MA_REMOTE_H
 #define MA_REMOTE_H
@@ -25,33 +31,69 @@
 #include "arch.h"
 #include "target.h"
 
-#define MA_MAX_HELD_SIGNALS 32
+/* The stub header (at MA_STUB_HEADER in the stub region) and mapping headers. */
+#define MA_MAGIC_STUB 0x3142555453414dULL /* "MASTUB1" */
+#define MA_MAGIC_MAP 0x3150414d414d4dULL /* "MMAMAP1" */
+#define MA_MAP_HEADER 64 /* bytes reserved at the start of each mapping */
+/* The memfd heap-dump opens in the target: a killed run's is closed by the next. */
+#define MA_MEMFD_NAME "memattach-heap"
+
+/* A mapping in the target made by a memattach session. */
+struct ma_map_record {
+	uint64_t addr, len, session; /* len 0: unused */
+};
+
+#define MA_MAX_MAP_RECORDS 6
+
+/*
+ * Records 0 and 1 are this session's mappings, written before each mmap
+ * (at an address chosen by us, MAP_FIXED_NOREPLACE); the others are a
+ * killed run's, inherited with its stub site until unmapped, so no run
+ * that dies loses track of a mapping.
+ */
+struct ma_stub_header {
+	uint64_t magic;
+	uint64_t session;
+	uint32_t tid, owner; /* borrowed thread, memattach's pid */
+	struct ma_map_record map[MA_MAX_MAP_RECORDS];
+};
 
 struct ma_session {
 	struct ma_target *t;
 	pid_t tid;
+	int lock_fd;
+	uint64_t lock_waited_ns;
+	uint64_t id; /* random, in every header */
 	bool seized;
-	bool mapped;
+	bool filtered; /* a seccomp filter judges our syscalls */
+	bool changed; /* registers or signal mask changed: restore on close */
+	bool mask_blocked;
+	bool stub_written;
+	bool mapped; /* the scratch mapping (own[0]) exists */
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
-	bool stub_ready; /* the code page holds the stub: syscalls go through it */
-	bool code_mapped; /* the code page (stub + saved state) is mapped */
 	bool resume_valid;
-	uint64_t code; /* code page: stub, batch runner, saved state (r-x) */
-	size_t code_len;
+	size_t site; /* index into t->stub_sites */
+	uint64_t stub;
+	unsigned char stub_orig[MA_STUB_REGION]; /* the file's bytes there */
+	uint64_t area; /* state area on the thread's stack */
+	size_t area_len;
+	uint64_t sigmask; /* the thread's own */
+	struct ma_map_record inherited[MA_MAX_MAP_RECORDS]; /* a killed run's, to unmap */
+	size_t ninherited;
+	struct ma_map_record own[2]; /* scratch mapping, one more (ma_session_map) */
 	struct ma_cpu_state saved; /* as stopped */
 	struct user_regs_struct resume; /* what to restore (restart emulated) */
-	uint64_t scratch; /* base of the scratch mapping in the target */
-	size_t scratch_len;
-	uint64_t stub; /* code: return stub */
-	uint64_t batch_fn; /* code: batch runner */
+	uint64_t scratch; /* code page (header, batch runner, append callback; r-x), */
+	size_t scratch_len; /* then buffers and the private stack (rw-) */
+	uint64_t batch_fn, append_cb;
 	uint64_t data, data_len, data_used; /* bump-allocated buffers */
 	uint64_t stack_top;
 	int call_timeout_ms;
-	siginfo_t held[MA_MAX_HELD_SIGNALS];
-	int nheld;
-	int held_sig; /* signal pending delivery when the thread was stopped */
+	siginfo_t *held; /* signals that reached the thread while borrowed */
+	int nheld, held_cap;
 	int redelivered; /* signals held during the session and delivered after */
+	unsigned leftovers_removed; /* a killed run's mappings/memfds/stubs */
 	/* measurements */
 	unsigned ncalls;
 	uint64_t stopped_ns; /* time the thread was held by us */
@@ -85,12 +127,26 @@ struct ma_batch_entry {
 int ma_session_call_batch(struct ma_session *s, uint64_t table, size_t n, int timeout_ms);
 
 /*
- * Execute syscall NR(args) in the borrowed thread (through a syscall
- * instruction of the target, not through libc); *ret gets the raw result
- * (negative errno on failure).
+ * Execute syscall NR(args) in the borrowed thread, at the stub's syscall
+ * instruction; *ret gets the raw result (negative errno on failure).
+ * Refused (MA_E_SECCOMP) if the thread's seccomp filter would not allow it.
  */
 int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 		       uint64_t *ret);
+struct ma_sc_query;
+/*
+ * Syscalls an injected call will make inside the target (e.g. prof.dump's
+ * openat/write/close): MA_E_SECCOMP if the thread's seccomp filter would
+ * not allow one of them; 0 if allowed or there is no filter.
+ */
+int ma_session_check_syscalls(struct ma_session *s, const struct ma_sc_query *q, size_t n);
+/*
+ * Map LEN more bytes (read+write) in the target, recorded so that a
+ * killed run's mapping is found and removed by the next; at most one at a
+ * time.  Unmapped by ma_session_unmap or at close.
+ */
+int ma_session_map(struct ma_session *s, size_t len, uint64_t *addr);
+void ma_session_unmap(struct ma_session *s, uint64_t addr);
 /* Reserve N bytes of scratch data (aligned to 16); returns target address or 0. */
 uint64_t ma_session_alloc(struct ma_session *s, size_t n);
 /* Forget all scratch data allocations. */

@@ -3,8 +3,10 @@
  *
  * A thread is unsafe if any frame of its stack (unwound remotely with
  * libunwind-ptrace) returns into jemalloc's code: it may hold an allocator
- * lock.  The one exception is an idle jemalloc background thread blocked in
- * a syscall (its condition wait released the lock).
+ * lock; or into libc's fork(), which holds every allocator lock between
+ * the atfork handlers with no jemalloc frame on the stack; or if it runs a
+ * signal handler; or if the walk did not reach the outermost frame.
+ * jemalloc's background threads get no exception.
  */
 #ifndef MA_SAFEPOINT_H
 #define MA_SAFEPOINT_H
@@ -22,6 +24,7 @@ struct ma_backtrace {
 	uint64_t ip[MA_MAX_FRAMES];
 	size_t n;
 	bool complete; /* reached the outermost frame */
+	bool in_signal_handler; /* a frame is a signal frame */
 };
 
 struct ma_thread_info {

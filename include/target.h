@@ -48,12 +48,22 @@ struct ma_proc_status {
 	uint64_t sig_pending, sig_shared_pending, sig_blocked; /* masks */
 };
 
+#define MA_MAX_STUB_SITES 16
+
+/* Slack bytes after an executable segment, where the return stub can go. */
+struct ma_stub_site {
+	uint64_t addr; /* 16-byte aligned; MA_STUB_REGION bytes (arch.h) */
+	size_t map_index; /* the private r-x file mapping holding it */
+};
+
 struct ma_target {
 	pid_t pid;
 	struct ma_mapping *maps;
 	size_t nmaps;
 	struct ma_jemalloc je;
-	uint64_t syscall_insn; /* address of a `syscall` instruction in the target */
+	struct ma_stub_site stub_sites[MA_MAX_STUB_SITES]; /* lowest address first */
+	struct ma_range fork_fn; /* libc's fork(), {0,0} if not found */
+	size_t nstub_sites;
 };
 
 /* Read /proc/PID/status (or /proc/PID/task/TID/status if tid > 0). */
@@ -64,6 +74,13 @@ int ma_target_open(struct ma_target *t, pid_t pid);
 int ma_target_find_jemalloc(struct ma_target *t);
 /* True if ADDR lies in jemalloc's code. */
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr);
+/* True if process PID is a memattach (another run: wait for it, do not refuse). */
+bool ma_is_memattach(pid_t pid);
+/*
+ * Re-read the maps: 0 if the mappings holding each of ADDRS are the ones
+ * read at open, else MA_E_EXITED (the process exec'd meanwhile).
+ */
+int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, size_t n);
 /* The mapping holding ADDR, or NULL. */
 const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_t addr);
 /* The lowest mapping of the file that M maps (where its ELF header is). */
@@ -75,6 +92,15 @@ uint64_t ma_target_load_bias(const struct ma_mapping *first, const struct ma_elf
 /* Open the file behind mapping M robustly (map_files, /proc/PID/root, exe). */
 int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mapping *m);
 void ma_target_release(struct ma_target *t);
+/*
+ * Find the stub sites (stubsite.c): slack bytes after the end of an
+ * executable PT_LOAD segment, inside its last page, in a private file
+ * mapping: mapped executable, yet part of no segment, so no thread ever
+ * runs or reads them.  MA_E_INTERNAL if there is none.
+ */
+int ma_target_find_stub_sites(struct ma_target *t);
+/* The bytes the file holds at stub site SITE (what to put back). */
+int ma_target_stub_site_original(const struct ma_target *t, size_t site, void *buf, size_t len);
 
 /* Read / write target memory (process_vm_*v, falling back to /proc/PID/mem). */
 int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);

@@ -1,0 +1,50 @@
+/*
+ * steps.c - the step counter behind the every-step kill test (steps.h).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "steps.h"
+
+static unsigned long nsteps;
+static unsigned long kill_after; /* 0: never */
+static bool configured;
+
+static void print_steps(void)
+{
+	fprintf(stderr, "memattach-test: steps=%lu\n", nsteps);
+}
+
+static void configure(void)
+{
+	const char *k = getenv("MEMATTACH_TEST_KILL_AFTER_STEP");
+	const char *p = getenv("MEMATTACH_TEST_STEPS");
+
+	configured = true;
+	if (k && *k)
+		kill_after = strtoul(k, NULL, 10);
+	if (p && *p == '1')
+		atexit(print_steps);
+}
+
+void ma_step(void)
+{
+	if (!configured)
+		configure();
+	if (++nsteps == kill_after)
+		kill(getpid(), SIGKILL);
+}
+
+long ma_ptrace(int request, pid_t tid, void *addr, void *data)
+{
+	long r = ptrace((enum __ptrace_request)request, tid, addr, data);
+	int e = errno;
+
+	ma_step();
+	errno = e;
+	return r;
+}

@@ -1,0 +1,149 @@
+/*
+ * stubsite.c - where the return stub can live in a target: slack bytes no
+ * thread ever executes.
+ *
+ * The page holding the end of an executable PT_LOAD segment is mapped
+ * whole, so the bytes from the segment's end to the page's end are mapped
+ * executable but belong to no segment: no code jumps there and no data
+ * lives at those addresses.  Written through /proc/PID/mem they become a
+ * private copy of the page (copy-on-write), never the file.
+ */
+#include <elf.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "ma_error.h"
+#include "target.h"
+
+#define PAGE 4096ULL
+
+/* True if no PT_LOAD segment (at runtime) overlaps [lo, hi). */
+static bool outside_segments(Elf *elf, size_t nph, uint64_t bias, uint64_t lo, uint64_t hi)
+{
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+			continue;
+		if (ph.p_vaddr + bias < hi && lo < ph.p_vaddr + bias + ph.p_memsz)
+			return false;
+	}
+	return true;
+}
+
+static void add_site(struct ma_target *t, uint64_t addr, size_t map_index)
+{
+	if (t->nstub_sites >= MA_MAX_STUB_SITES)
+		return;
+	for (size_t i = 0; i < t->nstub_sites; i++)
+		if (t->stub_sites[i].addr == addr)
+			return;
+	t->stub_sites[t->nstub_sites].addr = addr;
+	t->stub_sites[t->nstub_sites].map_index = map_index;
+	t->nstub_sites++;
+}
+
+/* The mapping index holding [lo, hi) whole, private and r-x; or -1. */
+static long private_exec_mapping(const struct ma_target *t, uint64_t lo, uint64_t hi)
+{
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (m->start <= lo && hi <= m->end)
+			return m->perms[2] == 'x' && m->perms[3] == 'p' && m->path &&
+					       m->path[0] == '/'
+				       ? (long)i
+				       : -1;
+	}
+	return -1;
+}
+
+static void sites_in_object(struct ma_target *t, const struct ma_mapping *first, int fd)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	GElf_Ehdr eh;
+	size_t nph;
+	uint64_t base = ~0ULL, bias;
+
+	if (!elf || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) ||
+	    elf_getphdrnum(elf, &nph) != 0)
+		goto out;
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+
+		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD && ph.p_vaddr < base)
+			base = ph.p_vaddr & ~(PAGE - 1);
+	}
+	bias = eh.e_type == ET_DYN ? first->start - base : 0;
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+		uint64_t end, lo, page_end;
+		long mi;
+
+		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X))
+			continue;
+		end = ph.p_vaddr + ph.p_memsz + bias;
+		lo = (end + 15) & ~15ULL;
+		page_end = (end + PAGE - 1) & ~(PAGE - 1);
+		if (lo + MA_STUB_REGION > page_end)
+			continue;
+		mi = private_exec_mapping(t, lo, lo + MA_STUB_REGION);
+		if (mi >= 0 && outside_segments(elf, nph, bias, lo, lo + MA_STUB_REGION))
+			add_site(t, lo, (size_t)mi);
+	}
+out:
+	if (elf)
+		elf_end(elf);
+}
+
+int ma_target_find_stub_sites(struct ma_target *t)
+{
+	elf_version(EV_CURRENT);
+	t->nstub_sites = 0;
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i], *first;
+		int fd;
+
+		if (m->perms[2] != 'x' || m->perms[3] != 'p' || !m->path || m->path[0] != '/')
+			continue;
+		first = ma_target_first_mapping(t, m);
+		/* One look per object: its first executable mapping. */
+		if (i > 0 && t->maps[i - 1].perms[2] == 'x' && ma_target_first_mapping(t, &t->maps[i - 1]) == first)
+			continue;
+		fd = ma_target_open_mapped_file(t, first);
+		if (fd < 0) {
+			ma_err_clear();
+			continue;
+		}
+		sites_in_object(t, first, fd);
+		close(fd);
+	}
+	if (t->nstub_sites == 0)
+		return ma_fail(MA_E_INTERNAL,
+			       "process %d has no slack of %d bytes after an executable segment to "
+			       "hold memattach's return stub",
+			       t->pid, MA_STUB_REGION);
+	return 0;
+}
+
+int ma_target_stub_site_original(const struct ma_target *t, size_t site, void *buf, size_t len)
+{
+	const struct ma_mapping *m = &t->maps[t->stub_sites[site].map_index];
+	uint64_t off = m->offset + (t->stub_sites[site].addr - m->start);
+	int fd = ma_target_open_mapped_file(t, m);
+	ssize_t n;
+
+	if (fd < 0)
+		return MA_E_IO;
+	n = pread(fd, buf, len, (off_t)off);
+	close(fd);
+	if (n < 0)
+		return ma_fail(MA_E_IO, "cannot read %s", m->path);
+	if ((size_t)n < len) /* past the end of the file: the page is zero-filled */
+		memset((char *)buf + n, 0, len - (size_t)n);
+	return 0;
+}
