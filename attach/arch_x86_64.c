@@ -138,6 +138,15 @@ void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eint
 	out->orig_rax = (unsigned long long)-1;
 }
 
+void ma_arch_shorten_wait(struct user_regs_struct *r, uint64_t elapsed_ms)
+{
+	int timeout = (int)r->r10; /* epoll_wait's and epoll_pwait's 4th argument */
+
+	if ((r->rax != 232 && r->rax != 281) || timeout <= 0)
+		return;
+	r->r10 = (unsigned long long)(elapsed_ms >= (uint64_t)timeout ? 0 : timeout - (int)elapsed_ms);
+}
+
 void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t *args, int nargs,
 			uint64_t stack_top, uint64_t ret)
 {

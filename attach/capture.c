@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "seccomp.h"
 #include "jectl.h"
 #include "ma_error.h"
 
@@ -84,6 +85,20 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 			       "process %d was not started with heap profiling (opt.prof is false); "
 			       "restart it with %s",
 			       s->t->pid, ma_prof_restart_hint(s->t));
+	{
+		/* jemalloc's prof.dump creat()s, writes and closes the file in the borrowed thread. */
+		struct ma_sc_query q[] = {
+			{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_WRONLY | O_CREAT | O_TRUNC, 0644, 0, 0 }, 0,
+			  "openat (prof.dump creates the dump)" },
+			{ SYS_write, { 3, 0, 4096, 0, 0, 0 }, 0, "write (prof.dump)" },
+			{ SYS_close, { 3, 0, 0, 0, 0, 0 }, 0, "close (prof.dump)" },
+		};
+
+		for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+			q[i].ip = s->stub + MA_STUB_MARKER_END;
+		if ((rc = ma_session_check_syscalls(s, q, sizeof(q) / sizeof(q[0]))))
+			return rc;
+	}
 	ma_session_reset(s);
 	a_name = ma_session_alloc(s, sizeof(name));
 	if (!a_name)

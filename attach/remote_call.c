@@ -559,6 +559,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 				    may_reissue(s->t->pid, ti->tid, &s->saved.regs, s->sigmask),
 			    &s->resume);
 	s->resume_valid = true;
+	if (s->resume.rip != s->saved.regs.rip && ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns)
+		ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
 	/* Our stop made its syscall fail with EINTR: should we die now, it issues it again. */
 	if (s->resume.rip != s->saved.regs.rip && ma_arch_interrupted_eintr(&s->saved.regs))
 		ma_arch_set_regs(ti->tid, &s->resume);
@@ -801,7 +803,8 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 	s->site = (size_t)(clean >= 0 ? clean : freed);
 	s->stub = s->t->stub_sites[s->site].addr;
 	stale[s->site] = false; /* ours now: put back at close */
-	return ma_target_stub_site_original(s->t, s->site, s->stub_orig, sizeof(s->stub_orig));
+	memcpy(s->stub_orig, ma_target_stub_site_original(s->t, s->site), sizeof(s->stub_orig));
+	return 0;
 }
 
 /*
@@ -858,10 +861,8 @@ static void remove_leftovers(struct ma_session *s, const bool *stale)
 		}
 	}
 	for (size_t i = 0; i < s->t->nstub_sites; i++) {
-		unsigned char orig[MA_STUB_REGION];
-
-		if (!stale[i] || ma_target_stub_site_original(s->t, i, orig, sizeof(orig)) != 0 ||
-		    ma_mem_write(s->t->pid, s->t->stub_sites[i].addr, orig, sizeof(orig)) != 0) {
+		if (!stale[i] || ma_mem_write(s->t->pid, s->t->stub_sites[i].addr,
+					      ma_target_stub_site_original(s->t, i), MA_STUB_REGION) != 0) {
 			ma_err_clear();
 			continue;
 		}
@@ -885,6 +886,11 @@ static int check_seccomp(struct ma_session *s, size_t data_len)
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
 		{ SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
 		  s->stub + MA_STUB_RESTORE_SYSCALL_END, "rt_sigprocmask (the stub's self-restore)" },
+		/* What jemalloc itself does inside our calls (purge, decay, locks). */
+		{ SYS_madvise, { any, PAGE, MADV_DONTNEED, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
+		{ SYS_madvise, { any, PAGE, MADV_FREE, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
+		{ SYS_futex, { any, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
+		{ SYS_futex, { any, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 	};
 	int mode = ma_seccomp_mode(s->t->pid, s->tid);
 

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
 
 #include <sys/uio.h>
 
@@ -243,6 +245,81 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 	return true;
 }
 
+/*
+ * Does syscall NR with arguments A wait with a timeout?  Borrowing such a
+ * thread delays its deadline by the hold time at most (an interrupted
+ * epoll_wait is issued again with the time that remained), but an untimed
+ * wait is not delayed at all: those are preferred.
+ */
+static bool is_timed_wait(long nr, const unsigned long long *a)
+{
+	switch (nr) {
+	case 202: /* futex: FUTEX_WAIT (0) or FUTEX_WAIT_BITSET (9) with a timeout */
+		return ((a[1] & 0x7f) == 0 || (a[1] & 0x7f) == 9) && a[3] != 0;
+	case 232: /* epoll_wait */
+	case 281: /* epoll_pwait */
+		return (int)a[3] >= 0;
+	case 7: /* poll */
+		return (int)a[2] >= 0;
+	case 271: /* ppoll */
+	case 441: /* epoll_pwait2 */
+		return a[nr == 271 ? 2 : 3] != 0;
+	case 23: /* select */
+	case 270: /* pselect6 */
+		return a[4] != 0;
+	case 35: /* nanosleep */
+	case 230: /* clock_nanosleep */
+	case 128: /* rt_sigtimedwait */
+	case 208: /* io_getevents */
+	case 220: /* semtimedop */
+	case 243: /* mq_timedreceive */
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* se.exec_start of a /proc .../sched file, in ms of the scheduler's clock; -1 unknown. */
+static double exec_start_ms(const char *path)
+{
+	char line[256];
+	double v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "se.exec_start", 13) == 0 && sscanf(strchr(line, ':') + 1, "%lf", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/*
+ * When did blocked thread TID start waiting (CLOCK_MONOTONIC ns; 0 if
+ * unknown)?  Its scheduler exec_start is when it last ran, i.e. when it
+ * went to sleep; our own, right after a yield, is now on the same clock.
+ * Read before the thread is stopped: the stop makes it run.
+ */
+static uint64_t wait_began_ns(pid_t pid, pid_t tid)
+{
+	char path[96];
+	struct timespec ts;
+	double t, self;
+	uint64_t now, ago;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/sched", pid, tid);
+	if ((t = exec_start_ms(path)) < 0)
+		return 0;
+	sched_yield();
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if ((self = exec_start_ms("/proc/thread-self/sched")) < 0 || self < t)
+		return 0;
+	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	ago = (uint64_t)((self - t) * 1e6);
+	return ago < now ? now - ago : 0;
+}
+
 static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 {
 	char path[96], buf[512];
@@ -270,22 +347,34 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
 	if ((f = fopen(path, "re"))) {
 		if (fgets(buf, sizeof(buf), f)) {
-			if (strncmp(buf, "running", 7) == 0)
+			unsigned long long a[6] = { 0 };
+
+			if (strncmp(buf, "running", 7) == 0) {
 				ti->syscall = -2;
-			else
+			} else {
 				ti->syscall = strtol(buf, NULL, 10);
+				sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2], &a[3],
+				       &a[4], &a[5]);
+				ti->timed_wait = is_timed_wait(ti->syscall, a);
+				/* An epoll_wait we interrupt is issued again: with the time that remained. */
+				if (ti->timed_wait && (ti->syscall == 232 || ti->syscall == 281))
+					ti->wait_began_ns = wait_began_ns(pid, tid);
+			}
 		}
 		fclose(f);
 	}
 }
 
+/* Best first: an untimed wait, a timed wait, uninterruptible, running; background last. */
 static int rank(const struct ma_thread_info *ti)
 {
 	if (is_bg_thread(ti))
-		return 3;
-	if ((ti->state == 'S' || ti->state == 'D') && ti->syscall >= 0)
-		return ti->state == 'S' ? 0 : 1;
-	return 2;
+		return 4;
+	if (ti->state == 'S' && ti->syscall >= 0)
+		return ti->timed_wait ? 1 : 0;
+	if (ti->state == 'D' && ti->syscall >= 0)
+		return 2;
+	return 3;
 }
 
 static int cmp_rank(const void *a, const void *b)

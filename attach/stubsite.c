@@ -21,6 +21,8 @@
 
 #define PAGE 4096ULL
 
+_Static_assert(MA_STUB_REGION <= sizeof(((struct ma_stub_site *)0)->orig), "stub site buffer");
+
 /* True if no PT_LOAD segment (at runtime) overlaps [lo, hi). */
 static bool outside_segments(Elf *elf, size_t nph, uint64_t bias, uint64_t lo, uint64_t hi)
 {
@@ -35,15 +37,23 @@ static bool outside_segments(Elf *elf, size_t nph, uint64_t bias, uint64_t lo, u
 	return true;
 }
 
+static int read_original(const struct ma_target *t, struct ma_stub_site *site);
+
 static void add_site(struct ma_target *t, uint64_t addr, size_t map_index)
 {
+	struct ma_stub_site *site = &t->stub_sites[t->nstub_sites];
+
 	if (t->nstub_sites >= MA_MAX_STUB_SITES)
 		return;
 	for (size_t i = 0; i < t->nstub_sites; i++)
 		if (t->stub_sites[i].addr == addr)
 			return;
-	t->stub_sites[t->nstub_sites].addr = addr;
-	t->stub_sites[t->nstub_sites].map_index = map_index;
+	site->addr = addr;
+	site->map_index = map_index;
+	if (read_original(t, site) != 0) {
+		ma_err_clear();
+		return;
+	}
 	t->nstub_sites++;
 }
 
@@ -130,20 +140,26 @@ int ma_target_find_stub_sites(struct ma_target *t)
 	return 0;
 }
 
-int ma_target_stub_site_original(const struct ma_target *t, size_t site, void *buf, size_t len)
+/* Read the file's bytes at site I (what the page held before any write of ours). */
+static int read_original(const struct ma_target *t, struct ma_stub_site *site)
 {
-	const struct ma_mapping *m = &t->maps[t->stub_sites[site].map_index];
-	uint64_t off = m->offset + (t->stub_sites[site].addr - m->start);
+	const struct ma_mapping *m = &t->maps[site->map_index];
+	uint64_t off = m->offset + (site->addr - m->start);
 	int fd = ma_target_open_mapped_file(t, m);
 	ssize_t n;
 
 	if (fd < 0)
 		return MA_E_IO;
-	n = pread(fd, buf, len, (off_t)off);
+	n = pread(fd, site->orig, MA_STUB_REGION, (off_t)off);
 	close(fd);
 	if (n < 0)
 		return ma_fail(MA_E_IO, "cannot read %s", m->path);
-	if ((size_t)n < len) /* past the end of the file: the page is zero-filled */
-		memset((char *)buf + n, 0, len - (size_t)n);
+	if ((size_t)n < MA_STUB_REGION) /* past the end of the file: the page is zero-filled */
+		memset(site->orig + n, 0, MA_STUB_REGION - (size_t)n);
 	return 0;
+}
+
+const unsigned char *ma_target_stub_site_original(const struct ma_target *t, size_t site)
+{
+	return t->stub_sites[site].orig;
 }

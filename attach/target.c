@@ -200,10 +200,40 @@ static bool same_mapping(const struct ma_mapping *a, const struct ma_mapping *b)
 	       a->inode == b->inode && strcmp(a->perms, b->perms) == 0;
 }
 
+/*
+ * Is mapping M still there, the same file?  One stat of its map_files
+ * entry; 1 yes, 0 no, -1 cannot tell (map_files needs CAP_SYS_ADMIN).
+ */
+static int mapping_still_there(pid_t pid, const struct ma_mapping *m)
+{
+	char path[96];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m->start, m->end);
+	if (stat(path, &st) == 0)
+		return st.st_ino == m->inode;
+	return errno == ENOENT ? 0 : -1;
+}
+
 int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, size_t n)
 {
 	struct ma_target now;
 	int rc = 0;
+	bool known = true;
+
+	for (size_t i = 0; i < n && known; i++) {
+		const struct ma_mapping *m = ma_target_mapping_at(t, addrs[i]);
+		int there = m && m->inode ? mapping_still_there(t->pid, m) : -1;
+
+		if (there == 0)
+			return ma_fail(MA_E_EXITED,
+				       "process %d replaced its program (exec) or unmapped jemalloc "
+				       "while memattach attached; run memattach again",
+				       t->pid);
+		known = there == 1;
+	}
+	if (known)
+		return 0;
 
 	memset(&now, 0, sizeof(now));
 	now.pid = t->pid;

@@ -42,6 +42,12 @@ void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eint
  * spurious EINTR reaches the program.
  */
 bool ma_arch_interrupted_eintr(const struct user_regs_struct *r);
+/*
+ * R re-issues an epoll_wait/epoll_pwait (see ma_arch_resume_regs) that had
+ * already waited ELAPSED_MS: give it only the time that remained, so a
+ * borrowed thread's deadline moves by the hold time at most.
+ */
+void ma_arch_shorten_wait(struct user_regs_struct *r, uint64_t elapsed_ms);
 /* True if the two bytes before the stopped ip are the 64-bit `syscall`
  * instruction (not int $0x80 or sysenter, whose numbers differ). */
 bool ma_arch_is_syscall_insn(const unsigned char insn[2]);

@@ -32,6 +32,8 @@ struct ma_thread_info {
 	char name[64];
 	char state; /* from /proc */
 	long syscall; /* syscall number blocked in, -1 none, -2 running/unknown */
+	bool timed_wait; /* that syscall waits with a timeout */
+	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 };
 
 /* Unwind the stopped thread TID. */

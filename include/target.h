@@ -54,6 +54,7 @@ struct ma_proc_status {
 struct ma_stub_site {
 	uint64_t addr; /* 16-byte aligned; MA_STUB_REGION bytes (arch.h) */
 	size_t map_index; /* the private r-x file mapping holding it */
+	unsigned char orig[320]; /* the file's bytes there (>= MA_STUB_REGION) */
 };
 
 struct ma_target {
@@ -99,8 +100,8 @@ void ma_target_release(struct ma_target *t);
  * runs or reads them.  MA_E_INTERNAL if there is none.
  */
 int ma_target_find_stub_sites(struct ma_target *t);
-/* The bytes the file holds at stub site SITE (what to put back). */
-int ma_target_stub_site_original(const struct ma_target *t, size_t site, void *buf, size_t len);
+/* The bytes the file holds at stub site SITE (what to put back), read when the site was found. */
+const unsigned char *ma_target_stub_site_original(const struct ma_target *t, size_t site);
 
 /* Read / write target memory (process_vm_*v, falling back to /proc/PID/mem). */
 int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
