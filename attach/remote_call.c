@@ -1063,7 +1063,6 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	uint64_t addr, args[3], ret;
 	int rc;
 
-	/* The first syscall: it changes the registers, then the signals are blocked. */
 	if ((rc = map_recorded(s, 0, len, &addr)))
 		return rc;
 	s->scratch = addr;
@@ -1123,9 +1122,10 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	if ((rc = write_stub(s)))
 		goto fail;
+	/* A killed run's mappings go before ours come: its records never pile up. */
+	remove_leftovers(s, stale);
 	if ((rc = map_scratch(s, data)))
 		goto fail;
-	remove_leftovers(s, stale);
 	if (!busy_left)
 		close_leftover_memfds(s);
 	return 0;
