@@ -2,6 +2,10 @@
  * capture.c - heap dumps through a memfd, and all-or-nothing output files.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <limits.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +134,66 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	return rc;
 }
 
+/* Is PID a live memattach (then its temporary files are in use)? */
+static bool memattach_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM) && ma_is_memattach(pid);
+}
+
+void ma_remove_stale_temps(const char *path)
+{
+	const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+	char dir[PATH_MAX], prefix[PATH_MAX], full[PATH_MAX * 2];
+	size_t plen;
+	struct dirent *d;
+	DIR *dh;
+
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%s.tmp.", base);
+	if (!(dh = opendir(dir)))
+		return;
+	while ((d = readdir(dh))) {
+		const char *name = d->d_name, *p;
+		char *end;
+		long pid;
+
+		/* ".NAME.tmp.PID.XXXXXX" (files) or "NAME.tmp.PID.XXXXXX" (snapshot directories) */
+		if (name[0] == '.')
+			name++;
+		if (strncmp(name, prefix, plen) != 0)
+			continue;
+		p = name + plen;
+		pid = strtol(p, &end, 10);
+		if (end == p || *end != '.' || memattach_alive((pid_t)pid))
+			continue;
+		snprintf(full, sizeof(full), "%s/%s", dir, d->d_name);
+		if (d->d_type == DT_DIR)
+			ma_remove_tree(full);
+		else
+			unlink(full);
+	}
+	closedir(dh);
+}
+
+void ma_remove_tree(const char *dir)
+{
+	char full[PATH_MAX * 2];
+	struct dirent *d;
+	DIR *dh = opendir(dir);
+
+	if (!dh)
+		return;
+	while ((d = readdir(dh)))
+		if (strcmp(d->d_name, ".") && strcmp(d->d_name, "..")) {
+			snprintf(full, sizeof(full), "%s/%s", dir, d->d_name);
+			unlink(full);
+		}
+	closedir(dh);
+	rmdir(dir);
+}
+
 int ma_outfile_open(struct ma_outfile *o, const char *path)
 {
 	const char *slash = strrchr(path, '/');
@@ -143,8 +207,13 @@ int ma_outfile_open(struct ma_outfile *o, const char *path)
 		ma_outfile_abort(o);
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	}
-	/* Hidden temporary in the same directory, so rename is atomic. */
-	snprintf(o->tmp, strlen(path) + 32, "%.*s.%s.tmp.XXXXXX", (int)dlen, path, path + dlen);
+	/*
+	 * Hidden temporary in the same directory, so rename is atomic; named
+	 * with our pid, so the next run removes it should we be killed.
+	 */
+	ma_remove_stale_temps(path);
+	snprintf(o->tmp, strlen(path) + 32, "%.*s.%s.tmp.%d.XXXXXX", (int)dlen, path, path + dlen,
+		 (int)getpid());
 	o->fd = mkstemp(o->tmp);
 	if (o->fd < 0) {
 		int e = errno;

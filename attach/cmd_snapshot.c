@@ -213,7 +213,8 @@ static int make_tmp_dir(struct snap *sn)
 	if (stat(sn->dir, &st) == 0 && (!S_ISDIR(st.st_mode) || rmdir(sn->dir) != 0))
 		return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
 			       sn->dir);
-	snprintf(sn->tmp, sizeof(sn->tmp), "%s.tmp.XXXXXX", sn->dir);
+	ma_remove_stale_temps(sn->dir);
+	snprintf(sn->tmp, sizeof(sn->tmp), "%s.tmp.%d.XXXXXX", sn->dir, (int)getpid());
 	if (!mkdtemp(sn->tmp))
 		return ma_fail(MA_E_IO, "cannot create '%s': %s", sn->dir, strerror(errno));
 	chmod(sn->tmp, 0755);

@@ -31,6 +31,13 @@ struct ma_outfile {
 	int fd;
 };
 
+/*
+ * Remove what killed runs left while writing PATH: "PATH.tmp.PID.*"
+ * temporaries (hidden for files) whose memattach PID is no longer alive.
+ */
+void ma_remove_stale_temps(const char *path);
+/* Remove DIR and the plain files in it. */
+void ma_remove_tree(const char *dir);
 /* Create a temporary file next to PATH (mode 0644); 0 or MA_E_IO. */
 int ma_outfile_open(struct ma_outfile *o, const char *path);
 /* Flush, close and rename over PATH; 0 or MA_E_IO (the temp is removed). */
