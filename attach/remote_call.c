@@ -515,8 +515,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer &&
 			    !ma_is_memattach(st.tracer))
 				return ma_fail(MA_E_TRACED,
-					       "process %d is already traced by pid %d (a debugger?); "
-					       "detach it first", s->t->pid, st.tracer);
+					       "process %d is already traced by pid %d (%s); "
+					       "detach that first", s->t->pid, st.tracer,
+					       ma_comm_of(st.tracer));
 		}
 		return ptrace_errno("PTRACE_SEIZE", ti->tid);
 	}
@@ -539,7 +540,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if ((status >> 16) == PTRACE_EVENT_STOP && sig != SIGTRAP) {
 		snprintf(why, whylen, "process is stopped by job control (signal %d)", sig);
 		release_untouched(s, 0);
-		return MA_E_NOSAFE;
+		return MA_E_STOPPED;
 	}
 	if ((status >> 16) == 0) {
 		snprintf(why, whylen, "a signal (%d) was being delivered to it", sig);
@@ -609,6 +610,14 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
 				free(ti);
 				return rc;
+			}
+			if (rc == MA_E_STOPPED) {
+				/* No thread of a stopped process runs until SIGCONT: say so now. */
+				free(ti);
+				return ma_fail(MA_E_NOSAFE,
+					       "process %d is stopped (SIGSTOP or Ctrl-Z); continue it "
+					       "with 'kill -CONT %d' and run memattach again",
+					       s->t->pid, s->t->pid);
 			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
@@ -1438,7 +1447,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 			ma_ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
 	}
 	ma_arch_state_free(&s.saved);
-	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT)
+	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)
 		rc = 0;
 	return rc;
 }

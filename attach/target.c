@@ -2,6 +2,7 @@
  * target.c - /proc readers, memory transfer, and finding jemalloc in a target.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -168,30 +169,61 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	if (st.tgid != pid)
 		return ma_fail(MA_E_NOPROC, "%d is a thread of process %d; give the process id",
 			       pid, st.tgid);
-	if (st.state == 'Z' || st.state == 'X')
+	/* A main thread that called pthread_exit is a zombie; the others still run. */
+	if ((st.state == 'Z' || st.state == 'X') && !ma_has_live_threads(pid))
 		return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid, st.name);
 	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer))
 		return ma_fail(MA_E_TRACED,
-			       "process %d (%s) is already traced by pid %d (a debugger?); detach it first",
-			       pid, st.name, st.tracer);
+			       "process %d (%s) is already traced by pid %d (%s); detach that first",
+			       pid, st.name, st.tracer, ma_comm_of(st.tracer));
 	if (kill(pid, 0) != 0 && errno == EPERM)
 		return ma_fail(MA_E_PERM, "no permission to attach to pid %d; run as its user or root",
 			       pid);
 	return read_maps(t);
 }
 
-bool ma_is_memattach(pid_t pid)
+const char *ma_comm_of(pid_t pid)
 {
-	char path[64], comm[32] = "";
+	static char comm[32];
+	char path[64];
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	if (!(f = fopen(path, "re")))
+	strcpy(comm, "?");
+	if ((f = fopen(path, "re"))) {
+		if (!fgets(comm, sizeof(comm), f))
+			strcpy(comm, "?");
+		comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	return comm;
+}
+
+bool ma_is_memattach(pid_t pid)
+{
+	return strcmp(ma_comm_of(pid), "memattach") == 0;
+}
+
+bool ma_has_live_threads(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	bool live = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
 		return false;
-	if (!fgets(comm, sizeof(comm), f))
-		comm[0] = '\0';
-	fclose(f);
-	return strcmp(comm, "memattach\n") == 0;
+	while (!live && (d = readdir(dir))) {
+		struct ma_proc_status st;
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid > 0 && ma_proc_read_status(pid, tid, &st) == 0)
+			live = st.state != 'Z' && st.state != 'X';
+		ma_err_clear();
+	}
+	closedir(dir);
+	return live;
 }
 
 static bool same_mapping(const struct ma_mapping *a, const struct ma_mapping *b)

@@ -77,6 +77,10 @@ int ma_target_find_jemalloc(struct ma_target *t);
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr);
 /* True if process PID is a memattach (another run: wait for it, do not refuse). */
 bool ma_is_memattach(pid_t pid);
+/* The command name of PID ("?" if gone); a static buffer. */
+const char *ma_comm_of(pid_t pid);
+/* True if a thread of PID is neither a zombie nor exiting. */
+bool ma_has_live_threads(pid_t pid);
 /*
  * Re-read the maps: 0 if the mappings holding each of ADDRS are the ones
  * read at open, else MA_E_EXITED (the process exec'd meanwhile).
