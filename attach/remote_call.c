@@ -27,6 +27,7 @@
 #include <sys/ptrace.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -779,18 +780,29 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 {
 	long clean = -1, freed = -1;
 
+	struct ma_stub_header hs[MA_MAX_STUB_SITES];
+	struct iovec local[MA_MAX_STUB_SITES] = { { 0 } }, remote[MA_MAX_STUB_SITES] = { { 0 } };
+	size_t n = s->t->nstub_sites;
+
 	*busy_left = false;
-	for (size_t i = 0; i < s->t->nstub_sites; i++) {
+	/* Every site's header in one read. */
+	for (size_t i = 0; i < n; i++) {
+		local[i] = (struct iovec){ &hs[i], sizeof(hs[i]) };
+		remote[i] = (struct iovec){ (void *)(uintptr_t)(s->t->stub_sites[i].addr + MA_STUB_HEADER),
+					    sizeof(hs[i]) };
+	}
+	if (process_vm_readv(s->t->pid, local, n, remote, n, 0) != (ssize_t)(n * sizeof(hs[0])))
+		for (size_t i = 0; i < n; i++)
+			if (ma_mem_read(s->t->pid, (uint64_t)(uintptr_t)remote[i].iov_base, &hs[i],
+					sizeof(hs[i])) != 0) {
+				ma_err_clear();
+				hs[i].magic = 0;
+			}
+	for (size_t i = 0; i < n; i++) {
 		uint64_t addr = s->t->stub_sites[i].addr;
-		unsigned char cur[MA_STUB_REGION];
-		struct ma_stub_header h;
+		struct ma_stub_header h = hs[i];
 
 		stale[i] = false;
-		if (ma_mem_read(s->t->pid, addr, cur, sizeof(cur)) != 0) {
-			ma_err_clear();
-			continue;
-		}
-		memcpy(&h, cur + MA_STUB_HEADER, sizeof(h));
 		if (h.magic != MA_MAGIC_STUB) {
 			if (clean < 0)
 				clean = (long)i;
@@ -1102,7 +1114,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	size_t data = o->data_size ? o->data_size : DEFAULT_DATA;
 	bool stale[MA_MAX_STUB_SITES];
 	uint64_t addrs[2];
-	bool busy_left;
+	bool busy_left, stale_found = false;
 	int rc, fd;
 
 	memset(s, 0, sizeof(*s));
@@ -1127,6 +1139,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	if ((rc = scan_stub_sites(s, stale, &busy_left)))
 		goto fail;
+	for (size_t i = 0; i < t->nstub_sites; i++)
+		stale_found |= stale[i];
 	if ((rc = check_seccomp(s, data + STACK_SIZE)))
 		goto fail;
 	if ((rc = write_stub(s)))
@@ -1135,8 +1149,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	remove_leftovers(s, stale);
 	if ((rc = map_scratch(s, data)))
 		goto fail;
-	if (!busy_left)
-		close_leftover_memfds(s);
+	if (stale_found && !busy_left)
+		close_leftover_memfds(s); /* a killed heap-dump's memfd */
 	return 0;
 fail:
 	if (rc == MA_E_TIMEOUT && s->seized && s->changed)
