@@ -286,6 +286,61 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 }
 
 /*
+ * Is the syscall being entered a futex wait on a pthread mutex whose owner
+ * is this very thread (a lock it held before we borrowed it, e.g. inside
+ * fork())?  Then the call can never return.
+ */
+static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
+{
+	int owner = 0, op = (int)info->entry.args[1] & 0x7f;
+
+	if (info->entry.nr != SYS_futex || (op != 0 && op != 9))
+		return false;
+	if (ma_mem_read(s->t->pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return owner == s->tid;
+}
+
+/*
+ * Give up the call at that futex: it becomes a getpid (never skipped: a
+ * skipped syscall meets seccomp as nr -1), and at its exit the thread is
+ * stopped where any register state may be set.  The session goes on from
+ * there (unmapping, restoring) as after any failed call.
+ */
+static int skip_self_deadlock(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	int rc, status;
+
+	if ((rc = ma_arch_get_regs(s->tid, &r)))
+		return rc;
+	r.orig_rax = MA_STUB_MARKER_NR;
+	if ((rc = ma_arch_set_regs(s->tid, &r)))
+		return rc;
+	for (;;) {
+		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+			return ptrace_errno("PTRACE_SYSCALL", s->tid);
+		if ((rc = wait_stop(s->tid, &status, 1000)))
+			return rc;
+		if (!WIFSTOPPED(status)) {
+			s->seized = false;
+			return ma_fail(MA_E_EXITED, "thread %d exited during the call", s->tid);
+		}
+		if (WSTOPSIG(status) == (SIGTRAP | 0x80))
+			break;
+		if ((status >> 16) == 0)
+			hold_signal(s);
+	}
+	s->at_marker = false;
+	return ma_fail(MA_E_JEMALLOC,
+		       "the call in thread %d would wait for a lock that thread itself holds (it "
+		       "was inside fork() or similar); the call was given up and the thread restored",
+		       s->tid);
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
  * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
@@ -327,6 +382,9 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 				}
 				if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
 					return ma_arch_get_regs(s->tid, out);
+			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				   waits_on_own_lock(s, &info)) {
+				return skip_self_deadlock(s);
 			}
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
@@ -1159,6 +1217,38 @@ fail:
 	return rc;
 }
 
+/*
+ * A call that timed out: is the thread blocked on a pthread mutex whose
+ * owner is the thread itself (it holds the lock outside our call, e.g. a
+ * lock taken before it was borrowed)?  Then it can never return, and the
+ * only way out is to give up the call: the thread is left stopped at that
+ * futex, and the session goes on (unmapping, restoring) from there.
+ * Otherwise the thread is left running, as it was.
+ */
+static bool waits_for_itself(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	int status, owner = 0;
+
+	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0 ||
+	    wait_stop(s->tid, &status, 1000) != 0 || !WIFSTOPPED(status))
+		return false;
+	/* The interrupt ends the futex wait: a syscall-exit stop (PTRACE_SYSCALL) or an interrupt stop. */
+	if ((status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)) { /* a signal: not ours to judge */
+		ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)WSTOPSIG(status));
+		return false;
+	}
+	if (ma_arch_get_regs(s->tid, &r) == 0 && (long)r.orig_rax == SYS_futex &&
+	    ((r.rsi & 0x7f) == 0 || (r.rsi & 0x7f) == 9) &&
+	    ma_mem_read(s->t->pid, r.rdi + 8, &owner, sizeof(owner)) == 0 && owner == s->tid) {
+		s->at_marker = false; /* the next syscall goes through the stub from the saved state */
+		return true;
+	}
+	ma_err_clear();
+	ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL);
+	return false;
+}
+
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms)
 {
@@ -1184,11 +1274,16 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		s->at_marker = true;
 		test_kill_point("marker");
 	}
+	if (rc == MA_E_TIMEOUT && waits_for_itself(s))
+		return ma_fail(MA_E_TIMEOUT,
+			       "the call in thread %d waited for a lock that thread itself holds (it "
+			       "would never return); it was abandoned and the thread restored",
+			       s->tid);
 	if (rc == MA_E_TIMEOUT) {
 		/*
-		 * The call is still running (waiting for a lock?).  We cannot
-		 * restore a thread in the middle of jemalloc; it finishes and
-		 * restores itself through the stub.
+		 * The call is still running (waiting for a lock another thread
+		 * holds?).  We cannot restore a thread in the middle of
+		 * jemalloc; it finishes and restores itself through the stub.
 		 */
 		s->abandoned = true;
 		return ma_fail(MA_E_TIMEOUT,
