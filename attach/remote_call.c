@@ -644,6 +644,27 @@ unsafe:
 	return MA_E_NOSAFE;
 }
 
+/*
+ * The threads to try: all of them, best first, or just TID (one /proc
+ * look, not a listing: flushing every thread's tcache stays linear).
+ */
+static int list_candidates(pid_t pid, pid_t tid, struct ma_thread_info **out, size_t *n)
+{
+	char path[64];
+
+	if (!tid)
+		return ma_list_threads(pid, out, n);
+	*n = 0;
+	if (!(*out = calloc(1, sizeof(**out))))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", pid, tid);
+	if (access(path, F_OK) == 0) {
+		ma_read_thread_info(pid, tid, *out);
+		*n = 1;
+	}
+	return 0;
+}
+
 static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
@@ -653,7 +674,7 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 	for (unsigned round = 0;; round++) {
 		struct ma_thread_info *ti;
 		size_t n;
-		int rc = ma_list_threads(s->t->pid, &ti, &n);
+		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
 			return rc;

@@ -323,7 +323,7 @@ static uint64_t wait_began_ns(pid_t pid, pid_t tid)
 	return ago < now ? now - ago : 0;
 }
 
-static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
+void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 {
 	char path[96], buf[512];
 	FILE *f;
@@ -420,7 +420,7 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 			*out = p;
 			cap = nc;
 		}
-		read_thread_info(pid, tid, &(*out)[(*n)++]);
+		ma_read_thread_info(pid, tid, &(*out)[(*n)++]);
 	}
 	closedir(dir);
 	qsort(*out, *n, sizeof(**out), cmp_rank);

@@ -41,6 +41,8 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt);
 /* Decide; on false, WHY says which frame is in jemalloc etc. */
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen);
+/* What /proc says of thread TID of PID (name, state, syscall, timed wait). */
+void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti);
 /* List the threads of T->pid, best candidates first. */
 int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n);
 /* Release libunwind's address space. */
