@@ -1471,6 +1471,22 @@ static int detach_through_signal_path(struct ma_session *s)
 }
 
 /*
+ * Signals that reached the thread while it was borrowed and wait, blocked
+ * by us only: the kernel delivers them once the mask is back (counted as
+ * re-delivered; a signal number pending several times counts once).
+ */
+static void count_deferred_signals(struct ma_session *s)
+{
+	struct ma_proc_status st;
+
+	if (!s->mask_blocked || ma_proc_read_status(s->t->pid, s->tid, &st) != 0) {
+		ma_err_clear();
+		return;
+	}
+	s->redelivered += __builtin_popcountll(st.sig_pending & ~s->sigmask);
+}
+
+/*
  * Give the thread back: mask, registers, xstate, slack bytes, held
  * signals.  The mask goes first, while the registers still point into the
  * stub (whose restore path would set the same mask).  A syscall that our
@@ -1488,6 +1504,7 @@ static int restore_and_detach(struct ma_session *s)
 	if (s->at_marker && (rc = run_until(s, GOAL_SYSCALL_EXIT, s->call_timeout_ms, &r)))
 		return rc;
 	s->at_marker = false;
+	count_deferred_signals(s);
 	if (s->mask_blocked && (rc = set_sigmask(s, s->sigmask)))
 		return rc;
 	s->mask_blocked = false;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A thread that keeps receiving queued real-time signals (with sequence
-# numbers) is borrowed again and again: signals that arrive during a call
-# are held and re-delivered afterwards with their original siginfo, none
-# lost, none reordered.  With an SA_RESTART handler its read() never fails
+# numbers) is borrowed again and again: signals that arrive while it is
+# borrowed wait in the kernel's queue (memattach blocks them) and are
+# delivered afterwards with their original siginfo, none lost, none
+# reordered ("signals_redelivered" counts those still waiting at release).  With an SA_RESTART handler its read() never fails
 # with EINTR; without (-n), every signal handled in read() makes the read
 # fail with EINTR, as the kernel would have decided.
 . "$(dirname "$0")/../lib.sh"
