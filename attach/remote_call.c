@@ -497,12 +497,8 @@ static bool signal_pending_for(pid_t pid, pid_t tid, uint64_t blocked)
 	return ((st.sig_pending | st.sig_shared_pending) & ~blocked) != 0;
 }
 
-/*
- * May the EINTR our stop caused be undone by issuing the syscall again?
- * Only if no real signal waits (then the EINTR is its due) and the thread
- * entered through the 64-bit `syscall` instruction the numbers are for.
- */
-static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
+/* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
+static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
 {
 	unsigned char insn[MA_SYSCALL_INSN_LEN];
 
@@ -510,7 +506,17 @@ static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, 
 		ma_err_clear();
 		return false;
 	}
-	return ma_arch_is_syscall_insn(insn) && !signal_pending_for(pid, tid, blocked);
+	return ma_arch_is_syscall_insn(insn);
+}
+
+/*
+ * May the EINTR our stop caused be undone by issuing the syscall again?
+ * Only if no real signal waits (then the EINTR is its due) and the thread
+ * entered through the 64-bit `syscall` instruction.
+ */
+static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
+{
+	return is_syscall_insn_at(pid, r) && !signal_pending_for(pid, tid, blocked);
 }
 
 static uint64_t read_sigmask(pid_t tid)
@@ -562,6 +568,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
 	struct ma_backtrace local, *bt = btp ? btp : &local;
+	struct user_regs_struct first;
+	bool reissued = false;
 	int status, rc, sig;
 
 	s->tid = ti->tid;
@@ -606,24 +614,42 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		release_untouched(s, sig);
 		return MA_E_NOSAFE;
 	}
-	if ((rc = ma_arch_get_state(ti->tid, &s->saved))) {
+	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs))) {
 		release_untouched(s, 0);
 		return rc;
 	}
-	if (ma_ptrace(PTRACE_GETSIGMASK, ti->tid, (void *)sizeof(s->sigmask), &s->sigmask) != 0) {
-		release_untouched(s, 0);
-		return ptrace_errno("PTRACE_GETSIGMASK", ti->tid);
-	}
-	ma_arch_resume_regs(&s->saved.regs,
-			    ma_arch_interrupted_eintr(&s->saved.regs) &&
-				    may_reissue(s->t->pid, ti->tid, &s->saved.regs, s->sigmask),
-			    &s->resume);
-	s->resume_valid = true;
-	if (s->resume.rip != s->saved.regs.rip && ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns)
-		ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
-	/* Our stop made its syscall fail with EINTR: should we die now, it issues it again. */
-	if (s->resume.rip != s->saved.regs.rip && ma_arch_interrupted_eintr(&s->saved.regs))
+	first = s->saved.regs;
+	/*
+	 * Our stop made its syscall fail with EINTR: issue it again at once,
+	 * before anything else, so a memattach that dies from here on leaves
+	 * no EINTR.  (Between the stop and this write no register can be set:
+	 * that window is the one ptrace leaves; such threads are tried last.)
+	 */
+	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->pid, &s->saved.regs)) {
+		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
+		if (ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns)
+			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
 		ma_arch_set_regs(ti->tid, &s->resume);
+		reissued = true;
+	}
+	if ((rc = ma_arch_get_state(ti->tid, &s->saved)) == 0 &&
+	    ma_ptrace(PTRACE_GETSIGMASK, ti->tid, (void *)sizeof(s->sigmask), &s->sigmask) != 0)
+		rc = ptrace_errno("PTRACE_GETSIGMASK", ti->tid);
+	if (rc) {
+		release_untouched(s, 0);
+		return rc;
+	}
+	/* GETREGS now reads what we set: the registers as stopped are those we saw first. */
+	if (reissued)
+		s->saved.regs = first;
+	if (reissued && signal_pending_for(s->t->pid, ti->tid, s->sigmask)) {
+		/* A real signal waits: the EINTR is its due after all. */
+		ma_arch_set_regs(ti->tid, &s->saved.regs);
+		reissued = false;
+	}
+	if (!reissued)
+		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
+	s->resume_valid = true;
 	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");

@@ -368,16 +368,44 @@ void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 	}
 }
 
-/* Best first: an untimed wait, a timed wait, uninterruptible, running; background last. */
+/*
+ * Best first: an untimed wait, a timed wait, a wait a stop fails with
+ * EINTR, uninterruptible, running; jemalloc's background threads last.
+ */
+/*
+ * Waits that a stop always ends with EINTR (memattach issues them again;
+ * only a memattach killed in the microseconds between the stop and that
+ * register write would leave the EINTR to the program).
+ */
+static bool stop_ends_with_eintr(long nr)
+{
+	switch (nr) {
+	case 128: /* rt_sigtimedwait */
+	case 208: /* io_getevents */
+	case 220: /* semtimedop */
+	case 232: /* epoll_wait */
+	case 243: /* mq_timedreceive */
+	case 281: /* epoll_pwait */
+	case 333: /* io_pgetevents */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		return true;
+	default:
+		return false;
+	}
+}
+
 static int rank(const struct ma_thread_info *ti)
 {
 	if (is_bg_thread(ti))
-		return 4;
-	if (ti->state == 'S' && ti->syscall >= 0)
+		return 5;
+	if (ti->state == 'S' && ti->syscall >= 0 && !stop_ends_with_eintr(ti->syscall))
 		return ti->timed_wait ? 1 : 0;
-	if (ti->state == 'D' && ti->syscall >= 0)
+	if (ti->state == 'S' && ti->syscall >= 0)
 		return 2;
-	return 3;
+	if (ti->state == 'D' && ti->syscall >= 0)
+		return 3;
+	return 4;
 }
 
 static int cmp_rank(const void *a, const void *b)
