@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A target that replaces itself with execve() at random moments
+# (fixtures/execd.c: GENS generations, default 20, each living 100-400 ms,
+# execve from the main thread or from a non-leader thread in turn) while
+# `stats` runs on it back to back.  memattach must never harm the new
+# image: each run either succeeds or exits 1 with a one-line message, and
+# none reports a faulted injected call (that is a jump to an address of the
+# old image, i.e. code run blindly in the new one); the
+# pid stays alive through every exec; every generation comes up (READY);
+# the last one passes its verdict and memattach works on it.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+need_fixtures execd
+GENS=${GENS:-20}
+
+fix_start execd -G "$GENS" -e 100:400 || { fail "execd: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+runs=0 ok=0 failed=0 other=0 unclear=0 died=0
+: >"$TMP/failed.txt"
+deadline=$(( $(now_us) + (GENS * 400 + 20000) * 1000 ))
+gens() { grep -c '^READY' "$out"; }
+while [ "$(gens)" -le "$GENS" ] && [ "$(now_us)" -lt "$deadline" ]; do
+	timeout -s KILL 10 "$MA" stats "$pid" >/dev/null 2>"$TMP/run.err"
+	rc=$?
+	runs=$((runs + 1))
+	case $rc in
+	0) ok=$((ok + 1)) ;;
+	1) failed=$((failed + 1))
+	   if [ "$(grep -c . "$TMP/run.err")" -ne 1 ]; then
+		unclear=$((unclear + 1))
+		echo "# run $runs: $(grep -c . "$TMP/run.err") lines on stderr: $(head -3 "$TMP/run.err" | cut -c1-150 | tr '\n' '|')"
+	   fi
+	   head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-120 >>"$TMP/failed.txt" ;;
+	*) other=$((other + 1)); echo "exit $rc: $(head -1 "$TMP/run.err" | cut -c1-120)" >>"$TMP/failed.txt" ;;
+	esac
+	alive "$pid" || { died=1; break; }
+done
+g=$(( $(gens) - 1 ))
+echo "# $runs stats runs over $g execs: $ok ok, $failed exit 1, $other other; $(elapsed) s"
+[ -s "$TMP/failed.txt" ] && echo "# messages: $(top_lines "$TMP/failed.txt" 4)"
+check "exec: the pid survived $g execs under $runs memattach runs" [ "$died" -eq 0 ]
+check "exec: all $GENS execs happened (generation $g reached)" [ "$g" -eq "$GENS" ]
+check "exec: every run exited 0 or 1 ($ok ok, $failed exit 1, $other other)" [ "$other" -eq 0 -a "$ok" -gt 0 ]
+check "exec: every failure was one clear line ($unclear were not)" [ "$unclear" -eq 0 ]
+# An injected call or syscall that faults right after an exec jumped to an
+# address of the old image: memattach ran code in the new one blindly.
+faulted=$(grep -c 'faulted' "$TMP/failed.txt")
+check "exec: no injected call ran at an old image's address ($faulted runs reported a faulted call)" [ "$faulted" -eq 0 ]
+if [ "$died" -eq 1 ] || ! alive "$pid"; then
+	fixture_died "$pid" "$(dirname "$out")"
+	fail "exec: target died: $DIED_WHY (last lines: $(tail -2 "$out" | tr '\n' ' '))"
+	report_time
+	exit 0
+fi
+bsleep 0.2
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "exec: the last image's verdict ok ($v)" grep -q "^VERDICT ok.* generation=$GENS " <<<"$v"
+"$MA" stats "$pid" >/dev/null 2>"$TMP/after.err"; rc=$?
+check "exec: memattach works on the last image (exit $rc$([ $rc -ne 0 ] && echo ": $(head -1 "$TMP/after.err")"))" [ "$rc" -eq 0 ]
+check "exec: no thread traced ($(traced_tasks "$pid")) or stopped ($(stopped_tasks "$pid"))" [ "$(traced_tasks "$pid")" -eq 0 -a "$(stopped_tasks "$pid")" -eq 0 ]
+fix_quit "$pid" "$fd"; rc=$?
+check "exec: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+report_time

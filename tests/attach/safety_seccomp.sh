@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Targets under seccomp (fixtures/seccomp_daemon.c, started with heap
+# profiling): a filter on every thread that kills the process
+# (SECCOMP_RET_KILL_PROCESS) or sends SIGSYS (SECCOMP_RET_TRAP; the
+# fixture never makes that call, so a SIGSYS is an integrity failure) on
+# exactly one syscall, for each of mmap munmap mprotect memfd_create close
+# getpid rt_sigprocmask, and an allow-list of only what the fixture needs
+# (anything else kills the process).  stats, heap-dump and
+# bins --flush-tcache run against each: the target must survive with its
+# verdict ok; memattach either succeeds (exit 0) or refuses (exit 1 with a
+# message that mentions seccomp).  The table of which succeeded and which
+# were refused is printed.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+need_fixtures seccomp_daemon
+SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask"}
+VARIANTS=()
+for sc in $SYSCALLS; do VARIANTS+=("kill:$sc" "trap:$sc"); done
+VARIANTS+=(allowlist)
+CMDS=(stats heap-dump bins)
+
+start_variant() { # start_variant VARIANT -> pid fd out; 1 if it fails
+	local v=$1 args
+	if [ "$v" = allowlist ]; then args=(-l); else args=(-a "${v%%:*}" -c "${v#*:}"); fi
+	MALLOC_CONF=$PROF_CONF fix_start seccomp_daemon "${args[@]}" || return 1
+	pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+	# every thread is filtered before READY
+	local t bad=0
+	for t in /proc/"$pid"/task/*/status; do grep -q '^Seccomp:[[:space:]]*2$' "$t" || bad=1; done
+	[ "$bad" -eq 0 ] || { echo "# $v: not every thread shows Seccomp: 2"; return 1; }
+	bsleep 0.1
+	local v0
+	v0=$(fix_cmd "$pid" "$fd" "$out" verdict)
+	# the fixture lives under its own filter (no memattach yet)
+	if ! verdict_ok "$v0" || [ "$(vfield "$v0" sweeps)" = 0 ]; then
+		echo "# $v: fixture unhealthy on its own: $v0"
+		return 1
+	fi
+}
+
+cmd_args() {
+	case $1 in
+	stats) A=(stats "$pid") ;;
+	heap-dump) A=(heap-dump "$pid" -o "$TMP/sc.heap") ;;
+	bins) A=(bins "$pid" --flush-tcache) ;;
+	esac
+}
+
+n_ok=0 n_refused=0 n_bad=0
+declare -A RESULT
+for v in "${VARIANTS[@]}"; do
+	if ! start_variant "$v"; then
+		fail "seccomp $v: fixture did not start healthy under its filter"
+		continue
+	fi
+	row="" vbad=0
+	for c in "${CMDS[@]}"; do
+		if ! alive "$pid"; then
+			exec {fd}>&-
+			start_variant "$v" || { row+=" $c=no-target"; vbad=1; continue; }
+		fi
+		cmd_args "$c"
+		timeout -s KILL 30 "$MA" "${A[@]}" >/dev/null 2>"$TMP/run.err"; rc=$?
+		msg=$(head -1 "$TMP/run.err" | cut -c1-140)
+		bsleep 0.1
+		if ! alive "$pid"; then
+			fixture_died "$pid" "$(dirname "$out")"
+			outcome="TARGET-DIED(${DIED_WHY:0:120})"
+		else
+			vv=$(fix_cmd "$pid" "$fd" "$out" verdict)
+			if ! verdict_ok "$vv"; then
+				outcome="VERDICT-BAD($vv)"
+			elif [ "$rc" -eq 0 ]; then
+				outcome=ok
+			elif [ "$rc" -eq 1 ] && grep -qi seccomp "$TMP/run.err"; then
+				outcome=refused
+			else
+				outcome="exit-$rc-without-naming-seccomp($msg)"
+			fi
+		fi
+		case $outcome in
+		ok) n_ok=$((n_ok + 1)) ;;
+		refused) n_refused=$((n_refused + 1)) ;;
+		*) n_bad=$((n_bad + 1)) vbad=1 ;;
+		esac
+		RESULT[$v,$c]=$outcome
+		row+=" $c=$outcome"
+	done
+	check "seccomp $v:$row" [ "$vbad" -eq 0 ]
+	if alive "$pid"; then
+		fix_quit "$pid" "$fd"; rc=$?
+		check "seccomp $v: fixture exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+	else
+		exec {fd}>&-
+		reap "$pid"
+	fi
+done
+
+echo "# table (ok = succeeded, refused = exit 1 naming seccomp; anything else harmed the target or failed unclearly):"
+printf '#   %-22s %-10s %-10s %-10s\n' filter "${CMDS[@]}"
+for v in "${VARIANTS[@]}"; do
+	printf '#   %-22s %-10s %-10s %-10s\n' "$v" "$(cut -c1-10 <<<"${RESULT[$v,stats]:--}")" \
+		"$(cut -c1-10 <<<"${RESULT[$v,heap-dump]:--}")" "$(cut -c1-10 <<<"${RESULT[$v,bins]:--}")"
+done
+check "seccomp: $((n_ok + n_refused + n_bad)) runs: $n_ok succeeded, $n_refused refused naming seccomp, $n_bad harmed the target or failed unclearly" [ "$n_bad" -eq 0 ]
+report_time

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Timed waits must keep their timeouts.  fixtures/timedwait.c: tw_timed
+# loops on epoll_wait(100 ms) on an empty set and counts the timeouts;
+# tw_block, ctl and main wait untimed.  An interrupted epoll_wait restarts
+# with its full timeout, so a thread borrowed more often than every 100 ms
+# would never time out: memattach must borrow the untimed waiters.
+#   1. `watch --interval 50` for DURATION s (default 4): the timeout rate
+#      must stay within 10% of the rate over the same time without
+#      memattach.
+#   2. tw_timed is the only thread offered (`stats --tid` every 50 ms for
+#      DURATION s): the count is measured and reported (no bound: a
+#      borrowed timed wait restarts; the figure shows by how much).
+# Both: no EINTR, no early return, verdict ok, the target alive.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+need_fixtures timedwait
+DURATION=${DURATION:-4}
+
+fix_start timedwait || { fail "timedwait: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+tw=$(tid_of "$pid" tw_timed)
+
+# measure CMD...: run CMD (or sleep DURATION if none); sets M_COUNT (timeouts
+# during it), M_LONG (waits over 150 ms), M_SECS (wall time) and M_RATE
+# (timeouts per second x 100)
+measure() {
+	local a b t0 t1 va vb
+	va=$(fix_cmd "$pid" "$fd" "$out" verdict); t0=$(now_us)
+	if [ $# -gt 0 ]; then "$@"; else bsleep "$DURATION"; fi
+	vb=$(fix_cmd "$pid" "$fd" "$out" verdict); t1=$(now_us)
+	a=$(vfield "$va" timeouts) b=$(vfield "$vb" timeouts)
+	M_COUNT=$(( ${b:-0} - ${a:-0} ))
+	M_LONG=$(( $(vfield "$vb" long) - $(vfield "$va" long) ))
+	M_SECS=$(awk "BEGIN { printf \"%.2f\", ($t1 - $t0) / 1e6 }")
+	M_RATE=$(awk "BEGIN { printf \"%d\", $M_COUNT * 100 / (($t1 - $t0) / 1e6) }")
+}
+
+measure
+base_count=$M_COUNT base_secs=$M_SECS base_rate=$M_RATE
+echo "# without memattach: $base_count timeouts in $base_secs s, $M_LONG waits over 150 ms"
+check "baseline: the timed wait times out (${base_count} in ${base_secs} s)" [ "$base_count" -gt $((DURATION * 5)) ]
+
+watch_run() { timeout -s KILL $((DURATION + 30)) "$MA" watch "$pid" --interval 50 --duration "$DURATION" --out "$TMP/watch" >"$TMP/watch.out" 2>&1; W_RC=$?; }
+measure watch_run
+w_count=$M_COUNT w_secs=$M_SECS w_rate=$M_RATE
+samples=$(($(wc -l <"$TMP/watch/series.csv" 2>/dev/null || echo 1) - 1))
+lo=$((base_rate * 90 / 100)) hi=$((base_rate * 110 / 100))
+echo "# under watch --interval 50: $w_count timeouts in $w_secs s, $M_LONG waits over 150 ms, $samples samples, watch exit $W_RC"
+check "watch --interval 50 ran (exit $W_RC, $samples samples)" [ "$W_RC" -eq 0 -a "$samples" -gt 0 ]
+check "under watch --interval 50: $w_count timeouts in $w_secs s vs $base_count in $base_secs s without (rate $(awk "BEGIN{print $w_rate/100}")/s vs $(awk "BEGIN{print $base_rate/100}")/s, within 10%)" \
+	[ "$w_rate" -ge "$lo" -a "$w_rate" -le "$hi" ]
+check "timedwait alive, verdict ok after watch" verdict_ok "$(fix_cmd "$pid" "$fd" "$out" verdict)"
+
+tid_loop() {
+	local end=$(( $(now_us) + DURATION * 1000000 ))
+	T_RUNS=0 T_OK=0
+	while [ "$(now_us)" -lt "$end" ]; do
+		timeout -s KILL 10 "$MA" stats "$pid" --tid "$tw" >/dev/null 2>>"$TMP/tid.err" && T_OK=$((T_OK + 1))
+		T_RUNS=$((T_RUNS + 1))
+		bsleep 0.05
+	done
+}
+measure tid_loop
+pct=$(( base_rate > 0 ? M_RATE * 100 / base_rate : 0 ))
+echo "# only tw_timed borrowable (stats --tid every 50 ms): $M_COUNT timeouts in $M_SECS s ($pct% of the rate without memattach), $M_LONG waits over 150 ms; $T_OK of $T_RUNS runs ok"
+[ -s "$TMP/tid.err" ] && echo "# stats --tid errors: $(sed 's/[0-9][0-9]*/N/g' "$TMP/tid.err" | top_lines /dev/stdin 2)"
+check "stats --tid tw_timed every 50 ms: $T_OK of $T_RUNS runs ok; the timed wait kept $M_COUNT timeouts in $M_SECS s ($pct% of the rate without memattach; reported, not bounded)" [ "$T_OK" -gt 0 ]
+alive "$pid" || { fixture_died "$pid" "$(dirname "$out")"; fail "timedwait died: $DIED_WHY"; exit 0; }
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "timedwait: no EINTR, no early timeout: verdict ok ($v)" verdict_ok "$v"
+fix_quit "$pid" "$fd"; rc=$?
+check "timedwait: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+report_time

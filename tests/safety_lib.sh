@@ -1,0 +1,106 @@
+# shellcheck shell=bash
+# tests/safety_lib.sh - helpers shared by tests/attach/safety_*.sh.  Source
+# it after tests/lib.sh.  (It lives outside tests/attach/ so that run.sh
+# does not take it for a test.)
+ulimit -c 0 2>/dev/null
+PROF_CONF=prof:true,prof_active:true,prof_final:false
+TOOL="$FIX/safety_tool"
+SAFETY_T0=$EPOCHREALTIME
+
+# A sleep that forks nothing: read with a timeout on a pipe nobody writes.
+exec {_BSLEEP_FD}<> <(:)
+bsleep() { read -r -t "$1" -u "$_BSLEEP_FD" _; return 0; }
+
+# Microseconds since the epoch, without a fork.
+now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
+# Seconds since the script started, one decimal.
+elapsed() { local d=$(( $(now_us) - ${SAFETY_T0/./} )); printf '%d.%d' $((d / 1000000)) $((d / 100000 % 10)); }
+
+# need_fixtures NAME...: skip the whole script if one is missing.
+need_fixtures() {
+	local f
+	for f in "$@"; do
+		[ -x "$FIX/$f" ] || { skip "$(basename "$0"): build/fixtures/$f missing (make fixtures)"; exit 0; }
+	done
+	[ -x "$MA" ] || { fail "$(basename "$0"): $MA missing (make all)"; exit 1; }
+}
+
+tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
+	local t c
+	for t in /proc/"$1"/task/*; do
+		read -r c 2>/dev/null <"$t/comm" || continue
+		[ "$c" = "$2" ] && { echo "${t##*/}"; return 0; }
+	done
+	return 1
+}
+
+# vfield LINE KEY: the value of KEY=value in a verdict line.
+vfield() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<"$1" | head -1; }
+alive() { kill -0 "$1" 2>/dev/null; }
+verdict_ok() { grep -q '^VERDICT ok' <<<"$1"; }
+
+# The fixture's exit status (reaps it; it must be our child and dead).
+reap() { wait "$1" 2>/dev/null; }
+
+# Threads of PID stopped (T: job control or ptrace stop, t: tracing stop).
+# Builtins only: cheap enough to call after every run.  count_stopped sets
+# STOPPED and NTASKS without a subshell; stopped_tasks prints STOPPED.
+count_stopped() {
+	local t line
+	STOPPED=0 NTASKS=0
+	for t in /proc/"$1"/task/*/stat; do
+		read -r line 2>/dev/null <"$t" || continue
+		NTASKS=$((NTASKS + 1))
+		line=${line##*) }
+		case ${line:0:1} in T|t) STOPPED=$((STOPPED + 1)) ;; esac
+	done
+}
+stopped_tasks() { count_stopped "$1"; echo "$STOPPED"; }
+ntasks() { local a=(/proc/"$1"/task/*); [ -e "${a[0]}" ] && echo "${#a[@]}" || echo 0; }
+traced_tasks() {
+	local n=0 t line
+	for t in /proc/"$1"/task/*/status; do
+		while read -r line; do
+			case $line in TracerPid:*) [ "${line##*[[:space:]]}" = 0 ] || n=$((n + 1)); break ;; esac
+		done 2>/dev/null <"$t"
+	done
+	echo "$n"
+}
+maps_lines() { wc -l <"/proc/$1/maps"; }
+# Anonymous executable mappings (memattach's code area is one; [vdso] is not).
+anon_exec() { awk '$2 ~ /x/ && $6 == "" { n++ } END { print n + 0 }' "/proc/$1/maps"; }
+# maps_shape PID: the maps without addresses (perms, size, name), to diff.
+maps_shape() {
+	local range perms off dev inode path
+	while read -r range perms off dev inode path; do
+		echo "$perms $(( (16#${range#*-} - 16#${range%-*}) / 1024 )) KiB ${path:-[anon]}"
+	done <"/proc/$1/maps"
+}
+# Descriptors other than sockets (sysc's client connections come and go;
+# memattach's leftovers would be a memfd or a pipe).
+fd_count() { ls -l "/proc/$1/fd" 2>/dev/null | awk 'NR > 1 && $NF !~ /^socket:/ { n++ } END { print n + 0 }'; }
+
+# steps_of CMD...: run memattach with MEMATTACH_TEST_STEPS=1; sets STEPS_N
+# to its step count (empty if the hook printed nothing) and STEPS_RC to its
+# exit status.  Call it directly, not in $(...).
+steps_of() {
+	local err=$TMP/steps.err
+	MEMATTACH_TEST_STEPS=1 "$MA" "$@" >/dev/null 2>"$err"
+	STEPS_RC=$?
+	STEPS_N=$(sed -n 's/^memattach-test: steps=\([0-9]*\)$/\1/p' "$err" | tail -1)
+}
+
+# fixture_died PID [DIR]: how a dead fixture ended, in DIED_WHY (reaps it;
+# call it in the test's own shell, not in $(...): a subshell cannot wait).
+fixture_died() {
+	local pid=$1 dir=$2 st
+	wait "$pid" 2>/dev/null; st=$?
+	if [ "$st" -gt 128 ]; then DIED_WHY="signal $((st - 128))"; else DIED_WHY="exit $st"; fi
+	[ -n "$dir" ] && [ -s "$dir/err" ] && DIED_WHY+=": $(tail -1 "$dir/err" | cut -c1-200)"
+	return 0
+}
+
+# summary of distinct lines in a file: "3x msg; 1x msg2"
+top_lines() { [ -s "$1" ] && sort "$1" | uniq -c | sort -rn | head -"${2:-3}" | sed 's/^ *//' | tr '\n' ';' | sed 's/;$//'; }
+
+report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }
