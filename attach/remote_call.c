@@ -255,6 +255,42 @@ static int park_at_marker(struct ma_session *s)
 	return ma_arch_set_regs(s->tid, &r);
 }
 
+/*
+ * Is this fault-type signal really our call's fault?  SIGTRAP and SIGSYS
+ * (a seccomp trap) are taken as such at once; SIGSEGV, SIGBUS, SIGILL and
+ * SIGFPE only when they come twice at the same instruction and address:
+ * a real fault repeats when the instruction is run again.
+ */
+static bool confirmed_fault(struct ma_session *s, int sig, const siginfo_t *si)
+{
+	struct user_regs_struct r;
+	bool again;
+
+	if (sig == SIGTRAP || sig == SIGSYS)
+		return true;
+	if (ma_arch_get_regs(s->tid, &r) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	again = s->suspect.sig == sig && s->suspect.ip == ma_arch_ip(&r) &&
+		s->suspect.addr == (uint64_t)(uintptr_t)si->si_addr;
+	if (again) {
+		/* The first one was this fault too, not the program's: drop its held copy. */
+		for (int i = s->nheld - 1; i >= 0; i--)
+			if (s->held[i].si_signo == sig &&
+			    (uint64_t)(uintptr_t)s->held[i].si_addr == s->suspect.addr) {
+				memmove(&s->held[i], &s->held[i + 1], (size_t)(s->nheld - i - 1) * sizeof(s->held[0]));
+				s->nheld--;
+				break;
+			}
+		return true;
+	}
+	s->suspect.sig = sig;
+	s->suspect.ip = ma_arch_ip(&r);
+	s->suspect.addr = (uint64_t)(uintptr_t)si->si_addr;
+	return false;
+}
+
 /* At a signal-delivery stop: hold the signal, pass it on, or treat a fault. */
 static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, int *fault,
 			  int *pass_sig)
@@ -265,7 +301,14 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 	memset(&si, 0, sizeof(si));
 	ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
 	*pass_sig = 0;
-	if (is_fault(sig, &si) && !*fault) {
+	if (is_fault(sig, &si) && !*fault && !confirmed_fault(s, sig, &si)) {
+		/*
+		 * Maybe the program sent itself a fault-type signal (it may
+		 * forge the si_code): keep it for delivery.  A real fault
+		 * happens again at the same instruction, and is confirmed then.
+		 */
+		hold_signal(s);
+	} else if (is_fault(sig, &si) && !*fault) {
 		struct user_regs_struct r;
 
 		ma_arch_get_regs(s->tid, &r);
@@ -580,7 +623,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			struct ma_proc_status st;
 
 			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer &&
-			    !ma_is_memattach(st.tracer))
+			    !ma_is_memattach(st.tracer) && strcmp(ma_comm_of(st.tracer), "?") != 0)
 				return ma_fail(MA_E_TRACED,
 					       "process %d is already traced by pid %d (%s); "
 					       "detach that first", s->t->pid, st.tracer,
@@ -1163,16 +1206,24 @@ static int unmap_recorded(struct ma_session *s, int i)
 	return record_own(s, i, 0, 0); /* no longer ours: a later run must not unmap it */
 }
 
+/* The caller gets the bytes after our header: it must never overwrite the magic. */
 int ma_session_map(struct ma_session *s, size_t len, uint64_t *addr)
 {
+	uint64_t base;
+	int rc;
+
 	if (s->own[1].len)
 		return ma_fail(MA_E_INTERNAL, "one extra mapping at a time");
-	return map_recorded(s, 1, (len + PAGE - 1) & ~(PAGE - 1), addr);
+	rc = map_recorded(s, 1, (len + MA_MAP_HEADER + PAGE - 1) & ~(PAGE - 1), &base);
+	if (!rc)
+		*addr = base + MA_MAP_HEADER;
+	return rc;
 }
 
 void ma_session_unmap(struct ma_session *s, uint64_t addr)
 {
-	if (s->own[1].len && s->own[1].addr == addr && !s->abandoned && unmap_recorded(s, 1))
+	if (s->own[1].len && s->own[1].addr + MA_MAP_HEADER == addr && !s->abandoned &&
+	    unmap_recorded(s, 1))
 		ma_err_clear();
 }
 
@@ -1604,11 +1655,19 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	struct ma_session s;
 	int rc;
 
+	uint64_t waited;
+	int lock;
+
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	bt->n = 0;
-	if ((rc = ma_arch_state_alloc(&s.saved)))
+	/* A look is a stop too: it takes its turn like any run. */
+	if ((lock = ma_runlock_acquire(t->pid, 5000, &waited)) < 0)
+		return lock;
+	if ((rc = ma_arch_state_alloc(&s.saved))) {
+		ma_runlock_release(lock);
 		return rc;
+	}
 	rc = try_thread(&s, ti, bt, why, whylen);
 	*safe = rc == 0;
 	if (rc == 0) { /* safe, but we only wanted to look */
@@ -1620,6 +1679,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 			ma_ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
 	}
 	ma_arch_state_free(&s.saved);
+	ma_runlock_release(lock);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)
 		rc = 0;
 	return rc;

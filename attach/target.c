@@ -172,7 +172,9 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	/* A main thread that called pthread_exit is a zombie; the others still run. */
 	if ((st.state == 'Z' || st.state == 'X') && !ma_has_live_threads(pid))
 		return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid, st.name);
-	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer))
+	/* Another memattach (or one that just exited: its comm is gone) is waited for, not refused. */
+	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer) &&
+	    strcmp(ma_comm_of(st.tracer), "?") != 0)
 		return ma_fail(MA_E_TRACED,
 			       "process %d (%s) is already traced by pid %d (%s); detach that first",
 			       pid, st.name, st.tracer, ma_comm_of(st.tracer));

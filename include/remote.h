@@ -93,6 +93,7 @@ struct ma_session {
 	siginfo_t *held; /* signals that reached the thread while borrowed */
 	int nheld, held_cap;
 	int redelivered; /* signals held during the session and delivered after */
+	struct { int sig; uint64_t ip, addr; } suspect; /* a fault seen once, not yet confirmed */
 	unsigned leftovers_removed; /* a killed run's mappings/memfds/stubs */
 	/* measurements */
 	unsigned ncalls;
