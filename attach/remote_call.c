@@ -585,6 +585,22 @@ static void release_regs_eintr(pid_t pid, pid_t tid)
 	}
 }
 
+/*
+ * Is the thread's syscall instruction inside libc's epoll_wait() or
+ * epoll_pwait()?  Only there may its timeout register be shortened: r10
+ * is call-clobbered, so no caller of libc can see it; code making the raw
+ * syscall itself might rely on the kernel keeping r10.
+ */
+static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_struct *r)
+{
+	uint64_t insn = ma_arch_ip(r) - MA_SYSCALL_INSN_LEN;
+
+	for (int k = 0; k < 2; k++)
+		if (insn >= t->epoll_fn[k].lo && insn < t->epoll_fn[k].hi)
+			return true;
+	return false;
+}
+
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
 static void release_untouched(struct ma_session *s, int sig)
 {
@@ -670,7 +686,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 */
 	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
-		if (ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns)
+		if (ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns && in_libc_epoll(s->t, &first))
 			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
 		ma_arch_set_regs(ti->tid, &s->resume);
 		reissued = true;

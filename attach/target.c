@@ -575,6 +575,12 @@ static void find_fork(struct ma_target *t)
 				t->fork_fn.lo = s->addr + ma_target_load_bias(first, &e);
 				t->fork_fn.hi = t->fork_fn.lo + (s->size ? s->size : 1);
 			}
+			/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
+			for (int k = 0; k < 2; k++)
+				if ((s = ma_elf_sym_by_name(&e, k ? "epoll_pwait" : "epoll_wait")) && s->size) {
+					t->epoll_fn[k].lo = s->addr + ma_target_load_bias(first, &e);
+					t->epoll_fn[k].hi = t->epoll_fn[k].lo + s->size;
+				}
 			ma_elf_release(&e);
 		}
 	}

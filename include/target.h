@@ -64,6 +64,7 @@ struct ma_target {
 	struct ma_jemalloc je;
 	struct ma_stub_site stub_sites[MA_MAX_STUB_SITES]; /* lowest address first */
 	struct ma_range fork_fn; /* libc's fork(), {0,0} if not found */
+	struct ma_range epoll_fn[2]; /* libc's epoll_wait(), epoll_pwait() */
 	size_t nstub_sites;
 };
 
