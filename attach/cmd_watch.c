@@ -260,6 +260,9 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 	if (mkdir(w->dir, 0755) != 0 && errno != EEXIST)
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->dir,
 				    strerror(errno));
+	/* What killed watches left here goes now, whether or not this one takes a dump. */
+	ma_remove_stale_temps(in_dir(w, "peak.heap"));
+	ma_remove_stale_temps(in_dir(w, "chart.svg"));
 	w->csv = fopen(in_dir(w, "series.csv"), "w");
 	if (!w->csv)
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->path,
