@@ -76,7 +76,7 @@ target_died() {
 
 # sweep LABEL TEMPLATE
 sweep() {
-	local label=$1 tpl=$2 n ks=() k rc killed=0 completed=0 other=0 stuck=0
+	local label=$1 tpl=$2 n ks=() k rc killed=0 completed=0 other=0 stuck=0 window=0
 	local deaths=() t_start=$EPOCHREALTIME v0 v1 c0 c1
 	expand "$tpl"
 	steps_of "${ARGS[@]}"; n=$STEPS_N
@@ -111,6 +111,13 @@ sweep() {
 		if ! alive "$T_PID"; then
 			# (its exit status does not matter: the target is gone)
 			target_died "step $k" || return
+			# The one window ptrace leaves (README, Safety 4): killed between
+			# the stop and the first register write, an EINTR-ending wait
+			# gets its EINTR.  Allowed only there, and counted.
+			if [ "$k" -le "${EINTR_WINDOW:-0}" ] && grep -q "Interrupted system call" <<<"${deaths[-1]}"; then
+				unset 'deaths[-1]'
+				window=$((window + 1))
+			fi
 			[ "${#deaths[@]}" -ge "$MAX_DEATHS" ] && break
 			continue
 		fi
@@ -137,6 +144,8 @@ sweep() {
 	why=""
 	[ "${#deaths[@]}" -gt 0 ] && why=" (${deaths[*]:0:6}$( [ "${#deaths[@]}" -gt 6 ] && echo " ..."))"
 	check "$label: target survived all ${#ks[@]} kills: ${#deaths[@]} deaths$why" [ "${#deaths[@]}" -eq 0 ]
+	[ "${EINTR_WINDOW:-0}" -gt 0 ] &&
+		echo "# $label: EINTR from a kill between the stop and the first register write (steps <= $EINTR_WINDOW): $window times"
 	check "$label: no thread left stopped after a kill ($stuck times)" [ "$stuck" -eq 0 ]
 	alive "$T_PID" || { fixture_died "$T_PID" "$T_DIR"; fail "$label: target dead at the end ($DIED_WHY)"; exec {T_FD}>&-; start_target; return; }
 	check "$label: no thread traced after the sweep ($(traced_tasks "$T_PID") traced)" [ "$(traced_tasks "$T_PID")" -eq 0 ]
@@ -149,7 +158,7 @@ sweep() {
 	local m e f
 	m=$(maps_lines "$T_PID") e=$(anon_exec "$T_PID") f=$(fd_count "$T_PID")
 	local name="$label: no leftovers after the next normal run: maps lines $B_MAPS -> $m, anon exec mappings $B_EXEC -> $e, non-socket fds $B_FDS -> $f (right after the kills: $lm, $le, $lf)"
-	if [ "${#deaths[@]}" -gt 0 ]; then
+	if [ "${#deaths[@]}" -gt 0 ] || [ "$window" -gt 0 ]; then
 		skip "$name: not judged, the target was restarted (a young heap still grows)"
 	elif [ "$m" -eq "$B_MAPS" -a "$e" -eq "$B_EXEC" -a "$f" -eq "$B_FDS" ]; then
 		pass "$name"
@@ -189,8 +198,14 @@ check "regs: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 T_NAME=sysc T_CONF= T_ARGS=()
 start_target || { fail "sysc: start"; exit 1; }
 for th in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
+	# epoll_wait ends with EINTR when stopped: steps 1-3 are seize,
+	# interrupt and the first GETREGS; from the 4th (the re-issue
+	# registers) on, no kill may leave an EINTR.
+	EINTR_WINDOW=0
+	[ "$th" = sc_epoll ] && EINTR_WINDOW=3
 	sweep "sysc: stats --tid $th" "stats @PID@ --tid @TID:$th@"
 done
+EINTR_WINDOW=0
 stop_target; rc=$?
 check "sysc: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 
