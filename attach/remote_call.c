@@ -27,6 +27,7 @@
 #include <sys/ptrace.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,6 +54,41 @@ static void on_stop_signal(int sig)
 {
 	(void)sig;
 	ma_interrupted = 1;
+}
+
+/*
+ * While memattach seizes threads, a thread of the target may exec: the
+ * kernel then kills the other threads, and one we trace (a straggler, say)
+ * stays a zombie until we reap it, while the exec holds the lock that our
+ * next PTRACE_SEIZE waits for.  Neither would move.  A timer reaps exited
+ * tracees (only exits: stops stay for the waits that expect them), so the
+ * exec finishes and the seize goes on.
+ */
+static void reap_exited(int sig)
+{
+	siginfo_t si;
+	int e = errno;
+
+	(void)sig;
+	do {
+		si.si_pid = 0;
+	} while (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL) == 0 && si.si_pid != 0);
+	errno = e;
+}
+
+static void reaper_timer(bool on)
+{
+	struct itimerval it = { { 0, on ? 20000 : 0 }, { 0, on ? 20000 : 0 } };
+	struct sigaction sa;
+
+	if (on) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = reap_exited;
+		sa.sa_flags = SA_RESTART;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGALRM, &sa, NULL);
+	}
+	setitimer(ITIMER_REAL, &it, NULL);
 }
 
 void ma_install_signal_guards(void)
@@ -750,7 +786,19 @@ static int list_candidates(pid_t pid, pid_t tid, struct ma_thread_info **out, si
 	return 0;
 }
 
+static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o);
+
 static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
+{
+	int rc;
+
+	reaper_timer(true);
+	rc = choose_thread_loop(s, o);
+	reaper_timer(false);
+	return rc;
+}
+
+static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
 	char why[256] = "", last[400] = "no thread found";
@@ -1307,7 +1355,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	/* The process may have exec'd between reading its maps and now. */
 	addrs[0] = t->je.mallctl;
 	addrs[1] = t->stub_sites[0].addr;
-	if ((rc = ma_target_maps_unchanged(t, addrs, 2)))
+	if ((rc = ma_target_maps_unchanged(t, addrs, 2)) || (rc = ma_target_code_unchanged(t)))
 		goto fail;
 	if ((rc = scan_stub_sites(s, stale, &busy_left)))
 		goto fail;
@@ -1684,7 +1732,9 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 		ma_runlock_release(lock);
 		return rc;
 	}
+	reaper_timer(true);
 	rc = try_thread(&s, ti, bt, why, whylen);
+	reaper_timer(false);
 	*safe = rc == 0;
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);

@@ -231,6 +231,15 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			 "it holds every allocator lock", i, (unsigned long long)bt->ip[i]);
 		return false;
 	}
+	for (size_t i = 0; i < bt->n && t->loader.hi; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		if (pc < t->loader.lo || pc >= t->loader.hi)
+			continue;
+		snprintf(why, whylen, "frame #%zu (0x%llx) is in the dynamic loader: it may be "
+			 "loading or relocating (jemalloc may not be ready)", i, (unsigned long long)bt->ip[i]);
+		return false;
+	}
 	if (bt->in_signal_handler) {
 		/* Its stack may be a small sigaltstack: no room for our state area. */
 		snprintf(why, whylen, "it is running a signal handler");

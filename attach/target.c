@@ -500,6 +500,53 @@ static int shared_text_ranges(struct ma_jemalloc *je, const struct ma_target *t,
 static const char *const prefixes[] = { "", "je_", "_rjem_" };
 
 /* Look for mallctl in one ELF; fill JE and return 1 if found. */
+/*
+ * The file's first bytes of each function we will call, to compare with
+ * the target's memory once a thread is seized: a layout read while the
+ * dynamic loader was still mapping (a process just started or exec'd)
+ * gives addresses where other bytes sit, and nothing must be called there.
+ */
+static void record_code_bytes(struct ma_jemalloc *je, const struct ma_elf *e)
+{
+	const uint64_t fns[MA_CODE_CHECKS] = { je->mallctl, je->mallctlnametomib, je->mallctlbymib,
+					       je->malloc_stats_print };
+
+	for (int i = 0; i < MA_CODE_CHECKS; i++) {
+		uint64_t vaddr = fns[i] - je->bias;
+
+		je->code_addr[i] = 0;
+		for (size_t k = 0; fns[i] && k < e->nsegs; k++) {
+			const struct ma_elf_seg *g = &e->segs[k];
+
+			if (vaddr < g->vaddr || vaddr + MA_CODE_CHECK_LEN > g->vaddr + g->filesz)
+				continue;
+			if (pread(e->fd, je->code_bytes[i], MA_CODE_CHECK_LEN,
+				  (off_t)(g->offset + (vaddr - g->vaddr))) == MA_CODE_CHECK_LEN)
+				je->code_addr[i] = fns[i];
+			break;
+		}
+	}
+}
+
+int ma_target_code_unchanged(const struct ma_target *t)
+{
+	for (int i = 0; i < MA_CODE_CHECKS; i++) {
+		unsigned char now[MA_CODE_CHECK_LEN];
+
+		if (!t->je.code_addr[i])
+			continue;
+		if (ma_mem_read(t->pid, t->je.code_addr[i], now, sizeof(now)) != 0 ||
+		    memcmp(now, t->je.code_bytes[i], sizeof(now)) != 0) {
+			ma_err_clear();
+			return ma_fail(MA_E_EXITED,
+				       "process %d is starting or replacing its program (jemalloc's code "
+				       "is not where its mappings said); run memattach again",
+				       t->pid);
+		}
+	}
+	return 0;
+}
+
 static int probe_object(struct ma_target *t, const struct ma_mapping *first, struct ma_elf *e)
 {
 	struct ma_jemalloc *je = &t->je;
@@ -528,6 +575,7 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		SIBLING(mallctlbymib, "mallctlbymib");
 		SIBLING(malloc_stats_print, "malloc_stats_print");
 #undef SIBLING
+		record_code_bytes(je, e);
 		if (je->is_static ? static_text_ranges(je, e) : shared_text_ranges(je, t, first))
 			return MA_E_NOMEM;
 		merge_ranges(je);
@@ -537,6 +585,26 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 }
 
 static bool is_main_executable(const struct ma_target *t, const struct ma_mapping *m);
+
+/*
+ * The dynamic loader's code: a thread in it may be relocating or loading
+ * objects (startup, dlopen, lazy binding), with the loader's lock held or
+ * jemalloc's own GOT not yet filled in.
+ */
+static void find_loader(struct ma_target *t)
+{
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+		const char *base = m->path ? strrchr(m->path, '/') : NULL;
+
+		if (!base || m->perms[2] != 'x' || strncmp(base + 1, "ld-", 3) != 0)
+			continue;
+		if (!t->loader.hi || m->start < t->loader.lo)
+			t->loader.lo = m->start;
+		if (m->end > t->loader.hi)
+			t->loader.hi = m->end;
+	}
+}
 
 static bool is_libc(const char *path)
 {
@@ -649,6 +717,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 			       t->pid);
 	}
 	find_fork(t);
+	find_loader(t);
 	return ma_target_find_stub_sites(t);
 }
 

@@ -37,6 +37,10 @@ struct ma_jemalloc {
 	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_stats_print;
 	struct ma_range *text; /* jemalloc's code, sorted, merged */
 	size_t ntext;
+#define MA_CODE_CHECKS 4
+#define MA_CODE_CHECK_LEN 16
+	uint64_t code_addr[MA_CODE_CHECKS]; /* mallctl & co., 0 if not checked */
+	unsigned char code_bytes[MA_CODE_CHECKS][MA_CODE_CHECK_LEN]; /* the file's bytes there */
 };
 
 struct ma_proc_status {
@@ -65,6 +69,7 @@ struct ma_target {
 	struct ma_stub_site stub_sites[MA_MAX_STUB_SITES]; /* lowest address first */
 	struct ma_range fork_fn; /* libc's fork(), {0,0} if not found */
 	struct ma_range epoll_fn[2]; /* libc's epoll_wait(), epoll_pwait() */
+	struct ma_range loader; /* the dynamic loader's code (ld-*.so) */
 	size_t nstub_sites;
 };
 
@@ -87,6 +92,11 @@ bool ma_has_live_threads(pid_t pid);
  * read at open, else MA_E_EXITED (the process exec'd meanwhile).
  */
 int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, size_t n);
+/*
+ * 0 if the first bytes of mallctl & co. in the target's memory are the
+ * file's; MA_E_EXITED if not (a layout read mid-load or mid-exec).
+ */
+int ma_target_code_unchanged(const struct ma_target *t);
 /* The mapping holding ADDR, or NULL. */
 const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_t addr);
 /* The lowest mapping of the file that M maps (where its ELF header is). */
