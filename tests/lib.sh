@@ -75,7 +75,18 @@ fix_quit() {
 	wait "$pid"
 }
 
-# json_get FILE KEY: print a top-level value of a JSON document.
+# json_get FILE KEY: print a top-level value of a JSON document.  A
+# one-line document's plain number is read without starting python (the
+# attach loops call this thousands of times); anything else goes to python.
 json_get() {
+	local line v
+	if [ "$(wc -l <"$1")" -le 1 ] && read -r line <"$1" && [[ $line == '{"'* ]]; then
+		v=${line#*\"$2\":}
+		v=${v%%[,\}]*}
+		if [ "$v" != "$line" ] && [[ $v =~ ^-?[0-9]+$ ]] && [ "$(grep -o "\"$2\":" <<<"$line" | wc -l)" -eq 1 ]; then
+			echo "$v"
+			return 0
+		fi
+	fi
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
