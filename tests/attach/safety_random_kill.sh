@@ -74,7 +74,7 @@ for n in "${NAMES[@]}"; do
 done
 echo "# kill windows (us): $(for n in "${NAMES[@]}"; do for c in "${CMDS[@]}"; do echo -n "$n/$c=${WIN[$n,$c]} "; done; done)"
 
-killed=0 finished=0 failed=0 other=0 deaths=0
+killed=0 finished=0 failed=0 other=0 deaths=0 window=0
 : >"$TMP/failed.txt"; : >"$TMP/other.txt"; : >"$TMP/deaths.txt"
 declare -A PER_CMD LAST
 for i in $(seq 0 $((RUNS - 1))); do
@@ -93,8 +93,16 @@ for i in $(seq 0 $((RUNS - 1))); do
 	PER_CMD[$c]=$(( ${PER_CMD[$c]:-0} + 1 ))
 	bsleep 0.002
 	if ! alive "${PID[$n]}"; then
-		deaths=$((deaths + 1)) DEATHS[$n]=$((DEATHS[$n] + 1))
 		fixture_died "${PID[$n]}" "${DIR[$n]}"
+		# The window ptrace leaves (README, Safety 4, and the every-step
+		# test): killed between the stop of the epoll_wait thread and the
+		# first register write, that epoll_wait gets its EINTR.  Counted
+		# and reported apart; any other death fails.
+		if [ "$n" = sysc ] && [ "$rc" -eq 137 ] && grep -q "sc_epoll: epoll_wait: Interrupted system call" <<<"$DIED_WHY"; then
+			window=$((window + 1))
+		else
+			deaths=$((deaths + 1)) DEATHS[$n]=$((DEATHS[$n] + 1))
+		fi
 		echo "run $i: $n died ($DIED_WHY) after '$c${tid:+ --tid $tid}' exit $rc, previous run on it '${LAST[$n]:-none}'" >>"$TMP/deaths.txt"
 		f=${FD[$n]}; exec {f}>&-
 		LAST[$n]=""
@@ -109,6 +117,7 @@ echo "# $RUNS runs (${PER_CMD[stats]} stats, ${PER_CMD[bins]} bins, ${PER_CMD[he
 [ -s "$TMP/failed.txt" ] && echo "# exit 1 messages: $(top_lines "$TMP/failed.txt" 4)"
 check "$RUNS randomly killed runs: memattach exited 0, 1 or by the kill every time ($other other: $(top_lines "$TMP/other.txt" 2))" [ "$other" -eq 0 ]
 check "$RUNS randomly killed runs: $killed killed mid-run, $finished finished first (the kill landed before the end in most runs)" [ "$killed" -gt $((RUNS / 2)) ]
+echo "# EINTR of the epoll_wait thread from a kill between its stop and the first register write: $window times"
 check "$RUNS randomly killed runs: $deaths target deaths (daemon ${DEATHS[daemon]}, sysc ${DEATHS[sysc]}, regs ${DEATHS[regs]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
 
 bsleep 0.5
