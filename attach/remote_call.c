@@ -669,7 +669,6 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 
 	s->tid = ti->tid;
 	memset(&s->resume, 0, sizeof(s->resume));
-	s->resume_valid = false;
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -744,7 +743,6 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	if (!reissued)
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
-	s->resume_valid = true;
 	if (ma_unwind(ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
@@ -1036,7 +1034,6 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 	s->site = (size_t)(clean >= 0 ? clean : freed);
 	s->stub = s->t->stub_sites[s->site].addr;
 	stale[s->site] = false; /* ours now: put back at close */
-	memcpy(s->stub_orig, ma_target_stub_site_original(s->t, s->site), sizeof(s->stub_orig));
 	return 0;
 }
 
@@ -1379,38 +1376,6 @@ fail:
 	return rc;
 }
 
-/*
- * A call that timed out: is the thread blocked on a pthread mutex whose
- * owner is the thread itself (it holds the lock outside our call, e.g. a
- * lock taken before it was borrowed)?  Then it can never return, and the
- * only way out is to give up the call: the thread is left stopped at that
- * futex, and the session goes on (unmapping, restoring) from there.
- * Otherwise the thread is left running, as it was.
- */
-static bool waits_for_itself(struct ma_session *s)
-{
-	struct user_regs_struct r;
-	int status, owner = 0;
-
-	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0 ||
-	    wait_stop(s->tid, &status, 1000) != 0 || !WIFSTOPPED(status))
-		return false;
-	/* The interrupt ends the futex wait: a syscall-exit stop (PTRACE_SYSCALL) or an interrupt stop. */
-	if ((status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)) { /* a signal: not ours to judge */
-		ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)WSTOPSIG(status));
-		return false;
-	}
-	if (ma_arch_get_regs(s->tid, &r) == 0 && (long)r.orig_rax == SYS_futex &&
-	    ((r.rsi & 0x7f) == 0 || (r.rsi & 0x7f) == 9) &&
-	    ma_mem_read(s->t->pid, r.rdi + 8, &owner, sizeof(owner)) == 0 && owner == s->tid) {
-		s->at_marker = false; /* the next syscall goes through the stub from the saved state */
-		return true;
-	}
-	ma_err_clear();
-	ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL);
-	return false;
-}
-
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms)
 {
@@ -1436,11 +1401,6 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		s->at_marker = true;
 		test_kill_point("marker");
 	}
-	if (rc == MA_E_TIMEOUT && waits_for_itself(s))
-		return ma_fail(MA_E_TIMEOUT,
-			       "the call in thread %d waited for a lock that thread itself holds (it "
-			       "would never return); it was abandoned and the thread restored",
-			       s->tid);
 	if (rc == MA_E_TIMEOUT) {
 		/*
 		 * The call is still running (waiting for a lock another thread
@@ -1576,7 +1536,8 @@ static int restore_stub_site(struct ma_session *s)
 
 	if (!s->stub_written)
 		return 0;
-	rc = ma_mem_write(s->t->pid, s->stub, s->stub_orig, sizeof(s->stub_orig));
+	rc = ma_mem_write(s->t->pid, s->stub, ma_target_stub_site_original(s->t, s->site),
+			  MA_STUB_REGION);
 	if (!rc)
 		s->stub_written = false;
 	return rc;

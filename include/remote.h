@@ -72,10 +72,8 @@ struct ma_session {
 	bool mapped; /* the scratch mapping (own[0]) exists */
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
-	bool resume_valid;
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
-	unsigned char stub_orig[MA_STUB_REGION]; /* the file's bytes there */
 	uint64_t area; /* state area on the thread's stack */
 	size_t area_len;
 	uint64_t sigmask; /* the thread's own */
