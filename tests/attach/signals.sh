@@ -3,9 +3,11 @@
 # numbers) is borrowed again and again: signals that arrive while it is
 # borrowed wait in the kernel's queue (memattach blocks them) and are
 # delivered afterwards with their original siginfo, none lost, none
-# reordered ("signals_redelivered" counts those still waiting at release).  With an SA_RESTART handler its read() never fails
-# with EINTR; without (-n), every signal handled in read() makes the read
-# fail with EINTR, as the kernel would have decided.
+# reordered ("signals_redelivered" counts those still waiting at release).
+# With an SA_RESTART handler its read() never fails with EINTR; without
+# (-n), a signal that waited for the thread (held while it was borrowed)
+# must make the read fail with EINTR, never find it restarted; the fixture
+# tells that from the interrupted context (fixtures/sigs.c).
 . "$(dirname "$0")/../lib.sh"
 CYCLES=${CYCLES:-200}
 
