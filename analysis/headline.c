@@ -1,3 +1,8 @@
+/*
+ * headline.c - the decomposition of resident memory (see jestats.h).
+ */
+#include <string.h>
+
 #include "jestats.h"
 
 static uint64_t gap(uint64_t hi, uint64_t lo)
@@ -5,8 +10,18 @@ static uint64_t gap(uint64_t hi, uint64_t lo)
 	return hi > lo ? hi - lo : 0;
 }
 
-void ma_headline_compute(const struct ma_je_stats *st, struct ma_headline *h)
+void ma_headline_compute(const struct ma_je_stats *st, uint64_t vm_rss, struct ma_headline *h)
 {
+	memset(h, 0, sizeof(*h));
 	h->page_slack = gap(st->resident, st->active);
 	h->slab_waste = gap(st->active, st->allocated);
+	h->have_pages = st->page != 0;
+	if (h->have_pages) {
+		h->dirty = st->pdirty * st->page;
+		h->muzzy = st->pmuzzy * st->page;
+		h->metadata_resident = gap(h->page_slack, h->dirty);
+	}
+	h->have_rss = vm_rss != 0;
+	if (h->have_rss)
+		h->outside_jemalloc = (int64_t)(vm_rss - st->resident);
 }

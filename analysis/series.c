@@ -30,7 +30,8 @@ void ma_series_release(struct ma_series *s)
 
 void ma_series_csv_header(FILE *f)
 {
-	fputs("t_ms,rss,hwm,allocated,active,resident,dump\n", f);
+	fputs("t_ms,rss,hwm,allocated,active,resident,dump,dirty,muzzy,metadata_resident,"
+	      "outside_jemalloc\n", f);
 }
 
 void ma_series_csv_row(FILE *f, const struct ma_sample *x)
@@ -42,7 +43,13 @@ void ma_series_csv_row(FILE *f, const struct ma_sample *x)
 			(unsigned long long)x->active, (unsigned long long)x->resident);
 	else
 		fputs(",,,", f);
-	fprintf(f, "%d\n", x->dump ? 1 : 0);
+	fprintf(f, "%d,", x->dump ? 1 : 0);
+	if (x->have_stats && x->have_pages)
+		fprintf(f, "%llu,%llu,%llu,%lld\n", (unsigned long long)x->dirty,
+			(unsigned long long)x->muzzy, (unsigned long long)x->metadata_resident,
+			(long long)x->outside_jemalloc);
+	else
+		fputs(",,,\n", f);
 }
 
 #define W 900

@@ -481,6 +481,38 @@ static int read_bin_counters(const struct jdoc *d, int je, struct ma_bin_table *
 	return 0;
 }
 
+/*
+ * Dirty and muzzy pages of all arenas (the merged entry, or the sum of the
+ * numbered ones) and the page size; st->page stays 0 if any is missing.
+ */
+static void read_page_counts(const struct jdoc *d, int je, struct ma_je_stats *st)
+{
+	int sa = child(d, je, "stats.arenas"), merged;
+	uint64_t page, dirty = 0, muzzy = 0;
+	bool all = true;
+
+	if (sa < 0 || !get_u64(d, je, "arenas/page", &page))
+		return;
+	if ((merged = child(d, sa, "merged")) >= 0) {
+		all = get_u64(d, merged, "pdirty", &dirty) && get_u64(d, merged, "pmuzzy", &muzzy);
+	} else {
+		for (int c = d->n[sa].first; c >= 0 && all; c = d->n[c].next) {
+			uint64_t pd, pm;
+
+			if (!all_digits(d->n[c].key, d->n[c].keylen))
+				continue;
+			all = get_u64(d, c, "pdirty", &pd) && get_u64(d, c, "pmuzzy", &pm);
+			dirty += all ? pd : 0;
+			muzzy += all ? pm : 0;
+		}
+	}
+	if (!all)
+		return;
+	st->pdirty = dirty;
+	st->pmuzzy = muzzy;
+	st->page = page;
+}
+
 int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 			struct ma_bin_table *t)
 {
@@ -507,6 +539,8 @@ int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 	}
 	if (!rc)
 		rc = read_headline(&d, je, st);
+	if (!rc)
+		read_page_counts(&d, je, st);
 	if (!rc)
 		rc = read_bin_constants(&d, je, t);
 	if (!rc)

@@ -11,6 +11,7 @@
 #include "emit.h"
 #include "format.h"
 #include "jectl.h"
+#include "jestats.h"
 #include "ma_error.h"
 
 #define PURGE_TIMEOUT_MS 60000
@@ -20,15 +21,18 @@ static const char usage_text[] =
 	"Purge-and-measure: read jemalloc's statistics and VmRSS of process PID,\n"
 	"run arena.4096.purge (all unused dirty and muzzy pages of all arenas go\n"
 	"back to the OS), read them again, and show before / after / delta for\n"
-	"resident, mapped, retained, active, allocated and RSS, and how long the\n"
-	"purge held the borrowed thread.  'allocated' does not change: a purge frees\n"
-	"nothing the program holds.\n\n"
+	"resident, mapped, retained, active, allocated, RSS and the parts of\n"
+	"resident memory (dirty, muzzy, metadata_resident, outside_jemalloc; see\n"
+	"'memattach stats --help'), and how long the purge held the borrowed\n"
+	"thread.  'allocated' does not change: a purge frees nothing the program\n"
+	"holds; dirty and muzzy go to 0 unless the program freed meanwhile.\n\n"
 	"  --json        machine-readable output (sizes in bytes, times in ns)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct side {
 	struct ma_je_stats st;
+	struct ma_headline h;
 	uint64_t rss;
 };
 
@@ -47,14 +51,32 @@ static const struct {
 	{ "active", "pages in active extents" },
 	{ "allocated", "live bytes (a purge does not change them)" },
 	{ "rss", "VmRSS of the process" },
+	{ "dirty", "unused pages jemalloc kept (what a purge returns)" },
+	{ "muzzy", "unused pages advised lazily free" },
+	{ "metadata_resident", "jemalloc's bookkeeping in RAM" },
+	{ "outside_jemalloc", "VmRSS - resident: code, stacks, other mappings" },
 };
 
-static uint64_t metric(const struct side *s, size_t k)
+#define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
+#define NPAGE_METRICS 3 /* dirty, muzzy, metadata_resident: need the page counts */
+
+static int64_t metric(const struct side *s, size_t k)
 {
-	const uint64_t v[] = { s->st.resident, s->st.mapped,	s->st.retained,
-			       s->st.active,   s->st.allocated, s->rss };
+	const int64_t v[] = { (int64_t)s->st.resident,	 (int64_t)s->st.mapped,
+			      (int64_t)s->st.retained,	 (int64_t)s->st.active,
+			      (int64_t)s->st.allocated,	 (int64_t)s->rss,
+			      (int64_t)s->h.dirty,	 (int64_t)s->h.muzzy,
+			      (int64_t)s->h.metadata_resident, s->h.outside_jemalloc };
 
 	return v[k];
+}
+
+/* A metric both sides have (the page-count ones need a jemalloc that reports them). */
+static bool shown(const struct purge_result *r, size_t k)
+{
+	bool is_page = k >= NMETRICS - 1 - NPAGE_METRICS && k < NMETRICS - 1;
+
+	return !is_page || (r->before.h.have_pages && r->after.h.have_pages);
 }
 
 static void print_json(const struct purge_result *r)
@@ -68,14 +90,15 @@ static void print_json(const struct purge_result *r)
 	ma_json_i64(&j, "pid", r->pid);
 	for (int s = 0; s < 2; s++) {
 		ma_json_obj_open(&j, sides[s]);
-		for (size_t k = 0; k < sizeof(metrics) / sizeof(metrics[0]); k++)
-			ma_json_u64(&j, metrics[k].name, metric(sv[s], k));
+		for (size_t k = 0; k < NMETRICS; k++)
+			if (shown(r, k))
+				ma_json_i64(&j, metrics[k].name, metric(sv[s], k));
 		ma_json_obj_close(&j);
 	}
 	ma_json_obj_open(&j, "delta");
-	for (size_t k = 0; k < sizeof(metrics) / sizeof(metrics[0]); k++)
-		ma_json_i64(&j, metrics[k].name,
-			    (int64_t)(metric(&r->after, k) - metric(&r->before, k)));
+	for (size_t k = 0; k < NMETRICS; k++)
+		if (shown(r, k))
+			ma_json_i64(&j, metrics[k].name, metric(&r->after, k) - metric(&r->before, k));
 	ma_json_obj_close(&j);
 	ma_json_u64(&j, "purge_ns", r->purge_ns);
 	ma_json_u64(&j, "held_ns", r->held_ns);
@@ -84,26 +107,29 @@ static void print_json(const struct purge_result *r)
 	ma_json_end(&j);
 }
 
-static const char *fmt_delta(char *b, size_t n, int64_t d) /* n >= 40 */
+/* Bytes with a sign: "-1.0 MiB"; with PLUS, "+1.0 MiB" for a rise. */
+static const char *fmt_signed(char *b, size_t n, int64_t d, bool plus) /* n >= 40 */
 {
 	char t[32];
 
-	ma_fmt_bytes(t, sizeof(t), (uint64_t)(d < 0 ? -d : d));
-	snprintf(b, n, "%s%s", d < 0 ? "-" : d > 0 ? "+" : "", t);
+	ma_fmt_bytes(t, sizeof(t), d < 0 ? (uint64_t)0 - (uint64_t)d : (uint64_t)d);
+	snprintf(b, n, "%s%s", d < 0 ? "-" : d > 0 && plus ? "+" : "", t);
 	return b;
 }
 
 static void print_table(const struct purge_result *r)
 {
-	char a[32], b[32], d[40];
+	char a[40], b[40], d[40];
 
 	printf("purge of process %d (arena.4096.purge)\n\n", r->pid);
-	printf("%-10s %12s %12s %12s\n", "", "before", "after", "delta");
-	for (size_t k = 0; k < sizeof(metrics) / sizeof(metrics[0]); k++) {
-		uint64_t x = metric(&r->before, k), y = metric(&r->after, k);
+	printf("%-17s %12s %12s %12s\n", "", "before", "after", "delta");
+	for (size_t k = 0; k < NMETRICS; k++) {
+		int64_t x = metric(&r->before, k), y = metric(&r->after, k);
 
-		printf("%-10s %12s %12s %12s  %s\n", metrics[k].name, ma_fmt_bytes(a, sizeof(a), x),
-		       ma_fmt_bytes(b, sizeof(b), y), fmt_delta(d, sizeof(d), (int64_t)(y - x)),
+		if (!shown(r, k))
+			continue;
+		printf("%-17s %12s %12s %12s  %s\n", metrics[k].name, fmt_signed(a, sizeof(a), x, false),
+		       fmt_signed(b, sizeof(b), y, false), fmt_signed(d, sizeof(d), y - x, true),
 		       metrics[k].what);
 	}
 	printf("\nthe purge call held thread %d for %.3f ms (%.3f ms in all, with the readings)\n",
@@ -121,6 +147,7 @@ static int measure(struct ma_session *s, struct side *sd)
 	if ((rc = ma_proc_read_status(s->t->pid, 0, &ps)))
 		return rc;
 	sd->rss = ps.vm_rss;
+	ma_headline_compute(&sd->st, sd->rss, &sd->h);
 	return 0;
 }
 

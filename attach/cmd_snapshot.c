@@ -17,6 +17,7 @@
 #include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
+#include "headline_out.h"
 #include "jectl.h"
 #include "livecmd.h"
 #include "ma_error.h"
@@ -28,7 +29,9 @@ static const char usage_text[] =
 	"usage: memattach snapshot PID -o DIR [--timeout MS]\n\n"
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
-	"                 version, VmRSS/VmHWM, headline counters, file names\n"
+	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
+	"                 of resident memory (see 'memattach stats --help'),\n"
+	"                 file names\n"
 	"  stats.json     malloc_stats_print JSON (as 'memattach stats-dump')\n"
 	"  bins.json      the bin table (as 'memattach bins --json')\n"
 	"  heap.heap      a heap dump (as 'memattach heap-dump'), only if the\n"
@@ -124,6 +127,7 @@ static int close_stream(struct snap *sn, FILE *f)
 static void manifest(struct snap *sn, FILE *f)
 {
 	char exe[PATH_MAX], link[64], when[32];
+	struct ma_headline h;
 	struct ma_json j;
 	time_t now = time(NULL);
 	ssize_t n;
@@ -152,6 +156,10 @@ static void manifest(struct snap *sn, FILE *f)
 	ma_json_u64(&j, "retained", sn->st.retained);
 	ma_json_u64(&j, "metadata", sn->st.metadata);
 	ma_json_u64(&j, "tcache_bytes", sn->bins.tcache_bytes);
+	ma_headline_compute(&sn->st, sn->ps.vm_rss, &h);
+	ma_json_u64(&j, "page_slack", h.page_slack);
+	ma_json_u64(&j, "slab_waste", h.slab_waste);
+	ma_headline_json(&j, &h);
 	ma_json_obj_close(&j);
 	ma_json_obj_open(&j, "options");
 	ma_json_bool(&j, "prof", sn->st.opt_prof);

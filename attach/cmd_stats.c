@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
+#include "headline_out.h"
 #include "jectl.h"
 #include "jestats.h"
 #include "ma_error.h"
@@ -16,8 +17,15 @@ static const char usage_text[] =
 	"usage: memattach stats PID [--json] [--timeout MS] [--tid TID]\n\n"
 	"Refresh jemalloc's statistics inside the running process PID and print\n"
 	"its version, options and headline numbers: allocated, active, resident,\n"
-	"mapped, retained, metadata, the process's VmRSS and VmHWM, and the two\n"
-	"gaps page_slack = resident - active and slab_waste = active - allocated.\n"
+	"mapped, retained, metadata, the process's VmRSS and VmHWM, and where\n"
+	"VmRSS goes, exactly:\n"
+	"  VmRSS = allocated + slab_waste + dirty + metadata_resident + outside_jemalloc\n"
+	"slab_waste = active - allocated (free slots in live slabs and tcaches),\n"
+	"dirty = unused pages jemalloc keeps (purge returns them), metadata_resident\n"
+	"= resident - active - dirty, outside_jemalloc = VmRSS - resident (code,\n"
+	"stacks, other mappings; negative when jemalloc counts pages never touched).\n"
+	"muzzy pages (advised lazily free) are outside jemalloc's resident.\n"
+	"page_slack (JSON, kept for compatibility) = dirty + metadata_resident.\n"
 	"Only one thread is stopped, for well under a millisecond typically.\n\n"
 	"  --json        machine-readable output (sizes in bytes)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
@@ -57,6 +65,7 @@ static void print_json(const struct stats_result *r)
 	ma_json_u64(&j, "hwm", r->ps.vm_hwm);
 	ma_json_u64(&j, "page_slack", r->h.page_slack);
 	ma_json_u64(&j, "slab_waste", r->h.slab_waste);
+	ma_headline_json(&j, &r->h);
 	ma_json_obj_open(&j, "options");
 	ma_json_bool(&j, "prof", r->st.opt_prof);
 	ma_json_bool(&j, "prof_active", r->st.prof_active);
@@ -106,8 +115,7 @@ static void print_table(const struct stats_result *r)
 	row("VmRSS", r->ps.vm_rss, "process resident set (all memory, not just jemalloc)");
 	row("VmHWM", r->ps.vm_hwm, "peak VmRSS");
 	printf("\n");
-	row("page_slack", r->h.page_slack, "resident - active: dirty pages not yet returned");
-	row("slab_waste", r->h.slab_waste, "active - allocated: free slots in slabs (see 'bins')");
+	ma_print_decomposition(st, &r->h, r->ps.vm_rss);
 	printf("\nborrowed thread %d for %.3f ms (%u calls)\n", r->s->tid, r->s->stopped_ns / 1e6,
 	       r->s->ncalls);
 }
@@ -149,9 +157,10 @@ int cmd_stats(int argc, char **argv)
 		ma_target_release(&t);
 		return MA_EXIT_FAIL;
 	}
-	ma_headline_compute(&r.st, &r.h);
+	memset(&r.ps, 0, sizeof(r.ps));
 	if (ma_proc_read_status(pid, 0, &r.ps))
 		ma_err_clear();
+	ma_headline_compute(&r.st, r.ps.vm_rss, &r.h);
 	r.t = &t;
 	r.s = &s;
 	if (json)

@@ -1,10 +1,12 @@
 /*
  * cmd_watch.c - memattach watch PID [--interval MS] [--out DIR]
- * [--duration S]: peak capture.  Poll VmHWM; at each new high-water mark
- * take a heap dump (only the latest is kept), record RSS, HWM and the
- * allocator headline as a time series, and chart it at the end.
+ * [--duration S] [--reset-hwm]: peak capture.  Poll VmRSS and VmHWM; at
+ * each new high of the watch take a heap dump (only the latest is kept),
+ * record RSS, HWM and the allocator headline as a time series, and chart
+ * it at the end.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,25 +19,38 @@
 #include "commands.h"
 #include "format.h"
 #include "jectl.h"
+#include "jestats.h"
 #include "ma_error.h"
 #include "safepoint.h"
 #include "series.h"
 
 static const char usage_text[] =
-	"usage: memattach watch PID [--interval MS] [--out DIR] [--duration S]\n\n"
+	"usage: memattach watch PID [--interval MS] [--out DIR] [--duration S]\n"
+	"                            [--reset-hwm]\n\n"
 	"Peak capture.  Every MS milliseconds read VmRSS/VmHWM of process PID and\n"
-	"jemalloc's allocated/active/resident (one short thread borrow each); when\n"
-	"VmHWM reaches a new high, take a heap dump to DIR/peak.heap, replacing the\n"
-	"previous one, so DIR/peak.heap is the heap at the highest peak seen.  The\n"
-	"series goes to DIR/series.csv as it is taken; DIR/chart.svg (the series with\n"
-	"the dump moments marked) is written at the end.  Stops on Ctrl-C, after S\n"
-	"seconds, or when the process exits, keeping what it has.  Heap dumps need\n"
-	"the process started with MALLOC_CONF=prof:true,prof_active:true,\n"
-	"prof_final:false; without it only the series is recorded.\n\n"
+	"jemalloc's allocated/active/resident and the parts of resident memory\n"
+	"(one short thread borrow each).  At each new high of the watch, take a\n"
+	"heap dump to DIR/peak.heap, replacing the previous one, so DIR/peak.heap\n"
+	"is the heap at the highest peak seen.  A new high is VmRSS 1 MiB above the\n"
+	"last high (the first sample is the start), or VmHWM rising (a peak\n"
+	"between two samples that beat the process's lifetime maximum).  VmHWM is\n"
+	"that lifetime maximum, so a peak lower than an old one shows only in\n"
+	"VmRSS; --reset-hwm resets it at the start so VmHWM sees every peak of the\n"
+	"watch, even between samples.  The summary gives the watch's highest\n"
+	"point apart from the lifetime VmHWM.  The series goes to DIR/series.csv\n"
+	"as it is taken; DIR/chart.svg (the series with the dump moments marked)\n"
+	"is written at the end.  Stops on Ctrl-C, after S seconds, or when the\n"
+	"process exits, keeping what it has.  Heap dumps need the process started\n"
+	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false; without it\n"
+	"only the series is recorded.\n\n"
 	"  --interval MS  polling period (default 500)\n"
 	"  --out DIR      output directory, created if needed (default\n"
 	"                 memattach-watch-PID)\n"
 	"  --duration S   stop after S seconds (default: until Ctrl-C or exit)\n"
+	"  --reset-hwm    reset the process's VmHWM to its VmRSS at the start\n"
+	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
+	"                 process itself reads as its peak (VmHWM, getrusage's\n"
+	"                 ru_maxrss)\n"
 	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
 	"             1 could not start, 2 usage error\n";
 
@@ -47,8 +62,12 @@ struct watch {
 	struct ma_target t;
 	struct ma_series series;
 	FILE *csv;
-	bool prof_warned, exited;
-	uint64_t best_hwm, t0_ns;
+	bool prof_warned, exited, reset_hwm, started;
+	uint64_t last_hwm;	/* VmHWM at the last sample, our own visits folded in */
+	uint64_t high;		/* the level of the last new high (the start at first) */
+	uint64_t top, top_t_ms; /* the highest point of the watch, and when */
+	uint64_t lifetime_hwm;
+	uint64_t t0_ns;
 	unsigned dumps, skipped;
 	char path[4096];
 };
@@ -100,10 +119,34 @@ static void absorb_own_hwm(struct watch *w, uint64_t hwm_before)
 {
 	struct ma_proc_status ps;
 
-	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->best_hwm &&
+	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->last_hwm &&
 	    ps.vm_hwm - hwm_before <= OWN_HWM_SLACK)
-		w->best_hwm = ps.vm_hwm;
+		w->last_hwm = ps.vm_hwm;
 	ma_err_clear();
+}
+
+/* A VmRSS rise smaller than this over the last high is no new peak. */
+#define PEAK_STEP (1UL << 20)
+
+/*
+ * Is this sample a new high of the watch?  VmRSS PEAK_STEP above the last
+ * high, or VmHWM above its last reading (a peak between samples above the
+ * lifetime maximum).  *LEVEL gets the height reached.
+ */
+static bool new_high(struct watch *w, const struct ma_proc_status *ps, uint64_t *level)
+{
+	bool hwm_rose = ps->vm_hwm > w->last_hwm;
+
+	*level = hwm_rose && ps->vm_hwm > ps->vm_rss ? ps->vm_hwm : ps->vm_rss;
+	return hwm_rose || ps->vm_rss > w->high + PEAK_STEP;
+}
+
+static void note_top(struct watch *w, uint64_t level, uint64_t t_ms)
+{
+	if (level > w->top) {
+		w->top = level;
+		w->top_t_ms = t_ms;
+	}
 }
 
 /* One sample: /proc status, then (if a thread is safe) stats and maybe a dump. */
@@ -112,9 +155,12 @@ static int sample(struct watch *w)
 	struct ma_sample x = { 0 };
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
+	struct ma_headline h;
 	struct ma_session s;
+	uint64_t level = 0;
+	bool high;
 	size_t n = 0;
-	char b[32], c[32];
+	char b[32], c[32], d[32], e[32];
 	int rc;
 
 	if (ma_proc_read_status(w->pid, 0, &ps) || ps.state == 'Z' || ps.state == 'X') {
@@ -124,8 +170,14 @@ static int sample(struct watch *w)
 	x.t_ms = (ma_now_ns() - w->t0_ns) / 1000000;
 	x.rss = ps.vm_rss;
 	x.hwm = ps.vm_hwm;
-	if (!w->best_hwm)
-		w->best_hwm = ps.vm_hwm; /* the baseline: a rise above it is a new peak */
+	w->lifetime_hwm = ps.vm_hwm;
+	if (!w->started) { /* the baseline: a rise above it is a new peak */
+		w->started = true;
+		w->high = ps.vm_rss;
+		w->last_hwm = ps.vm_hwm;
+	}
+	high = new_high(w, &ps, &level);
+	note_top(w, high ? level : ps.vm_rss, x.t_ms);
 	rc = ma_session_open(&s, &w->t, &w->o);
 	if (rc) {
 		if (target_gone(w->pid, rc)) {
@@ -143,18 +195,29 @@ static int sample(struct watch *w)
 			x.allocated = st.allocated;
 			x.active = st.active;
 			x.resident = st.resident;
-			if (ps.vm_hwm > w->best_hwm && st.opt_prof) {
+			ma_headline_compute(&st, ps.vm_rss, &h);
+			x.have_pages = h.have_pages;
+			x.dirty = h.dirty;
+			x.muzzy = h.muzzy;
+			x.metadata_resident = h.metadata_resident;
+			x.outside_jemalloc = h.outside_jemalloc;
+			if (high && st.opt_prof) {
 				rc = take_dump(w, &s, &st, &n);
 				if (!rc) {
 					x.dump = true;
 					w->dumps++;
-					w->best_hwm = ps.vm_hwm;
-					printf("%8.3f s  new VmHWM %s: heap dump kept in %s (%s)\n",
-					       x.t_ms / 1000.0, ma_fmt_bytes(b, sizeof(b), ps.vm_hwm),
-					       in_dir(w, "peak.heap"), ma_fmt_bytes(c, sizeof(c), n));
+					w->high = level;
+					w->last_hwm = ps.vm_hwm;
+					printf("%8.3f s  new high %s (VmRSS %s, VmHWM %s): heap dump kept "
+					       "in %s (%s)\n", x.t_ms / 1000.0,
+					       ma_fmt_bytes(b, sizeof(b), level),
+					       ma_fmt_bytes(c, sizeof(c), ps.vm_rss),
+					       ma_fmt_bytes(d, sizeof(d), ps.vm_hwm),
+					       in_dir(w, "peak.heap"), ma_fmt_bytes(e, sizeof(e), n));
 				}
-			} else if (ps.vm_hwm > w->best_hwm) {
-				w->best_hwm = ps.vm_hwm;
+			} else if (high) {
+				w->high = level;
+				w->last_hwm = ps.vm_hwm;
 				if (!w->prof_warned)
 					fprintf(stderr, "memattach %s: process %d has heap profiling off: "
 							"recording the series only (restart it with %s "
@@ -234,6 +297,8 @@ static int parse_args(int argc, char **argv, struct watch *w)
 			i++;
 		} else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
 			w->dir = argv[++i];
+		} else if (strcmp(argv[i], "--reset-hwm") == 0) {
+			w->reset_hwm = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
 			continue;
 		} else {
@@ -246,6 +311,23 @@ static int parse_args(int argc, char **argv, struct watch *w)
 	return 0;
 }
 
+/* VmHWM := VmRSS for PID (the kernel's clear_refs "5"). */
+static int reset_hwm(pid_t pid)
+{
+	char path[64];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "/proc/%d/clear_refs", pid);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return ma_fail(MA_E_IO, "--reset-hwm: cannot open %s: %s", path, strerror(errno));
+	ok = write(fd, "5", 1) == 1;
+	if (!ok)
+		ma_fail(MA_E_IO, "--reset-hwm: cannot write %s: %s", path, strerror(errno));
+	close(fd);
+	return ok ? 0 : MA_E_IO;
+}
+
 /* Open the target once (maps, jemalloc symbols) and the output directory. */
 static int start(struct watch *w, char *defdir, size_t deflen)
 {
@@ -256,6 +338,8 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 	ma_err_clear();
 	ma_install_signal_guards();
 	if (ma_target_open(&w->t, w->pid) || ma_target_find_jemalloc(&w->t))
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (w->reset_hwm && reset_hwm(w->pid))
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	if (mkdir(w->dir, 0755) != 0 && errno != EEXIST)
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->dir,
@@ -274,7 +358,7 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 int cmd_watch(int argc, char **argv)
 {
 	struct watch w = { .cmd = argv[0], .interval_ms = 500, .o = { .deadline_ms = 500 } };
-	char defdir[64], b[32];
+	char defdir[64], b[32], c[32];
 	const char *why = "interrupted";
 	uint64_t deadline;
 	int rc;
@@ -317,9 +401,12 @@ int cmd_watch(int argc, char **argv)
 	}
 	if (why)
 		printf("stopped (%s): %zu samples (%u without allocator stats), %u heap dumps, "
-		       "highest VmHWM %s; %s/series.csv, %s/chart.svg%s%s\n",
-		       why, w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.best_hwm),
-		       w.dir, w.dir, w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
+		       "highest during the watch %s at %.3f s (lifetime VmHWM %s%s); %s/series.csv, "
+		       "%s/chart.svg%s%s\n",
+		       why, w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.top),
+		       w.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
+		       w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
+		       w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	ma_series_release(&w.series);
 	ma_target_release(&w.t);
 	return rc ? MA_EXIT_FAIL : MA_EXIT_OK;

@@ -295,6 +295,23 @@ static void result_optional(struct ma_ctl_batch *b, int i, void *out, size_t len
 		ma_err_clear();
 }
 
+/* Dirty and muzzy pages of all arenas; st->page stays 0 unless all three were read. */
+static void read_page_counts(struct ma_ctl_batch *b, int idirty, int imuzzy, int ipage,
+			     struct ma_je_stats *st)
+{
+	size_t dirty, muzzy, page;
+
+	if (ma_ctl_batch_result(b, idirty, &dirty, sizeof(dirty)) ||
+	    ma_ctl_batch_result(b, imuzzy, &muzzy, sizeof(muzzy)) ||
+	    ma_ctl_batch_result(b, ipage, &page, sizeof(page))) {
+		ma_err_clear();
+		return;
+	}
+	st->pdirty = dirty;
+	st->pmuzzy = muzzy;
+	st->page = page;
+}
+
 int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 {
 	static const char *const headline[] = {
@@ -305,13 +322,14 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 			    &st->mapped, &st->retained, &st->metadata };
 	struct ma_ctl_batch b;
 	int ih[6], iprof, iprof_act, iprof_active, ilg, itc, ibg_opt, ibg, inar, idirty, imuzzy, iver;
+	int ipdirty, ipmuzzy, ipage;
 	uint64_t epoch = 1, ver = 0;
 	ssize_t ssz;
 	size_t sz;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	if ((rc = ma_ctl_batch_init(&b, s, 24, 4096)))
+	if ((rc = ma_ctl_batch_init(&b, s, 28, 4096)))
 		return rc;
 	/* The epoch write comes first: the reads below see fresh values. */
 	rc = ma_ctl_batch_write(&b, "epoch", &epoch, sizeof(epoch));
@@ -328,7 +346,11 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 	inar = ma_ctl_batch_read(&b, "arenas.narenas", sizeof(unsigned));
 	idirty = ma_ctl_batch_read(&b, "opt.dirty_decay_ms", sizeof(ssize_t));
 	imuzzy = ma_ctl_batch_read(&b, "opt.muzzy_decay_ms", sizeof(ssize_t));
-	if (rc < 0 || imuzzy < 0 || (rc = ma_ctl_batch_run(&b))) {
+	/* Same epoch as the headline: resident = active + dirty + metadata in RAM. */
+	ipdirty = ma_ctl_batch_read(&b, "stats.arenas.4096.pdirty", sizeof(size_t));
+	ipmuzzy = ma_ctl_batch_read(&b, "stats.arenas.4096.pmuzzy", sizeof(size_t));
+	ipage = ma_ctl_batch_read(&b, "arenas.page", sizeof(size_t));
+	if (rc < 0 || imuzzy < 0 || ipage < 0 || (rc = ma_ctl_batch_run(&b))) {
 		ma_ctl_batch_release(&b);
 		return rc < 0 ? rc : MA_E_INTERNAL;
 	}
@@ -360,6 +382,7 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 	result_optional(&b, imuzzy, &ssz, sizeof(ssz));
 	st->muzzy_decay_ms = ssz;
 	result_optional(&b, iver, &ver, sizeof(ver));
+	read_page_counts(&b, ipdirty, ipmuzzy, ipage, st);
 	ma_ctl_batch_release(&b);
 	/* The version string lives in the target: one more read, no call. */
 	if (ver)

@@ -16,6 +16,9 @@ struct ma_sample {
 	uint64_t rss, hwm; /* from /proc/PID/status */
 	bool have_stats; /* false if no thread was safe to borrow this time */
 	uint64_t allocated, active, resident;
+	bool have_pages; /* the parts of resident below were read */
+	uint64_t dirty, muzzy, metadata_resident;
+	int64_t outside_jemalloc; /* VmRSS - resident (may be < 0) */
 	bool dump; /* a heap dump was taken at this sample */
 };
 

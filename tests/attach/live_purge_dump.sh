@@ -19,6 +19,12 @@ check "purge: resident dropped by at least the freed $freed bytes" \
 check "purge: RSS dropped by at least the freed $freed bytes" \
 	py "assert -d['delta']['rss'] >= $freed, d['delta']"
 check "purge: allocated unchanged" py "assert d['delta']['allocated'] == 0"
+# The freed pages were dirty (decay off in the fixture's arena): dirty held
+# them before and fell by them at least, and the parts still add up.
+check "purge: dirty held the freed $freed bytes before, and fell by at least as much" \
+	py "assert d['before']['dirty'] >= $freed and -d['delta']['dirty'] >= $freed, d"
+check "purge: resident = active + dirty + metadata_resident, outside = rss - resident" \
+	py "assert all(x['resident'] == x['active'] + x['dirty'] + x['metadata_resident'] and x['outside_jemalloc'] == x['rss'] - x['resident'] for x in (d['before'], d['after'])), d"
 check "purge: the purge time is reported" py "assert d['purge_ns'] > 0 and d['held_ns'] >= d['purge_ns']"
 "$MA" purge $FIX_PID >"$TMP/purge.txt"
 check "purge table shows before/after/delta" grep -q '^resident .*before\|^ *before *after *delta' "$TMP/purge.txt"

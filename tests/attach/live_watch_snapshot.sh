@@ -32,8 +32,14 @@ check "watch says it stopped" grep -q '^stopped (interrupted)' "$TMP/watch.out"
 check "series.csv has the header and rows" python3 -c '
 import csv,sys
 r=list(csv.DictReader(open(sys.argv[1])))
-assert len(r) >= 5 and set(r[0]) == {"t_ms","rss","hwm","allocated","active","resident","dump"}
-assert all(x["allocated"] for x in r)' "$W/series.csv"
+assert len(r) >= 5 and list(r[0]) == ["t_ms","rss","hwm","allocated","active","resident","dump",
+    "dirty","muzzy","metadata_resident","outside_jemalloc"]
+assert all(x["allocated"] for x in r)
+# resident = active + dirty + metadata_resident, outside = rss - resident, in every row
+for x in r:
+    v = {k: int(x[k]) for k in x}
+    assert v["resident"] == v["active"] + v["dirty"] + v["metadata_resident"], x
+    assert v["outside_jemalloc"] == v["rss"] - v["resident"], x' "$W/series.csv"
 check "chart.svg is well-formed and marks the dumps" python3 -c '
 import sys, xml.etree.ElementTree as ET
 t=ET.parse(sys.argv[1]); ns="{http://www.w3.org/2000/svg}"
@@ -110,3 +116,53 @@ check "no heap dump while nothing grows ($n dumps in $rows samples)" [ "$rows" -
 v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
 check "steady fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $FIX_PID $FIX_FD
+
+# --- a peak lower than the process's lifetime VmHWM is still a new high ---
+# dirty_decay_ms:0 gives freed pages back at once: VmRSS falls after 'unpeak'
+# while VmHWM stays at the old peak.
+MALLOC_CONF=$PROF_CONF,dirty_decay_ms:0,muzzy_decay_ms:0 fix_start frag -m peak ||
+	{ fail "low-peak fixture start"; exit 1; }
+LP=$FIX_PID LFD=$FIX_FD LOUT=$FIX_OUT
+fix_cmd $LP $LFD "$LOUT" "peak 96" >/dev/null
+fix_cmd $LP $LFD "$LOUT" unpeak >/dev/null
+old_hwm=$(awk '/^VmHWM/ { print $2 * 1024 }' /proc/$LP/status)
+W4=$TMP/watch_low
+"$MA" watch $LP --interval 50 --out "$W4" >"$TMP/w4.out" 2>"$TMP/w4.err" &
+WPID=$!; track $WPID
+for _ in $(seq 100); do [ "$(wc -l <"$W4/series.csv" 2>/dev/null || echo 0)" -ge 3 ] && break; sleep 0.1; done
+base=$(awk -F, 'NR == 2 { print $2 }' "$W4/series.csv")
+p=$(fix_cmd $LP $LFD "$LOUT" "peak 24")
+seen=0
+for _ in $(seq 300); do
+	if awk -F, -v b="$base" 'NR > 1 && $7 == 1 && $2 >= b + 16 * 1048576 { f = 1 } END { exit !f }' "$W4/series.csv"; then seen=1; break; fi
+	sleep 0.1
+done
+check "watch dumps at a 24 MiB peak below the old 96 MiB VmHWM (base RSS $base, old VmHWM $old_hwm)" \
+	[ "$seen" -eq 1 -a "$old_hwm" -gt $((base + 64 * 1048576)) ]
+fix_cmd $LP $LFD "$LOUT" unpeak >/dev/null
+kill -INT $WPID; wait $WPID
+top=$(sed -n 's/.*highest during the watch \([^ ]* [^ ]*\) at .*(lifetime VmHWM \([^ ]* [^ ;)]*\)).*/\1|\2/p' "$TMP/w4.out")
+check "the summary gives the watch's high apart from the lifetime VmHWM ($top)" \
+	python3 -c '
+import sys
+u = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+def b(s):
+    n, unit = s.split()
+    return float(n) * u[unit]
+top, life = sys.argv[1].split("|")
+assert b(top) < b(life) - 32 * (1 << 20), (top, life)' "$top"
+"$MA" aggregate "$W4/peak.heap" --json >"$TMP/w4agg.json" 2>/dev/null
+check "... and the kept dump's top site is the peak site" python3 -c '
+import json,sys
+s=json.load(open(sys.argv[1]))["sites"]
+assert s[0]["leaf"].startswith("peak_site"), s[0]["leaf"]' "$TMP/w4agg.json"
+# --reset-hwm: VmHWM starts again from VmRSS
+"$MA" watch $LP --interval 50 --duration 1 --reset-hwm --out "$TMP/w5" >"$TMP/w5.out" 2>&1
+rss=$(awk '/^VmRSS/ { print $2 * 1024 }' /proc/$LP/status)
+hwm=$(awk '/^VmHWM/ { print $2 * 1024 }' /proc/$LP/status)
+check "--reset-hwm brings VmHWM back near VmRSS (VmHWM $hwm, VmRSS $rss, old $old_hwm)" \
+	[ "$hwm" -lt $((rss + 16 * 1048576)) -a "$hwm" -lt $((old_hwm - 32 * 1048576)) ]
+check "... and says so in the summary" grep -q 'reset at the start' "$TMP/w5.out"
+v=$(fix_cmd $LP $LFD "$LOUT" verdict)
+check "low-peak fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
+fix_quit $LP $LFD

@@ -9,6 +9,7 @@
 
 #include "bins.h"
 #include "check.h"
+#include "jestats.h"
 #include "ma_error.h"
 #include "stats_json.h"
 
@@ -143,7 +144,49 @@ static void test_two_arenas(void)
 	ma_bin_table_release(&t);
 	ma_bin_table_release(&u);
 	free(m);
+	/* Dirty pages: the merged entry's, or the numbered arenas' summed. */
+	m = replace(doc, "\"pdirty\":0,", "\"pdirty\":3,"); /* arena 1 only */
+	CHECK("page counts from merged", m && parse(m, &st, &t) == 0 && st.page == 4096 &&
+						 st.pdirty == 8 && st.pmuzzy == 0);
+	ma_bin_table_release(&t);
+	free(m);
+	m = replace(doc, "\"merged\":", "\"zzzzzz\":");
+	if (m) {
+		char *m2 = replace(m, "\"pdirty\":0,", "\"pdirty\":3,");
+
+		CHECK("page counts summed over arenas", m2 && parse(m2, &st, &t) == 0 &&
+								st.pdirty == 8 + 3);
+		ma_bin_table_release(&t);
+		free(m2);
+	}
+	free(m);
+	m = replace(doc, "\"page\":4096", "\"pagex\":4096");
+	CHECK("no page size: no page counts", m && parse(m, &st, &t) == 0 && st.page == 0);
+	ma_bin_table_release(&t);
+	free(m);
 	free(doc);
+}
+
+/* resident = active + dirty + metadata_resident; VmRSS = resident + outside. */
+static void test_headline(void)
+{
+	struct ma_je_stats st = { .allocated = 1000, .active = 8192, .resident = 40960,
+				  .pdirty = 5, .pmuzzy = 2, .page = 4096 };
+	struct ma_headline h;
+
+	ma_headline_compute(&st, 36864, &h);
+	CHECK("slab_waste", h.slab_waste == 7192);
+	CHECK("dirty, muzzy in bytes", h.dirty == 20480 && h.muzzy == 8192 && h.have_pages);
+	CHECK("metadata_resident = resident - active - dirty", h.metadata_resident == 12288);
+	CHECK("page_slack = dirty + metadata_resident", h.page_slack == 32768);
+	CHECK("outside_jemalloc may be negative", h.have_rss && h.outside_jemalloc == -4096);
+	CHECK("the parts add up to VmRSS",
+	      (int64_t)(st.allocated + h.slab_waste + h.dirty + h.metadata_resident) +
+			      h.outside_jemalloc == 36864);
+	st.page = 0;
+	ma_headline_compute(&st, 0, &h);
+	CHECK("without page counts or VmRSS: only the gaps", !h.have_pages && !h.have_rss &&
+							       h.dirty == 0 && h.page_slack == 32768);
 }
 
 static void test_other_json(void)
@@ -193,5 +236,6 @@ int main(void)
 	test_two_arenas();
 	test_other_json();
 	test_rows();
+	test_headline();
 	CHECK_DONE();
 }

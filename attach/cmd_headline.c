@@ -1,0 +1,60 @@
+/*
+ * cmd_headline.c - the decomposition of resident memory as stats, purge,
+ * snapshot and watch print it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "format.h"
+#include "headline_out.h"
+
+void ma_headline_json(struct ma_json *j, const struct ma_headline *h)
+{
+	if (h->have_pages) {
+		ma_json_u64(j, "dirty", h->dirty);
+		ma_json_u64(j, "muzzy", h->muzzy);
+		ma_json_u64(j, "metadata_resident", h->metadata_resident);
+	}
+	if (h->have_rss)
+		ma_json_i64(j, "outside_jemalloc", h->outside_jemalloc);
+}
+
+static void part(const char *name, int64_t v, const char *what)
+{
+	char b[32];
+
+	ma_fmt_bytes(b + 1, sizeof(b) - 1, (uint64_t)(v < 0 ? -v : v));
+	b[0] = '-';
+	printf("  %-18s %12s  %15" PRId64 "  %s\n", name, v < 0 ? b : b + 1, v, what);
+}
+
+void ma_print_decomposition(const struct ma_je_stats *st, const struct ma_headline *h,
+			    uint64_t vm_rss)
+{
+	if (!h->have_pages) {
+		/* No page counts (an old jemalloc, or stats printed without arenas). */
+		printf("where jemalloc's resident goes:\n");
+		part("allocated", (int64_t)st->allocated, "live bytes the program asked for");
+		part("slab_waste", (int64_t)h->slab_waste,
+		     "active - allocated: free slots in live slabs and tcaches (see 'bins')");
+		part("page_slack", (int64_t)h->page_slack,
+		     "resident - active: unused dirty pages and jemalloc's metadata in RAM");
+		return;
+	}
+	printf("where VmRSS goes (allocated + slab_waste + dirty + metadata_resident + "
+	       "outside_jemalloc):\n");
+	part("allocated", (int64_t)st->allocated, "live bytes the program asked for");
+	part("slab_waste", (int64_t)h->slab_waste,
+	     "active - allocated: free slots in live slabs and tcaches (see 'bins')");
+	part("dirty", (int64_t)h->dirty, "unused pages jemalloc keeps; 'purge' returns them");
+	part("metadata_resident", (int64_t)h->metadata_resident,
+	     "resident - active - dirty: jemalloc's own bookkeeping in RAM");
+	if (h->have_rss)
+		part("outside_jemalloc", h->outside_jemalloc,
+		     "VmRSS - resident: code, stacks, other mappings (negative when jemalloc "
+		     "counts pages never touched)");
+	if (vm_rss)
+		part("= VmRSS", (int64_t)vm_rss, "the sum of the parts above");
+	part("muzzy", (int64_t)h->muzzy,
+	     "not in the sum: unused pages advised lazily free (in VmRSS until reclaimed)");
+}
