@@ -462,8 +462,10 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 
 	if (!o->dwfl)
 		o->dwfl = dwfl_open(o);
-	if (!o->dwfl)
+	if (!o->dwfl) {
+		o->lines_missing = true;
 		return f;
+	}
 	a = s->frames[f].addr + o->dwbias;
 	line = dwfl_module_getsrc(o->dwmod, a);
 	if (line)
@@ -506,6 +508,10 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 	s->frames[f].line = lineno;
 	if (prev != MA_NONE)
 		s->frames[prev].inline_next = f;
+	if (file)
+		o->lines_found = true;
+	else
+		o->lines_missing = true;
 	return first;
 }
 
@@ -614,6 +620,23 @@ const char *ma_sym_func_name(struct ma_symbolizer *s, uint32_t f)
 	if (!fn->name)
 		fn->name = ma_demangle(fn->key);
 	return fn->name ? fn->name : fn->key;
+}
+
+const char *ma_sym_no_lines_note(struct ma_symbolizer *s)
+{
+	char names[400] = "";
+	size_t len = 0;
+
+	for (size_t i = 0; i < s->nobjs && len < sizeof(names); i++)
+		if (s->objs[i].lines_missing && !s->objs[i].lines_found)
+			len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+						len ? ", " : "", base_name(s->objs[i].path));
+	if (!len)
+		return NULL;
+	snprintf(s->note, sizeof(s->note),
+		 "no file:line for any frame in %s (no DWARF line information: build with -g, "
+		 "or install the debug package)", names);
+	return s->note;
 }
 
 const char *ma_sym_obj_name(const struct ma_symbolizer *s, uint32_t obj)

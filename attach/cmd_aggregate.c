@@ -135,6 +135,8 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 		ma_json_str(&j, NULL, b->hp.warning);
 	if (b->sym.nwarnings)
 		ma_json_str(&j, NULL, b->sym.warning);
+	if (b->sym.opts.lines && ma_sym_no_lines_note(&b->sym))
+		ma_json_str(&j, NULL, b->sym.note);
 	ma_json_arr_close(&j);
 	ma_json_obj_close(&j);
 	ma_json_end(&j);

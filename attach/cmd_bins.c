@@ -141,6 +141,28 @@ static void header_row(FILE *f, const char *name, uint64_t v, const char *what)
 	fprintf(f, "%-20s %11s  %s\n", name, ma_fmt_bytes(b, sizeof(b), v), what);
 }
 
+/* What tcache_bytes means for the waste figures, true to what the flush did. */
+static const char *tcache_note(const struct ma_bin_table *t, const struct ma_flush_result *fr)
+{
+	static char b[256];
+
+	if (!t->tcache_bytes)
+		return "nothing cached in thread caches: the waste below is exact";
+	if (!fr || !fr->done)
+		return "cached in thread caches and counted as live: the waste below is a lower "
+		       "bound (--flush-tcache empties the caches of every thread it can borrow)";
+	if (fr->skipped)
+		snprintf(b, sizeof(b), "still cached after the flush: in the caches of the %u "
+			 "thread%s that could not be borrowed, and refilled by threads that allocated "
+			 "since; the waste below is a lower bound by at most this", fr->skipped,
+			 fr->skipped == 1 ? "" : "s");
+	else
+		snprintf(b, sizeof(b), "still cached after the flush: refilled by threads that "
+			 "allocated since (every thread was flushed); the waste below is a lower "
+			 "bound by at most this");
+	return b;
+}
+
 static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
 			 const struct ma_bin_summary *sum, const struct ma_flush_result *fr)
 {
@@ -152,7 +174,7 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 	header_row(f, "active - allocated", sum->slab_gap,
 		   "free space inside active pages: slab waste, large-size padding");
 	header_row(f, "resident - active", sum->page_gap,
-		   "dirty pages not yet returned to the OS (see 'memattach purge')");
+		   "unused dirty pages and jemalloc's metadata in RAM (see 'memattach stats')");
 	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
 	header_row(f, "small-bin waste", sum->small_waste, share);
 	if (fr && fr->done) {
@@ -161,10 +183,7 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 			fr->skipped ? " (unsafe at that moment; " : "",
 			fr->skipped ? "their cached regions still count as live)" : "");
 	}
-	header_row(f, "tcache_bytes", t->tcache_bytes,
-		   t->tcache_bytes ? "cached in thread caches and counted as live: the waste below "
-				     "is a lower bound (--flush-tcache makes it exact)"
-				   : "nothing cached in thread caches: the waste below is exact");
+	header_row(f, "tcache_bytes", t->tcache_bytes, tcache_note(t, fr));
 }
 
 int ma_bins_print_table(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,

@@ -269,12 +269,16 @@ static void print_dump_side(const char *tag, struct ma_profbundle *b)
 static void ddiff_print(struct ddiff *dd)
 {
 	double ta = dd->a.prof.total_bytes, tb = dd->b.prof.total_bytes;
-	char s[32];
+	char s[32], pct[32];
 
 	print_dump_side("A", &dd->a);
 	print_dump_side("B", &dd->b);
-	printf("B - A: %s (%+.1f%%)\n", ma_prof_fmt_bytes(s, sizeof(s), tb - ta),
-	       ta > 0 ? 100 * (tb - ta) / ta : 0);
+	/* A change from nothing has no percentage: it is new. */
+	if (ta > 0)
+		snprintf(pct, sizeof(pct), "%+.1f%%", 100 * (tb - ta) / ta);
+	else
+		snprintf(pct, sizeof(pct), "%s", tb > 0 ? "new" : "no change");
+	printf("B - A: %s (%s)\n", ma_prof_fmt_bytes(s, sizeof(s), tb - ta), pct);
 	table_sites("growers", dd->d, 0, dd->ngrow, 1);
 	table_sites("shrinkers", dd->d, dd->nd ? dd->nd - 1 : 0, dd->nshrink, -1);
 }

@@ -172,6 +172,8 @@ int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *p
 	}
 	if (b->sym.nwarnings)
 		fprintf(stderr, "memattach %s: warning: %s\n", c->cmd, b->sym.warning);
+	if (c->sym.lines && ma_sym_no_lines_note(&b->sym))
+		fprintf(stderr, "memattach %s: note: %s\n", c->cmd, b->sym.note);
 	b->loaded = true;
 	return 0;
 }

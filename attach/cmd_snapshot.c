@@ -26,7 +26,7 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach snapshot PID -o DIR [--timeout MS]\n\n"
+	"usage: memattach snapshot PID -o DIR [--activate] [--timeout MS]\n\n"
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
 	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
@@ -39,6 +39,10 @@ static const char usage_text[] =
 	"DIR appears only when complete (it must not exist, or be empty).  Compare\n"
 	"two snapshots with 'memattach diff A B'.\n\n"
 	"  -o DIR        output directory (required)\n"
+	"  --activate    if profiling is enabled but inactive (prof_active:false),\n"
+	"                set prof.active=true first; without it the heap profile of\n"
+	"                an inactive profiler is said to be (nearly) empty, in the\n"
+	"                output and in manifest.json's heap_note\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
@@ -51,8 +55,9 @@ struct snap {
 	struct ma_bin_table bins;
 	char *stats_json;
 	size_t stats_len, heap_len;
-	bool heap;
+	bool heap, activate;
 	char heap_skip[256];
+	char heap_note[256]; /* what the heap profile covers, when not everything */
 	uint64_t held_ns;
 	pid_t tid;
 };
@@ -80,6 +85,19 @@ static int visit(struct snap *sn, struct ma_session *s)
 		snprintf(sn->heap_skip, sizeof(sn->heap_skip),
 			 "heap profiling is off; restart with %s", ma_prof_restart_hint(s->t));
 		return 0;
+	}
+	if (!sn->st.prof_active && sn->activate) {
+		bool on = true;
+
+		if ((rc = ma_mallctl_write(s, "prof.active", &on, sizeof(on))))
+			return rc;
+		snprintf(sn->heap_note, sizeof(sn->heap_note),
+			 "prof.active was false and was set to true now: the heap profile holds "
+			 "only allocations sampled from now on");
+	} else if (!sn->st.prof_active) {
+		snprintf(sn->heap_note, sizeof(sn->heap_note),
+			 "profiling is inactive (prof.active=false): the heap profile holds only "
+			 "what was sampled while it was active; --activate turns it on");
 	}
 	if ((rc = ma_outfile_open(&of, in_tmp(sn, "heap.heap"))))
 		return rc;
@@ -178,6 +196,8 @@ static void manifest(struct snap *sn, FILE *f)
 	ma_json_obj_close(&j);
 	if (!sn->heap)
 		ma_json_str(&j, "heap_skipped", sn->heap_skip);
+	if (sn->heap && sn->heap_note[0])
+		ma_json_str(&j, "heap_note", sn->heap_note);
 	ma_json_i64(&j, "thread", sn->tid);
 	ma_json_u64(&j, "held_ns", sn->held_ns);
 	ma_json_obj_close(&j);
@@ -243,6 +263,8 @@ int cmd_snapshot(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
 			sn.dir = argv[++i];
+		} else if (strcmp(argv[i], "--activate") == 0) {
+			sn.activate = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &sn.pid, &o)) {
 			continue;
 		} else {
@@ -275,7 +297,8 @@ int cmd_snapshot(int argc, char **argv)
 	else
 		printf("wrote %s/: manifest.json, stats.json, bins.json%s (thread %d held %.3f ms)%s%s\n",
 		       sn.dir, sn.heap ? ", heap.heap" : "", sn.tid, sn.held_ns / 1e6,
-		       sn.heap ? "" : "\nno heap dump: ", sn.heap ? "" : sn.heap_skip);
+		       sn.heap ? (sn.heap_note[0] ? "\nheap.heap: " : "") : "\nno heap dump: ",
+		       sn.heap ? sn.heap_note : sn.heap_skip);
 	free(sn.stats_json);
 	ma_bin_table_release(&sn.bins);
 	return rc;

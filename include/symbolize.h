@@ -63,6 +63,7 @@ struct ma_symobj {
 	bool main; /* the dump's main executable */
 	bool jemalloc; /* libjemalloc*.so: every frame in it is the allocator's */
 	bool tried, ok, has_debug;
+	bool lines_found, lines_missing; /* --lines: a frame in it had / lacked file:line */
 	struct ma_elf elf, debug; /* debug: separate debug file if found */
 	void *dwfl; /* Dwfl * for --lines */
 	void *dwmod; /* Dwfl_Module * */
@@ -90,6 +91,7 @@ struct ma_symbolizer {
 	size_t nstrings, cap_strings;
 	unsigned nwarnings;
 	char warning[512]; /* the first problem (missing file, no symbols...) */
+	char note[640];
 };
 
 /* Prepare to symbolize pcs of HP (which must outlive S).  0 or MA_E_NOMEM. */
@@ -105,6 +107,12 @@ const char *ma_sym_func_name(struct ma_symbolizer *s, uint32_t f);
 
 /* Short name of an object (its file's basename), or "?" */
 const char *ma_sym_obj_name(const struct ma_symbolizer *s, uint32_t obj);
+
+/*
+ * --lines: the objects with frames but no file:line for any of them, and
+ * what to do (a sentence); NULL if there are none.
+ */
+const char *ma_sym_no_lines_note(struct ma_symbolizer *s);
 
 /* True if the mangled or plain NAME is one of jemalloc's entry points or internals. */
 bool ma_sym_is_allocator_name(const char *name);

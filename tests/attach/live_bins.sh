@@ -79,3 +79,19 @@ v=$(fix_cmd $PID $FD "$OUT" verdict)
 check "fixture integrity verdict ok ($v)" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $PID $FD; rc=$?
 check "fixture exits 0" test $rc -eq 0
+
+# --- a busy daemon: what the flush could not empty is said, not called exact ---
+fix_start daemon || { fail "daemon start"; exit 1; }
+"$MA" bins $FIX_PID --flush-tcache >"$TMP/busy.txt" 2>&1
+tb=$(sed -n 's/^tcache_bytes *\([^ ]* [^ ]*\) .*/\1/p' "$TMP/busy.txt")
+if [ "$tb" = "0 B" ]; then
+	check "busy daemon, nothing left cached: the waste is called exact" grep -q 'waste below is exact' "$TMP/busy.txt"
+else
+	check "busy daemon, $tb still cached after the flush: said where it lives, never 'exact'" \
+		grep -q 'still cached after the flush: .*lower bound by at most this' "$TMP/busy.txt"
+fi
+check "... and the text never claims the flush makes it exact" test "$(grep -c 'makes it exact' "$TMP/busy.txt")" = 0
+"$MA" bins $FIX_PID >"$TMP/busy0.txt" 2>&1
+check "without a flush, the note points at --flush-tcache" grep -q 'lower bound (--flush-tcache empties' "$TMP/busy0.txt"
+fix_quit $FIX_PID $FIX_FD
+check "daemon exits 0" test $? -eq 0

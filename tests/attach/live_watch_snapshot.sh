@@ -166,3 +166,25 @@ check "... and says so in the summary" grep -q 'reset at the start' "$TMP/w5.out
 v=$(fix_cmd $LP $LFD "$LOUT" verdict)
 check "low-peak fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $LP $LFD
+
+# --- snapshot of an inactive profiler: said, in the output and the manifest ---
+MALLOC_CONF=prof:true,prof_active:false fix_start frag -m peak || { fail "inactive fixture start"; exit 1; }
+"$MA" snapshot $FIX_PID -o "$TMP/snap_ina" >"$TMP/ina.out" 2>&1
+check "snapshot of prof_active:false says the heap profile is (nearly) empty" \
+	grep -q '^heap.heap: profiling is inactive (prof.active=false).*--activate' "$TMP/ina.out"
+check "... and manifest.json carries it as heap_note" python3 -c '
+import json,sys
+m=json.load(open(sys.argv[1]))
+assert m["files"]["heap"] == "heap.heap" and "prof.active=false" in m["heap_note"], m' "$TMP/snap_ina/manifest.json"
+"$MA" snapshot $FIX_PID -o "$TMP/snap_act" --activate >"$TMP/act.out" 2>&1
+check "snapshot --activate turns profiling on and says from when the profile counts" python3 -c '
+import json,sys
+m=json.load(open(sys.argv[1]))
+assert "set to true now" in m["heap_note"], m' "$TMP/snap_act/manifest.json"
+"$MA" snapshot $FIX_PID -o "$TMP/snap_act2" >"$TMP/act2.out" 2>&1
+check "... after which a snapshot has no note" python3 -c '
+import json,sys
+m=json.load(open(sys.argv[1]))
+assert "heap_note" not in m and m["files"]["heap"] == "heap.heap", m' "$TMP/snap_act2/manifest.json"
+fix_quit $FIX_PID $FIX_FD
+check "inactive fixture exits 0" test $? -eq 0

@@ -117,6 +117,12 @@ d=json.load(open(sys.argv[1])); names={x["leaf"] for x in d["growers"]+d["shrink
 assert "site_big_malloc" not in names and "site_calloc" not in names
 assert d["a"]["total_scaled_bytes"]>0 and d["b"]["total_scaled_bytes"]>0
 assert d["delta_bytes"]==d["b"]["total_scaled_bytes"]-d["a"]["total_scaled_bytes"] or abs(d["delta_bytes"]-(d["b"]["total_scaled_bytes"]-d["a"]["total_scaled_bytes"]))<=1' "$TMP/diff.json"
+		# A dump with no samples (the profiler just turned on) against a real one.
+		awk '/^heap_v2/ { print; print "  t*: 0: 0 [0: 0]"; next } /^MAPPED_LIBRARIES:/ { m = 1 } m' \
+			"$TMP/c.heap" >"$TMP/empty.heap"
+		"$MA" diff "$TMP/empty.heap" "$TMP/c.heap" >"$TMP/fromzero.txt" 2>&1
+		check "diff from an empty dump: the total is 'new', not +0.0%" \
+			grep -q '^B - A: .* (new)$' "$TMP/fromzero.txt"
 		"$MA" diff "$TMP/c.heap" "$TMP/c.heap" --json >"$TMP/same.json"
 		check "diff of a dump with itself: no growers or shrinkers" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(0 if not d["growers"] and not d["shrinkers"] and d["delta_bytes"]==0 else 1)' "$TMP/same.json"
@@ -133,10 +139,17 @@ d=json.load(open(sys.argv[1])); sys.exit(0 if d["sites"][0]["leaf"].startswith("
 	"$MA" aggregate "$TMP/gone.heap" --prefix-map "/gone=$TMP/root/gone" --json >"$TMP/pm.json"
 	check "--prefix-map restores the names" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(0 if d["sites"][0]["leaf"].startswith("site_") else 1)' "$TMP/pm.json"
-	"$MA" aggregate "$TMP/c.heap" --lines --json >"$TMP/lines.json"
+	"$MA" aggregate "$TMP/c.heap" --lines --json >"$TMP/lines.json" 2>"$TMP/lines.err"
 	check "--lines: file:line on the sites" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); s=[x for x in d["sites"] if x["leaf"]=="site_calloc"][0]
 assert "prof_c.c:" in s["frames"][0]' "$TMP/lines.json"
+	# --lines on a binary without DWARF: said, naming it (not silently bare)
+	cp "$FIX/prof_c" "$TMP/nodebug_prof_c" && strip --strip-debug "$TMP/nodebug_prof_c"
+	"$MA" aggregate "$TMP/c.heap" --lines --binary "$TMP/nodebug_prof_c" >/dev/null 2>"$TMP/nolines.err"
+	check "--lines without DWARF: a note names the object" \
+		grep -q 'note: no file:line for any frame in .*nodebug_prof_c.*build with -g' "$TMP/nolines.err"
+	check "--lines with DWARF: the binary is not named" \
+		test "$(grep -c 'for any frame in.*prof_c' <<<"$("$MA" aggregate "$TMP/c.heap" --lines 2>&1 >/dev/null)")" = 0
 else
 	fail "prof_c fixture wrote no dump"
 fi
