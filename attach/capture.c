@@ -18,6 +18,8 @@
 #include "seccomp.h"
 #include "jectl.h"
 #include "ma_error.h"
+#include "openmetrics.h"
+#include "safepoint.h"
 
 #define PROF_DUMP_TIMEOUT_MS 60000
 #define MFD_CLOEXEC_FLAG 1U
@@ -256,4 +258,52 @@ void ma_outfile_abort(struct ma_outfile *o)
 	free(o->path);
 	o->tmp = o->path = NULL;
 	o->fd = -1;
+}
+
+int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
+{
+	struct ma_session_opts o = { .deadline_ms = deadline_ms };
+	struct ma_proc_status ps;
+	struct ma_target t;
+	struct ma_session s;
+	int rc, rc2;
+
+	out->pid = pid;
+	out->ok = false;
+	out->borrow_ns = 0;
+	ma_bin_table_release(&out->bins);
+	if (ma_proc_read_status(pid, 0, &ps) == 0) {
+		snprintf(out->comm, sizeof(out->comm), "%s", ps.name);
+		out->vm_rss = ps.vm_rss;
+		out->vm_hwm = ps.vm_hwm;
+	}
+	if ((rc = ma_target_open(&t, pid)))
+		return rc;
+	if ((rc = ma_target_find_jemalloc(&t)) || (rc = ma_session_open(&s, &t, &o))) {
+		ma_target_release(&t);
+		return rc;
+	}
+	rc = ma_collect_stats(&s, &out->st);
+	if (!rc)
+		rc = ma_je_read_bins(&s, &out->bins);
+	rc2 = ma_session_close(&s);
+	out->borrow_ns = s.stopped_ns;
+	ma_release_stragglers(500);
+	ma_unwind_release();
+	ma_target_release(&t);
+	if (!rc && rc2)
+		rc = rc2;
+	if (rc) {
+		ma_bin_table_release(&out->bins);
+		return rc;
+	}
+	/* VmRSS as close to the readings as we can: after the visit. */
+	if (ma_proc_read_status(pid, 0, &ps) == 0) {
+		out->vm_rss = ps.vm_rss;
+		out->vm_hwm = ps.vm_hwm;
+	}
+	ma_err_clear();
+	ma_headline_compute(&out->st, out->vm_rss, &out->h);
+	out->ok = true;
+	return 0;
 }

@@ -9,12 +9,15 @@
 #include "emit.h"
 #include "format.h"
 #include "headline_out.h"
+#include "capture.h"
+#include "openmetrics.h"
 #include "jectl.h"
 #include "jestats.h"
 #include "ma_error.h"
 
 static const char usage_text[] =
-	"usage: memattach stats PID [--json] [--timeout MS] [--tid TID]\n\n"
+	"usage: memattach stats PID [--json | --format openmetrics] [--timeout MS]\n"
+	"                       [--tid TID]\n\n"
 	"Refresh jemalloc's statistics inside the running process PID and print\n"
 	"its version, options and headline numbers: allocated, active, resident,\n"
 	"mapped, retained, metadata, the process's VmRSS and VmHWM, and where\n"
@@ -28,6 +31,9 @@ static const char usage_text[] =
 	"page_slack (JSON, kept for compatibility) = dirty + metadata_resident.\n"
 	"Only one thread is stopped, for well under a millisecond typically.\n\n"
 	"  --json        machine-readable output (sizes in bytes)\n"
+	"  --format openmetrics\n"
+	"                the metrics 'memattach export' serves, for this process\n"
+	"                (OpenMetrics text, as Prometheus scrapes it)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID     borrow this thread (still refused if unsafe)\n";
 
@@ -120,13 +126,31 @@ static void print_table(const struct stats_result *r)
 	       r->s->ncalls);
 }
 
+/* The exporter's metrics for one process (one borrow, headline and bins). */
+static int print_openmetrics(const char *cmd, pid_t pid, const struct ma_session_opts *o)
+{
+	struct ma_om_target t;
+
+	memset(&t, 0, sizeof(t));
+	ma_install_signal_guards();
+	if (o->tid)
+		return ma_usage_error(cmd, "--tid cannot be combined with --format openmetrics");
+	if (ma_scrape_target(pid, o->deadline_ms, &t)) {
+		ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+		return MA_EXIT_FAIL;
+	}
+	ma_om_write(stdout, &t, 1, false);
+	ma_bin_table_release(&t.bins);
+	return MA_EXIT_OK;
+}
+
 int cmd_stats(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
 	struct stats_result r;
 	struct ma_target t;
 	struct ma_session s;
-	bool json = false;
+	bool json = false, openmetrics = false;
 	pid_t pid = 0;
 	int rc;
 
@@ -136,6 +160,11 @@ int cmd_stats(int argc, char **argv)
 			return MA_EXIT_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
 			json = true;
+		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+			if (strcmp(argv[++i], "openmetrics") != 0)
+				return ma_usage_error(argv[0], "--format '%s': the only format is "
+							       "'openmetrics' (or --json)", argv[i]);
+			openmetrics = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
@@ -145,6 +174,8 @@ int cmd_stats(int argc, char **argv)
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}
+	if (openmetrics)
+		return print_openmetrics(argv[0], pid, &o);
 	if ((rc = ma_attach(argv[0], pid, &o, &t, &s)))
 		return rc;
 	rc = ma_collect_stats(&s, &r.st);

@@ -22,6 +22,7 @@ static const struct command commands[] = {
 	{ "stats-dump", cmd_stats_dump, "write malloc_stats_print JSON of a live process" },
 	{ "watch", cmd_watch, "capture the heap at each new RSS high-water mark" },
 	{ "snapshot", cmd_snapshot, "save stats, bins and a heap dump to a directory" },
+	{ "export", cmd_export, "serve live jemalloc metrics to Prometheus (OpenMetrics)" },
 	{ "aggregate", cmd_aggregate, "allocation sites holding the heap, from a dump" },
 	{ "stacks", cmd_stacks, "full call chains of the sites matching a string" },
 	{ "diff", cmd_diff, "compare two dumps or two snapshots" },

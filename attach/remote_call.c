@@ -673,8 +673,21 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		if (errno == EPERM) {
 			struct ma_proc_status st;
 
-			if (ma_proc_read_status(s->t->pid, 0, &st) == 0 && st.tracer &&
-			    !ma_is_memattach(st.tracer) && strcmp(ma_comm_of(st.tracer), "?") != 0)
+			if (ma_proc_read_status(s->t->pid, ti->tid, &st) != 0) {
+				ma_err_clear();
+				return ma_fail(MA_E_EXITED, "thread %d went away", ti->tid);
+			}
+			/*
+			 * Another memattach run that is ending (it lets go of a
+			 * thread that was slow to stop, or exits): try again.
+			 */
+			if (st.tracer && (ma_is_memattach(st.tracer) ||
+					  strcmp(ma_comm_of(st.tracer), "?") == 0)) {
+				snprintf(why, whylen, "still traced by memattach pid %d, which is "
+					 "finishing", st.tracer);
+				return MA_E_NOSAFE;
+			}
+			if (st.tracer)
 				return ma_fail(MA_E_TRACED,
 					       "process %d is already traced by pid %d (%s); "
 					       "detach that first", s->t->pid, st.tracer,
@@ -1669,6 +1682,9 @@ int ma_session_close(struct ma_session *s)
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;
+	/* Threads that were slow to stop go before the lock: the next run may seize them. */
+	if (nstragglers)
+		ma_release_stragglers(1000);
 	ma_runlock_release(s->lock_fd);
 	s->lock_fd = -1;
 	return rc;

@@ -25,6 +25,15 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 /* The environment variable and value to restart the target with prof on. */
 const char *ma_prof_restart_hint(const struct ma_target *t);
 
+struct ma_om_target;
+/*
+ * One scrape of PID for the exporter: open it, borrow a thread once, read
+ * the headline and the bin table, let go; VmRSS/VmHWM from /proc.  Fills
+ * OUT (out->ok says whether the allocator was read; failures are left to
+ * the caller to count).  0, or the error (message in ma_errmsg()).
+ */
+int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out);
+
 /* An output file that appears under its name only once complete. */
 struct ma_outfile {
 	char *path, *tmp;

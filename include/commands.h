@@ -19,6 +19,7 @@ int cmd_heap_dump(int argc, char **argv);
 int cmd_stats_dump(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_aggregate(int argc, char **argv);
 int cmd_stacks(int argc, char **argv);
 int cmd_diff(int argc, char **argv);

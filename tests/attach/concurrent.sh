@@ -39,8 +39,10 @@ total=$(cat "$TMP"/loop.* | wc -l)
 ok=$(cat "$TMP"/loop.* | grep -c '^ok$')
 check "$ok of $((LOOPS * RUNS)) concurrent runs succeeded ($total ran)" [ "$ok" -eq $((LOOPS * RUNS)) ]
 grep -h '^fail' "$TMP"/loop.* | sort | uniq -c | head -5 | sed 's/^/# /'
+for f in "$TMP"/err.*; do [ -s "$f" ] && grep -q . "$f" && ! grep -q '^wrote' "$f" && sed 's/^/# err: /' "$f" | head -12; done
 kill -INT $WPID; wait $WPID; rc=$?
 check "the watch ran throughout and stopped cleanly (exit $rc)" [ "$rc" -eq 0 ]
+[ "$rc" -eq 0 ] || sed 's/^/# watch: /' "$TMP/w.err" | head -12
 rows=$(($(wc -l <"$TMP/w/series.csv") - 1))
 nostats=$(awk -F, 'NR > 1 && $4 == ""' "$TMP/w/series.csv" | wc -l)
 check "the watch sampled with allocator stats ($rows samples, $nostats without)" \
