@@ -2,19 +2,29 @@
  * pprof.c - profile.proto encoder (just the fields we need), gzipped.
  *
  * Field numbers from github.com/google/pprof/proto/profile.proto:
- * Profile{1 sample_type, 2 sample, 4 location, 5 function, 6 string_table,
- * 11 period_type, 12 period, 14 default_sample_type}, ValueType{1 type,
- * 2 unit}, Sample{1 location_id (packed), 2 value (packed)},
- * Location{1 id, 3 address, 4 line}, Line{1 function_id, 2 line},
- * Function{1 id, 2 name, 3 system_name, 4 filename}.
+ * Profile{1 sample_type, 2 sample, 3 mapping, 4 location, 5 function,
+ * 6 string_table, 11 period_type, 12 period, 14 default_sample_type},
+ * ValueType{1 type, 2 unit}, Sample{1 location_id (packed), 2 value
+ * (packed)}, Mapping{1 id, 2 memory_start, 3 memory_limit, 4 file_offset,
+ * 5 filename, 6 build_id, 7 has_functions, 8 has_filenames,
+ * 9 has_line_numbers, 10 has_inline_frames}, Location{1 id, 2 mapping_id,
+ * 3 address, 4 line}, Line{1 function_id, 2 line}, Function{1 id, 2 name,
+ * 3 system_name, 4 filename}.
+ *
+ * One Mapping per mapping of the dump's MAPPED_LIBRARIES that holds a
+ * location (path, offsets, build ID of the file we read), and locations at
+ * their run-time addresses: pprof can then find the binaries and show
+ * source (-list) and disassembly (-disasm).
  */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
+#include "heapprof.h"
 #include "ma_error.h"
 #include "pprof.h"
 
@@ -103,13 +113,69 @@ static void value_type(struct buf *b, unsigned field, int64_t type, int64_t unit
 	free(m.p);
 }
 
+/* The dump's mapping holding run-time address PC, as an index, or -1. */
+static long map_index(const struct ma_heapprof *hp, uint64_t pc)
+{
+	const struct ma_hp_map *m = ma_heapprof_map_at(hp, pc);
+
+	return m ? (long)(m - hp->maps) : -1;
+}
+
+static void build_id_hex(const struct ma_symobj *o, char *out, size_t n)
+{
+	size_t k = 0;
+
+	out[0] = '\0';
+	if (!o->ok)
+		return;
+	for (size_t i = 0; i < o->elf.build_id_len && k + 3 <= n; i++)
+		k += (size_t)snprintf(out + k, n - k, "%02x", o->elf.build_id[i]);
+}
+
+/* Mapping messages for the dump's mappings marked in USED (ids = index + 1). */
+static void write_mappings(struct buf *out, struct strtab *st, struct ma_profile *p,
+			   const bool *used)
+{
+	const struct ma_heapprof *hp = p->hp;
+	struct ma_symbolizer *sym = p->sym;
+	struct buf m = { 0 };
+
+	for (size_t i = 0; i < hp->nmaps; i++) {
+		uint32_t oi = sym->map_obj ? sym->map_obj[i] : MA_NONE;
+		const struct ma_symobj *o = oi != MA_NONE ? &sym->objs[oi] : NULL;
+		char bid[160];
+
+		if (!used[i])
+			continue;
+		field_varint(&m, 1, i + 1);
+		field_varint(&m, 2, hp->maps[i].start);
+		field_varint(&m, 3, hp->maps[i].end);
+		field_varint(&m, 4, hp->maps[i].offset);
+		if (o)
+			field_varint(&m, 5, (uint64_t)str(st, o->path));
+		else if (hp->maps[i].path)
+			field_varint(&m, 5, (uint64_t)str(st, hp->maps[i].path));
+		if (o) {
+			build_id_hex(o, bid, sizeof(bid));
+			if (bid[0])
+				field_varint(&m, 6, (uint64_t)str(st, bid));
+		}
+		field_varint(&m, 7, o && o->ok); /* has_functions: symbolized */
+		field_varint(&m, 8, sym->opts.lines && o && o->lines_found);
+		field_varint(&m, 9, sym->opts.lines && o && o->lines_found);
+		field_varint(&m, 10, sym->opts.lines && o && o->lines_found);
+		field_msg(out, 3, &m);
+	}
+	free(m.p);
+}
+
 int ma_pprof_write(const char *path, struct ma_profile *p)
 {
 	struct ma_symbolizer *sym = p->sym;
 	struct buf out = { 0 }, m = { 0 }, packed = { 0 }, line = { 0 };
 	struct strtab st = { 0 };
 	int64_t *func_name = NULL; /* per function: string index of its name, 0 = unused */
-	bool *loc_used = NULL;
+	bool *loc_used = NULL, *map_used = NULL;
 	const char **func_file = NULL;
 	int64_t s_objects, s_count, s_space, s_bytes;
 	gzFile gz;
@@ -118,7 +184,8 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 	func_name = calloc(sym->nfuncs + 1, sizeof(int64_t));
 	loc_used = calloc(sym->nframes + 1, sizeof(bool));
 	func_file = calloc(sym->nfuncs + 1, sizeof(char *));
-	if (!func_name || !loc_used || !func_file)
+	map_used = calloc(p->hp->nmaps + 1, sizeof(bool));
+	if (!func_name || !loc_used || !func_file || !map_used)
 		goto oom;
 	str(&st, ""); /* string_table[0] must be "" */
 	s_objects = str(&st, "inuse_objects");
@@ -148,6 +215,7 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 	}
 	for (size_t fr = 0; fr < sym->nframes; fr++) {
 		const struct ma_frame *f = &sym->frames[fr];
+		long mi = map_index(p->hp, f->pc);
 
 		if (!loc_used[fr])
 			continue;
@@ -156,7 +224,11 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 		if (f->file && !func_file[f->func])
 			func_file[f->func] = f->file;
 		field_varint(&m, 1, fr + 1);
-		field_varint(&m, 3, f->addr);
+		if (mi >= 0) {
+			field_varint(&m, 2, (uint64_t)mi + 1);
+			map_used[mi] = true;
+		}
+		field_varint(&m, 3, f->pc);
 		field_varint(&line, 1, (uint64_t)f->func + 1);
 		if (f->line > 0)
 			field_varint(&line, 2, (uint64_t)f->line);
@@ -173,6 +245,7 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 			field_varint(&m, 4, (uint64_t)str(&st, func_file[fn]));
 		field_msg(&out, 5, &m);
 	}
+	write_mappings(&out, &st, p, map_used);
 	put(&out, st.out.p, st.out.len);
 	value_type(&out, 11, s_space, s_bytes);
 	field_varint(&out, 12, p->hp->period);
@@ -198,6 +271,7 @@ oom:
 out:
 	free(func_name);
 	free(loc_used);
+	free(map_used);
 	free(func_file);
 	free(out.p);
 	free(m.p);

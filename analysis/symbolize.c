@@ -345,7 +345,7 @@ static uint32_t new_frame(struct ma_symbolizer *s, uint32_t func, uint32_t obj, 
 		s->cap_frames = nc;
 	}
 	s->frames[s->nframes] = (struct ma_frame){
-		.func = func, .obj = obj, .inline_next = MA_NONE, .addr = addr,
+		.func = func, .obj = obj, .inline_next = MA_NONE, .addr = addr, .pc = s->cur_pc,
 	};
 	return (uint32_t)s->nframes++;
 }
@@ -525,6 +525,7 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	char key[4200];
 	uint32_t f;
 
+	s->cur_pc = a;
 	if (m && s->map_obj[m - s->hp->maps] != MA_NONE) {
 		oi = s->map_obj[m - s->hp->maps];
 		o = &s->objs[oi];

@@ -46,6 +46,7 @@ struct ma_frame {
 	uint32_t obj; /* index into objs, or MA_NONE */
 	uint32_t inline_next; /* caller frame at the same pc (--lines), or MA_NONE */
 	uint64_t addr; /* link-time address in obj (pc - 1), or pc - 1 */
+	uint64_t pc;   /* the run-time address in the dump's process (pc - 1) */
 	const char *file; /* source file (--lines), or NULL */
 	int line;
 };
@@ -92,6 +93,7 @@ struct ma_symbolizer {
 	unsigned nwarnings;
 	char warning[512]; /* the first problem (missing file, no symbols...) */
 	char note[640];
+	uint64_t cur_pc; /* the pc being symbolized (for new frames) */
 };
 
 /* Prepare to symbolize pcs of HP (which must outlive S).  0 or MA_E_NOMEM. */
