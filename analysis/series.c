@@ -1,6 +1,7 @@
 /*
  * series.c - watch's time series: CSV rows and an SVG chart.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,12 +92,68 @@ static uint64_t field(const struct ma_sample *x, int k)
 	}
 }
 
+double ma_nice_step(double max, int nticks)
+{
+	double raw, mag, frac;
+
+	if (max <= 0 || nticks < 1)
+		return 0;
+	raw = max / nticks;
+	mag = pow(10, floor(log10(raw)));
+	frac = raw / mag;
+	return (frac <= 1 ? 1 : frac <= 2 ? 2 : frac <= 5 ? 5 : 10) * mag;
+}
+
+/* The byte unit the axis labels use for values up to MAX. */
+static void byte_unit(double max, double *div, const char **name)
+{
+	static const char *const names[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+
+	*div = 1;
+	while (u < 4 && max >= 1024 * *div) {
+		*div *= 1024;
+		u++;
+	}
+	*name = names[u];
+}
+
+/* Round ticks on both axes; *ytop and *ttop become the axes' round ends. */
+static void axes(FILE *f, uint64_t ymax, uint64_t tmax, double *ytop, double *ttop)
+{
+	double div, ystep, tstep, pw = W - ML - MR, ph = H - MB - MT;
+	const char *unit;
+	int n;
+
+	byte_unit((double)ymax, &div, &unit);
+	ystep = ma_nice_step((double)ymax / div, 5);
+	*ytop = ceil((double)ymax / div / ystep) * ystep * div;
+	n = (int)llround(*ytop / div / ystep);
+	for (int i = 0; i <= n; i++) {
+		double y = H - MB - ph * i / n;
+
+		fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g %s</text>\n",
+			ML - 6, y + 4, ystep * i, i ? unit : "");
+		fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+			ML, y, W - MR, y);
+	}
+	tstep = ma_nice_step(tmax / 1000.0, 6);
+	*ttop = ceil(tmax / 1000.0 / tstep) * tstep * 1000.0;
+	n = (int)llround(*ttop / 1000.0 / tstep);
+	for (int i = 0; i <= n; i++) {
+		double x = ML + pw * i / n;
+
+		fprintf(f, "<text class=\"xtick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g s</text>\n",
+			x, H - MB + 18, tstep * i);
+	}
+}
+
 void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
 {
 	static const char *const names[] = { "RSS", "HWM", "allocated", "active", "resident" };
 	static const char *const colors[] = { "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e" };
 	uint64_t tmax = 1, ymax = 1;
-	double pw = W - ML - MR, ph = H - MT - MB;
+	double pw = W - ML - MR, ph = H - MT - MB, ytop, ttop;
 	size_t last_dump = (size_t)-1;
 
 	for (size_t i = 0; i < s->n; i++) {
@@ -116,26 +173,18 @@ void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
 		W, H, ML);
 	xml_text(f, title);
 	fputs("</text>\n", f);
-	/* axes with MiB ticks */
+	/* axes, with round ticks; the plot spans 0 to the round ends */
 	fprintf(f, "<g stroke=\"#444\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>"
 		   "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/></g>\n",
 		ML, MT, ML, H - MB, ML, H - MB, W - MR, H - MB);
-	for (int i = 0; i <= 4; i++) {
-		double y = H - MB - ph * i / 4;
-
-		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f MiB</text>\n", ML - 6,
-			y + 4, (double)ymax * i / 4 / 1048576.0);
-	}
-	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.1f s</text>\n", W - MR, H - MB + 18,
-		tmax / 1000.0);
-	fprintf(f, "<text x=\"%d\" y=\"%d\">0 s</text>\n", ML, H - MB + 18);
+	axes(f, ymax, tmax, &ytop, &ttop);
 	/* dump moments: dashed, the kept (last) one solid */
 	for (size_t i = 0; i < s->n; i++) {
 		double x;
 
 		if (!s->v[i].dump)
 			continue;
-		x = ML + pw * (double)s->v[i].t_ms / (double)tmax;
+		x = ML + pw * (double)s->v[i].t_ms / ttop;
 		fprintf(f, "<line class=\"dump\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
 			   "stroke=\"#9467bd\" %s><title>heap dump at %.3f s%s</title></line>\n",
 			x, MT, x, H - MB, i == last_dump ? "stroke-width=\"2\"" : "stroke-dasharray=\"4 3\"",
@@ -153,8 +202,8 @@ void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
 				open = false; /* a gap where no thread could be borrowed */
 				continue;
 			}
-			x = ML + pw * (double)s->v[i].t_ms / (double)tmax;
-			y = H - MB - ph * (double)field(&s->v[i], k) / (double)ymax;
+			x = ML + pw * (double)s->v[i].t_ms / ttop;
+			y = H - MB - ph * (double)field(&s->v[i], k) / ytop;
 			fprintf(f, "%s%.1f %.1f ", open ? "L" : "M", x, y);
 			open = true;
 		}

@@ -67,12 +67,26 @@ static void on_stop_signal(int sig)
 static void reap_exited(int sig)
 {
 	siginfo_t si;
-	int e = errno;
+	int e = errno, status;
 
 	(void)sig;
-	do {
+	/*
+	 * Look before taking: for a tracee, waitid(WEXITED) also returns its
+	 * ptrace stops (the kernel reports a tracee's stops whatever the
+	 * flags), and a stop taken here is one the waits of the session never
+	 * see (the thread then looked stuck, stayed traced, and the next run
+	 * could not seize it).  Only an exit is taken; a pending stop ends
+	 * the look (its owner takes it, then the next tick goes on).
+	 */
+	for (;;) {
 		si.si_pid = 0;
-	} while (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL) == 0 && si.si_pid != 0);
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL) != 0 || si.si_pid == 0)
+			break;
+		if (si.si_code != CLD_EXITED && si.si_code != CLD_KILLED && si.si_code != CLD_DUMPED)
+			break;
+		if (waitpid(si.si_pid, &status, WNOHANG | __WALL) <= 0)
+			break;
+	}
 	errno = e;
 }
 

@@ -42,4 +42,10 @@ void ma_series_csv_row(FILE *f, const struct ma_sample *x);
  */
 void ma_series_svg(FILE *f, const struct ma_series *s, const char *title);
 
+/*
+ * A round tick step for an axis from 0 to MAX with about NTICKS ticks:
+ * 1, 2 or 5 times a power of ten (MAX in any unit; 0 if MAX <= 0).
+ */
+double ma_nice_step(double max, int nticks);
+
 #endif
