@@ -18,11 +18,17 @@ fix_quit $FIX_PID $FIX_FD; check "forkloop: exits 0" [ $? -eq 0 ]
 
 # storm: everything sent arrives (drained before the verdict)
 fix_start storm || { fail "storm: start"; exit 1; }
-bsleep 1
-v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
+# Until 3000 RT signals were sent (about 1 s on a quiet machine; a loaded
+# one takes longer: no timing is judged, only that the storm gets there).
+for _ in $(seq 20); do
+	bsleep 1
+	v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
+	[ "$(vfield "$v" rt_sent)" -ge 3000 ] 2>/dev/null && break
+	grep -q '^VERDICT ok' <<<"$v" || break
+done
 check "storm: $(vfield "$v" rt_sent) RT / $(vfield "$v" usr1_sent) SIGUSR1 sent, none lost, none out of order ($v)" \
 	grep -q '^VERDICT ok.* rt_lost=0 rt_out_of_order=0 .*usr1_lost=0 usr1_out_of_order=0 bad_code=0 wrong_thread=0' <<<"$v"
-check "storm: the storm is dense (>= 3000 RT signals in ~1 s: $(vfield "$v" rt_sent))" [ "$(vfield "$v" rt_sent)" -ge 3000 ]
+check "storm: the storm is dense (>= 3000 RT signals sent: $(vfield "$v" rt_sent))" [ "$(vfield "$v" rt_sent)" -ge 3000 ]
 fix_quit $FIX_PID $FIX_FD; check "storm: exits 0" [ $? -eq 0 ]
 
 # seccomp_daemon: healthy under its filter; the filter bites
