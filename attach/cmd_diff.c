@@ -452,15 +452,6 @@ static void sdiff_json(struct sdiff *sd)
 }
 
 /* "+1.5 MiB", "-512 B", "0 B". */
-static const char *fmt_delta(char *buf, size_t size, int64_t d)
-{
-	char b[32];
-	uint64_t m = d < 0 ? (uint64_t)0 - (uint64_t)d : (uint64_t)d;
-
-	snprintf(buf, size, "%s%s", d > 0 ? "+" : d < 0 ? "-" : "", ma_fmt_bytes(b, sizeof(b), m));
-	return buf;
-}
-
 static void print_snap_side(const char *tag, const struct ma_snapshot *s)
 {
 	const char *v = s->m.jemalloc_version, *g = strstr(v, "-g");
@@ -494,7 +485,8 @@ static void print_headline(const struct sdiff *sd)
 		else
 			snprintf(pct, sizeof(pct), "%s", r->b ? "new" : "-");
 		printf("%-14s %11s %11s %12s %9s\n", r->label, ma_fmt_bytes(s1, sizeof(s1), r->a),
-		       ma_fmt_bytes(s2, sizeof(s2), r->b), fmt_delta(s3, sizeof(s3), r->delta), pct);
+		       ma_fmt_bytes(s2, sizeof(s2), r->b),
+		       ma_fmt_signed_bytes(s3, sizeof(s3), r->delta, true), pct);
 	}
 }
 
@@ -516,7 +508,7 @@ static void print_bins(const struct sdiff *sd)
 		       (unsigned long long)d->curregs_a, (unsigned long long)d->curregs_b,
 		       (long long)d->curregs_delta, ma_fmt_bytes(s1, sizeof(s1), d->waste_a),
 		       ma_fmt_bytes(s2, sizeof(s2), d->waste_b),
-		       fmt_delta(s3, sizeof(s3), d->waste_delta));
+		       ma_fmt_signed_bytes(s3, sizeof(s3), d->waste_delta, true));
 	}
 	if (!sd->nbins)
 		printf("  (none)\n");

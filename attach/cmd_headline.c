@@ -21,11 +21,10 @@ void ma_headline_json(struct ma_json *j, const struct ma_headline *h)
 
 static void part(const char *name, int64_t v, const char *what)
 {
-	char b[32];
+	char b[40];
 
-	ma_fmt_bytes(b + 1, sizeof(b) - 1, (uint64_t)(v < 0 ? -v : v));
-	b[0] = '-';
-	printf("  %-18s %12s  %15" PRId64 "  %s\n", name, v < 0 ? b : b + 1, v, what);
+	printf("  %-18s %12s  %15" PRId64 "  %s\n", name,
+	       ma_fmt_signed_bytes(b, sizeof(b), v, false), v, what);
 }
 
 void ma_print_decomposition(const struct ma_je_stats *st, const struct ma_headline *h,

@@ -107,16 +107,6 @@ static void print_json(const struct purge_result *r)
 	ma_json_end(&j);
 }
 
-/* Bytes with a sign: "-1.0 MiB"; with PLUS, "+1.0 MiB" for a rise. */
-static const char *fmt_signed(char *b, size_t n, int64_t d, bool plus) /* n >= 40 */
-{
-	char t[32];
-
-	ma_fmt_bytes(t, sizeof(t), d < 0 ? (uint64_t)0 - (uint64_t)d : (uint64_t)d);
-	snprintf(b, n, "%s%s", d < 0 ? "-" : d > 0 && plus ? "+" : "", t);
-	return b;
-}
-
 static void print_table(const struct purge_result *r)
 {
 	char a[40], b[40], d[40];
@@ -128,8 +118,10 @@ static void print_table(const struct purge_result *r)
 
 		if (!shown(r, k))
 			continue;
-		printf("%-17s %12s %12s %12s  %s\n", metrics[k].name, fmt_signed(a, sizeof(a), x, false),
-		       fmt_signed(b, sizeof(b), y, false), fmt_signed(d, sizeof(d), y - x, true),
+		printf("%-17s %12s %12s %12s  %s\n", metrics[k].name,
+		       ma_fmt_signed_bytes(a, sizeof(a), x, false),
+		       ma_fmt_signed_bytes(b, sizeof(b), y, false),
+		       ma_fmt_signed_bytes(d, sizeof(d), y - x, true),
 		       metrics[k].what);
 	}
 	printf("\nthe purge call held thread %d for %.3f ms (%.3f ms in all, with the readings)\n",
