@@ -44,21 +44,21 @@ struct purge_result {
 
 static const struct {
 	const char *name, *what;
+	bool from_pages; /* needs the page counts (a jemalloc that reports them) */
 } metrics[] = {
-	{ "resident", "jemalloc pages resident in RAM" },
-	{ "mapped", "jemalloc's mapped active extents" },
-	{ "retained", "virtual memory kept for reuse, not resident" },
-	{ "active", "pages in active extents" },
-	{ "allocated", "live bytes (a purge does not change them)" },
-	{ "rss", "VmRSS of the process" },
-	{ "dirty", "unused pages jemalloc kept (what a purge returns)" },
-	{ "muzzy", "unused pages advised lazily free" },
-	{ "metadata_resident", "jemalloc's bookkeeping in RAM" },
-	{ "outside_jemalloc", "VmRSS - resident: code, stacks, other mappings" },
+	{ "resident", "jemalloc pages resident in RAM", false },
+	{ "mapped", "jemalloc's mapped active extents", false },
+	{ "retained", "virtual memory kept for reuse, not resident", false },
+	{ "active", "pages in active extents", false },
+	{ "allocated", "live bytes (a purge does not change them)", false },
+	{ "rss", "VmRSS of the process", false },
+	{ "dirty", "unused pages jemalloc kept (what a purge returns)", true },
+	{ "muzzy", "unused pages advised lazily free", true },
+	{ "metadata_resident", "jemalloc's bookkeeping in RAM", true },
+	{ "outside_jemalloc", "VmRSS - resident: code, stacks, other mappings", false },
 };
 
 #define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
-#define NPAGE_METRICS 3 /* dirty, muzzy, metadata_resident: need the page counts */
 
 static int64_t metric(const struct side *s, size_t k)
 {
@@ -71,12 +71,10 @@ static int64_t metric(const struct side *s, size_t k)
 	return v[k];
 }
 
-/* A metric both sides have (the page-count ones need a jemalloc that reports them). */
+/* A metric both sides have. */
 static bool shown(const struct purge_result *r, size_t k)
 {
-	bool is_page = k >= NMETRICS - 1 - NPAGE_METRICS && k < NMETRICS - 1;
-
-	return !is_page || (r->before.h.have_pages && r->after.h.have_pages);
+	return !metrics[k].from_pages || (r->before.h.have_pages && r->after.h.have_pages);
 }
 
 static void print_json(const struct purge_result *r)
