@@ -288,7 +288,6 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 		rc = ma_je_read_bins(&s, &out->bins);
 	rc2 = ma_session_close(&s);
 	out->borrow_ns = s.stopped_ns;
-	ma_release_stragglers(500);
 	ma_unwind_release();
 	ma_target_release(&t);
 	if (!rc && rc2)

@@ -191,7 +191,6 @@ int cmd_threads(int argc, char **argv)
 			rc = 0;
 		}
 	}
-	ma_release_stragglers(500);
 	ma_unwind_release();
 	if (rc) {
 		free(r);

@@ -96,7 +96,6 @@ int ma_detach(const char *cmd, struct ma_session *s)
 {
 	int rc = ma_session_close(s);
 
-	ma_release_stragglers(500);
 	ma_unwind_release();
 	if (rc) {
 		ma_cmd_error(cmd, MA_EXIT_FAIL, "restoring thread %d: %s", s->tid, ma_errmsg());

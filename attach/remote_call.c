@@ -156,6 +156,15 @@ static pid_t straggler_pid;
 
 static void release_regs_eintr(pid_t pid, pid_t tid);
 
+/* TID of PID was interrupted but did not stop in time: let go of it when it does. */
+static void add_straggler(pid_t pid, pid_t tid)
+{
+	if (nstragglers < MAX_STRAGGLERS) {
+		straggler_pid = pid;
+		stragglers[nstragglers++] = tid;
+	}
+}
+
 static void reap_stragglers(void)
 {
 	for (int i = 0; i < nstragglers; i++) {
@@ -173,7 +182,7 @@ static void reap_stragglers(void)
 	}
 }
 
-void ma_release_stragglers(int wait_ms)
+static void release_stragglers(int wait_ms)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)wait_ms * 1000000ULL;
 
@@ -183,6 +192,18 @@ void ma_release_stragglers(int wait_ms)
 		reap_stragglers();
 	}
 	/* Any left are detached by the kernel when memattach exits. */
+}
+
+/*
+ * End a turn on the target: the threads we seized that were slow to stop
+ * are let go first, so the next run (which may take the lock at once) can
+ * seize them.
+ */
+static void end_turn(int lock_fd)
+{
+	if (nstragglers)
+		release_stragglers(1000);
+	ma_runlock_release(lock_fd);
 }
 
 /* Wait for TID to stop or die; MA_E_TIMEOUT (no message) after timeout_ms. */
@@ -859,10 +880,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
-				if (nstragglers < MAX_STRAGGLERS) {
-					straggler_pid = s->t->pid;
-					stragglers[nstragglers++] = ti[i].tid;
-				}
+				add_straggler(s->t->pid, ti[i].tid);
 				s->seized = false;
 			}
 			ma_err_clear();
@@ -927,9 +945,8 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
 			release_regs_eintr(pid, tid);
 		}
 		ma_ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig);
-	} else if (nstragglers < MAX_STRAGGLERS) {
-		straggler_pid = pid;
-		stragglers[nstragglers++] = tid;
+	} else {
+		add_straggler(pid, tid);
 	}
 	ma_err_clear();
 	return ok;
@@ -1696,10 +1713,7 @@ int ma_session_close(struct ma_session *s)
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;
-	/* Threads that were slow to stop go before the lock: the next run may seize them. */
-	if (nstragglers)
-		ma_release_stragglers(1000);
-	ma_runlock_release(s->lock_fd);
+	end_turn(s->lock_fd);
 	s->lock_fd = -1;
 	return rc;
 }
@@ -1730,13 +1744,10 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
-		int status;
-
-		if (wait_stop(ti->tid, &status, 200) == 0 && WIFSTOPPED(status))
-			ma_ptrace(PTRACE_DETACH, ti->tid, NULL, NULL);
+		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
 	}
 	ma_arch_state_free(&s.saved);
-	ma_runlock_release(lock);
+	end_turn(lock);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)
 		rc = 0;
 	return rc;

@@ -150,14 +150,12 @@ void ma_session_unmap(struct ma_session *s, uint64_t addr);
 uint64_t ma_session_alloc(struct ma_session *s, size_t n);
 /* Forget all scratch data allocations. */
 void ma_session_reset(struct ma_session *s);
-/* Restore the thread and detach.  Safe on any path; returns first error. */
-int ma_session_close(struct ma_session *s);
-
 /*
- * Let go of threads that were interrupted but had not stopped in time
- * (waiting up to WAIT_MS for them).  Call before exiting.
+ * Restore the thread and detach.  Safe on any path; returns first error.
+ * Threads that were interrupted but had not stopped in time are let go
+ * (waiting up to 1 s for them) before the run lock is released.
  */
-void ma_release_stragglers(int wait_ms);
+int ma_session_close(struct ma_session *s);
 
 /* Set by SIGINT/SIGTERM handlers; long operations stop early when set. */
 extern volatile sig_atomic_t ma_interrupted;
