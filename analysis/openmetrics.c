@@ -22,9 +22,10 @@ static void put_label(FILE *f, const char *v)
 	}
 }
 
-static void labels(FILE *f, const struct ma_om_target *t)
+/* A sample's name and its labels, up to the closing brace (more labels may follow). */
+static void start_sample(FILE *f, const char *name, const struct ma_om_target *t)
 {
-	fprintf(f, "{pid=\"%d\",comm=\"", (int)t->pid);
+	fprintf(f, "%s{pid=\"%d\",comm=\"", name, (int)t->pid);
 	put_label(f, t->comm);
 	fputc('"', f);
 }
@@ -105,8 +106,7 @@ static void write_gauges(FILE *f, const struct ma_om_target *t, size_t n)
 
 			if (!gauges[g].get(&t[i], &v))
 				continue;
-			fputs(gauges[g].name, f);
-			labels(f, &t[i]);
+			start_sample(f, gauges[g].name, &t[i]);
 			fprintf(f, "} %" PRId64 "\n", v);
 		}
 	}
@@ -126,8 +126,7 @@ static void write_bin_waste(FILE *f, const struct ma_om_target *t, size_t n)
 			if (!t[i].bins.bins[b].curslabs)
 				continue;
 			ma_bins_row(&t[i].bins, b, &r);
-			fputs("jemalloc_bin_waste_bytes", f);
-			labels(f, &t[i]);
+			start_sample(f, "jemalloc_bin_waste_bytes", &t[i]);
 			fprintf(f, ",size=\"%" PRIu64 "\"} %" PRIu64 "\n", t[i].bins.bins[b].size,
 				r.waste);
 		}
@@ -139,22 +138,19 @@ static void write_exporter(FILE *f, const struct ma_om_target *t, size_t n)
 	family(f, "memattach_scrape_success", "gauge", NULL,
 	       "1 if this scrape read the process's allocator, else 0.");
 	for (size_t i = 0; i < n; i++) {
-		fputs("memattach_scrape_success", f);
-		labels(f, &t[i]);
+		start_sample(f, "memattach_scrape_success", &t[i]);
 		fprintf(f, "} %d\n", t[i].ok ? 1 : 0);
 	}
 	family(f, "memattach_scrape_borrow_seconds", "gauge", "seconds",
 	       "How long this scrape held a thread of the process stopped.");
 	for (size_t i = 0; i < n; i++) {
-		fputs("memattach_scrape_borrow_seconds", f);
-		labels(f, &t[i]);
+		start_sample(f, "memattach_scrape_borrow_seconds", &t[i]);
 		fprintf(f, "} %.9f\n", t[i].borrow_ns / 1e9);
 	}
 	family(f, "memattach_scrape_failures", "counter", NULL,
 	       "Scrapes of the process that could not read its allocator.");
 	for (size_t i = 0; i < n; i++) {
-		fputs("memattach_scrape_failures_total", f);
-		labels(f, &t[i]);
+		start_sample(f, "memattach_scrape_failures_total", &t[i]);
 		fprintf(f, "} %" PRIu64 "\n", t[i].failures);
 	}
 }

@@ -215,10 +215,11 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 	}
 	for (size_t fr = 0; fr < sym->nframes; fr++) {
 		const struct ma_frame *f = &sym->frames[fr];
-		long mi = map_index(p->hp, f->pc);
+		long mi;
 
 		if (!loc_used[fr])
 			continue;
+		mi = map_index(p->hp, f->pc);
 		if (!func_name[f->func])
 			func_name[f->func] = -1; /* used; named below */
 		if (f->file && !func_file[f->func])

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <regex.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,14 +63,6 @@ struct exporter {
 	uint64_t fail_n[MAX_TARGETS];
 	size_t nfail;
 };
-
-static volatile sig_atomic_t stop_serving;
-
-static void on_stop(int sig)
-{
-	(void)sig;
-	stop_serving = 1;
-}
 
 static uint64_t *failures_of(struct exporter *e, pid_t pid)
 {
@@ -293,7 +284,6 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 int cmd_export(int argc, char **argv)
 {
 	static struct exporter e = { .deadline_ms = 1000 };
-	struct sigaction sa;
 	int lfd, rc;
 
 	if ((rc = parse_args(argc, argv, &e)))
@@ -306,13 +296,9 @@ int cmd_export(int argc, char **argv)
 	if ((lfd = open_listener(e.listen)) < 0)
 		return ma_cmd_error(argv[0], lfd == MA_E_USAGE ? MA_EXIT_USAGE : MA_EXIT_FAIL, "%s",
 				    ma_errmsg());
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop; /* no SA_RESTART: accept() returns to see the flag */
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "memattach export: serving /metrics on %s\n", e.listen);
-	while (!stop_serving) {
+	/* The signal guards set ma_interrupted without SA_RESTART: accept() returns to see it. */
+	while (!ma_interrupted) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 
 		if (fd < 0)
