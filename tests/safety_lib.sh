@@ -104,3 +104,9 @@ fixture_died() {
 top_lines() { [ -s "$1" ] && sort "$1" | uniq -c | sort -rn | head -"${2:-3}" | sed 's/^ *//' | tr '\n' ';' | sed 's/;$//'; }
 
 report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }
+
+# forkloop_start THREADS: start fixtures/forkloop.c with THREADS workers,
+# its fork count kept in a shared file (a stuck control thread cannot hide
+# it); sets FIX_PID, FIX_FD, FIX_OUT.  forks: the count so far.
+forkloop_start() { fix_start forkloop -t "$1" -c "$TMP/forks.count"; }
+forks() { od -An -t u8 -N8 "$TMP/forks.count" 2>/dev/null | tr -d ' '; }

@@ -15,10 +15,8 @@
 need_fixtures forkloop
 RUNS=${RUNS:-500}
 
-cfile=$TMP/forks.count
-fix_start forkloop -t 2 -c "$cfile" || { fail "forkloop: start"; exit 1; }
+forkloop_start 2 || { fail "forkloop: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
-forks() { od -An -t u8 -N8 "$cfile" 2>/dev/null | tr -d ' '; }
 # progressing WAIT_S: does the fork count move within WAIT_S (twice)?
 progressing() {
 	local a b

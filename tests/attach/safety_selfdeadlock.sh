@@ -12,10 +12,8 @@
 need_fixtures forkloop
 RUNS=${RUNS:-100}
 
-cfile=$TMP/forks.count
-fix_start forkloop -t 1 -c "$cfile" || { fail "selfdeadlock: start"; exit 1; }
+forkloop_start 1 || { fail "selfdeadlock: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
-forks() { od -An -t u8 -N8 "$cfile" 2>/dev/null | tr -d ' '; }
 ok=0 given_up=0 hangs=0 other=0
 for i in $(seq "$RUNS"); do
 	MEMATTACH_TEST_IGNORE_FORK=1 timeout -s KILL 10 "$MA" stats "$pid" --tid "$pid" >/dev/null 2>"$TMP/run.err"
