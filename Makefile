@@ -14,7 +14,8 @@ B := build
 # Debian packages the build, the fixtures and the tests need.
 DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
-	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go
+	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
+	libc6-dbg
 
 ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
 ATTACH_SRC   := $(sort $(wildcard attach/*.c))

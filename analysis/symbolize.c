@@ -121,6 +121,7 @@ int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 
 			o->dump_path = strdup(p);
 			o->main = (i == main_map);
+			o->first_map = i;
 			if (o->main && s->opts.binary)
 				o->path = strdup(s->opts.binary);
 			else
@@ -238,12 +239,21 @@ static void find_debug(struct ma_symobj *o)
 	try_debug(o, p);
 }
 
+static int open_obj_elf(struct ma_symbolizer *s, struct ma_symobj *o)
+{
+	int fd = -1;
+
+	if (s->opts.open_map && o->first_map < s->hp->nmaps)
+		fd = s->opts.open_map(s->opts.open_ctx, &s->hp->maps[o->first_map]);
+	return fd >= 0 ? ma_elf_open_fd(&o->elf, fd, o->path) : ma_elf_open(&o->elf, o->path);
+}
+
 static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
 {
 	if (o->tried)
 		return o->ok;
 	o->tried = true;
-	if (ma_elf_open(&o->elf, o->path) != 0) {
+	if (open_obj_elf(s, o) != 0) {
 		if (o->main && !s->opts.binary)
 			warn(s, "%s; frames in it stay unnamed (use --binary PATH%s)", ma_errmsg(),
 			     s->opts.nprefix_maps ? "" : " or --prefix-map OLD=NEW");
@@ -551,6 +561,10 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	f = new_frame(s, intern_func(s, key, oi,
 				     (o && o->jemalloc) || (sym && ma_sym_is_allocator_name(sym->name))),
 		      oi, vaddr);
+	if (f != MA_NONE && sym) {
+		s->frames[f].sym_off = vaddr - sym->addr;
+		s->frames[f].named = true;
+	}
 	if (f != MA_NONE && s->opts.lines && o && o->ok && !o->jemalloc)
 		f = add_lines(s, f, oi);
 	return f;

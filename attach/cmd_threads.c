@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "addrsyms.h"
+#include "livesym.h"
 #include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
@@ -67,28 +67,38 @@ struct thread_report {
 	char why[256];
 };
 
-static void print_frames_json(struct ma_json *j, struct ma_addrsyms *as, const struct ma_target *t,
+/* FRAME's object: the path of the mapping, as /proc/PID/maps shows it. */
+static const char *frame_object(const struct ma_livesym *ls, const struct ma_frame *f)
+{
+	const struct ma_mapping *m;
+
+	if (f && f->obj != MA_NONE)
+		return ls->sym.objs[f->obj].dump_path;
+	m = f ? ma_target_mapping_at(ls->t, f->pc) : NULL;
+	return m ? m->path : NULL;
+}
+
+static void print_frames_json(struct ma_json *j, struct ma_livesym *ls,
 			      const struct ma_backtrace *bt)
 {
 	ma_json_arr_open(j, "frames");
 	for (size_t k = 0; k < bt->n; k++) {
-		const char *file, *name;
-		uint64_t off, pc = k ? bt->ip[k] - 1 : bt->ip[k];
+		const struct ma_frame *f = ma_livesym_frame(ls, bt->ip[k], k > 0);
+		bool named = f && f->named;
 
-		name = ma_addrsyms_name(as, pc, &off, &file);
 		ma_json_obj_open(j, NULL);
 		ma_json_u64(j, "ip", bt->ip[k]);
-		ma_json_str(j, "function", name);
-		ma_json_u64(j, "offset", name ? off + (k ? 1 : 0) : 0);
-		ma_json_str(j, "object", file);
-		ma_json_bool(j, "jemalloc", ma_target_in_jemalloc(t, pc));
+		ma_json_str(j, "function", named ? ma_sym_func_name(&ls->sym, f->func) : NULL);
+		ma_json_u64(j, "offset", named ? f->sym_off + (k ? 1 : 0) : 0);
+		ma_json_str(j, "object", frame_object(ls, f));
+		ma_json_bool(j, "jemalloc", ma_target_in_jemalloc(ls->t, k ? bt->ip[k] - 1 : bt->ip[k]));
 		ma_json_obj_close(j);
 	}
 	ma_json_arr_close(j);
 }
 
 static void print_json(const struct ma_target *t, struct thread_report *r, size_t n,
-		       struct ma_addrsyms *as)
+		       struct ma_livesym *ls)
 {
 	struct ma_json j;
 	char sc[64];
@@ -107,7 +117,7 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 		ma_json_i64(&j, "syscall", r[i].ti.syscall);
 		ma_json_bool(&j, "safe", r[i].safe);
 		ma_json_str(&j, "reason", r[i].why);
-		print_frames_json(&j, as, t, &r[i].bt);
+		print_frames_json(&j, ls, &r[i].bt);
 		ma_json_obj_close(&j);
 	}
 	ma_json_arr_close(&j);
@@ -115,11 +125,26 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 	ma_json_end(&j);
 }
 
+/* "function+0xoff (object)" or "0xip (object)" */
+static void print_frame_text(struct ma_livesym *ls, const struct ma_backtrace *bt, size_t k)
+{
+	const struct ma_frame *f = ma_livesym_frame(ls, bt->ip[k], k > 0);
+	const char *obj = frame_object(ls, f);
+	uint64_t pc = k ? bt->ip[k] - 1 : bt->ip[k];
+
+	if (f && f->named)
+		printf("  #%-2zu %s+0x%llx (%s)", k, ma_sym_func_name(&ls->sym, f->func),
+		       (unsigned long long)(f->sym_off + (k ? 1 : 0)), obj ? obj : "?");
+	else
+		printf("  #%-2zu 0x%llx (%s)", k, (unsigned long long)bt->ip[k], obj ? obj : "?");
+	printf("%s\n", ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
+}
+
 static void print_text(const struct ma_target *t, struct thread_report *r, size_t n,
-		       struct ma_addrsyms *as)
+		       struct ma_livesym *ls)
 {
 	unsigned nsafe = 0;
-	char sc[64], frame[512];
+	char sc[64];
 
 	for (size_t i = 0; i < n; i++)
 		nsafe += r[i].safe;
@@ -129,12 +154,8 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
 		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n", r[i].ti.tid, r[i].ti.name,
 		       r[i].ti.state ? r[i].ti.state : '?', sc, r[i].safe ? "SAFE" : "UNSAFE", r[i].why);
-		for (size_t k = 0; k < r[i].bt.n; k++) {
-			uint64_t pc = k ? r[i].bt.ip[k] - 1 : r[i].bt.ip[k];
-
-			printf("  #%-2zu %s%s\n", k, ma_addrsyms_describe(as, pc, frame, sizeof(frame)),
-			       ma_target_in_jemalloc(t, pc) ? "  [jemalloc]" : "");
-		}
+		for (size_t k = 0; k < r[i].bt.n; k++)
+			print_frame_text(ls, &r[i].bt, k);
 	}
 }
 
@@ -142,7 +163,7 @@ int cmd_threads(int argc, char **argv)
 {
 	struct ma_thread_info *ti = NULL;
 	struct thread_report *r;
-	struct ma_addrsyms as;
+	struct ma_livesym ls;
 	struct ma_target t;
 	bool json = false;
 	pid_t pid = 0;
@@ -198,12 +219,17 @@ int cmd_threads(int argc, char **argv)
 		ma_target_release(&t);
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
-	ma_addrsyms_init(&as, &t);
+	if (ma_livesym_init(&ls, &t)) {
+		free(r);
+		free(ti);
+		ma_target_release(&t);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
 	if (json)
-		print_json(&t, r, n, &as);
+		print_json(&t, r, n, &ls);
 	else
-		print_text(&t, r, n, &as);
-	ma_addrsyms_release(&as);
+		print_text(&t, r, n, &ls);
+	ma_livesym_release(&ls);
 	free(r);
 	free(ti);
 	ma_target_release(&t);

@@ -39,6 +39,13 @@ struct ma_sym_opts {
 	const struct ma_prefix_map *prefix_maps; /* applied to dump paths in order */
 	size_t nprefix_maps;
 	bool lines; /* file:line and inlined frames through libdw */
+	/*
+	 * Opens the file behind MAP (for a live process: through its
+	 * /proc/PID/map_files, which works for deleted files and other mount
+	 * namespaces), or returns -1 to open it by path.  NULL: by path.
+	 */
+	int (*open_map)(void *ctx, const struct ma_hp_map *map);
+	void *open_ctx;
 };
 
 struct ma_frame {
@@ -47,6 +54,8 @@ struct ma_frame {
 	uint32_t inline_next; /* caller frame at the same pc (--lines), or MA_NONE */
 	uint64_t addr; /* link-time address in obj (pc - 1), or pc - 1 */
 	uint64_t pc;   /* the run-time address in the dump's process (pc - 1) */
+	uint64_t sym_off; /* addr - start of its ELF symbol, if named */
+	bool named; /* an ELF symbol covers addr (else func's key is "file+0xADDR") */
 	const char *file; /* source file (--lines), or NULL */
 	int line;
 };
@@ -61,6 +70,7 @@ struct ma_func {
 struct ma_symobj {
 	char *dump_path; /* as written in the dump */
 	char *path; /* after --binary / prefix maps */
+	size_t first_map; /* index of its first mapping in hp->maps */
 	bool main; /* the dump's main executable */
 	bool jemalloc; /* libjemalloc*.so: every frame in it is the allocator's */
 	bool tried, ok, has_debug;

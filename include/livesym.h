@@ -1,0 +1,33 @@
+/*
+ * livesym.h - the heap-dump symbolizer (symbolize.h) pointed at a live
+ * target: its mappings stand in for a dump's MAPPED_LIBRARIES and its files
+ * are opened through /proc/PID/map_files, so 'threads' names frames exactly
+ * as 'aggregate' does (separate debug files, demangling) -- for display
+ * only: the safety verdict compares addresses with jemalloc's code ranges.
+ */
+#ifndef MA_LIVESYM_H
+#define MA_LIVESYM_H
+
+#include <stdint.h>
+
+#include "heapprof.h"
+#include "symbolize.h"
+#include "target.h"
+
+struct ma_livesym {
+	const struct ma_target *t;
+	struct ma_heapprof maps; /* only maps/nmaps are filled */
+	struct ma_symbolizer sym;
+};
+
+/* 0 or MA_E_NOMEM.  T must outlive LS. */
+int ma_livesym_init(struct ma_livesym *ls, const struct ma_target *t);
+/*
+ * The innermost frame at IP; RETURN_ADDR says IP is a return address (a
+ * caller's frame), whose call instruction is the byte before it.  NULL only
+ * on OOM; valid until the next call.
+ */
+const struct ma_frame *ma_livesym_frame(struct ma_livesym *ls, uint64_t ip, bool return_addr);
+void ma_livesym_release(struct ma_livesym *ls);
+
+#endif
