@@ -27,7 +27,7 @@ CORE_OBJ     := $(filter-out $(B)/attach/main.o $(B)/attach/cmd_%.o $(B)/attach/
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
 
-.PHONY: all deps demo test bench fixtures clean
+.PHONY: all deps demo test bench fixtures clean install uninstall
 all: $(B)/memattach
 
 deps:
@@ -71,6 +71,20 @@ bench: deps
 
 clean:
 	rm -rf $(B)
+
+# make install [PREFIX=/usr/local] [DESTDIR=staging root]
+PREFIX  ?= /usr/local
+BINDIR  := $(PREFIX)/bin
+MANDIR  := $(PREFIX)/share/man/man1
+COMPDIR := $(PREFIX)/share/bash-completion/completions
+install: $(B)/memattach
+	install -D -m 755 $(B)/memattach $(DESTDIR)$(BINDIR)/memattach
+	install -D -m 644 attach/memattach.1 $(DESTDIR)$(MANDIR)/memattach.1
+	install -D -m 644 attach/memattach.bash $(DESTDIR)$(COMPDIR)/memattach
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/memattach $(DESTDIR)$(MANDIR)/memattach.1 \
+	  $(DESTDIR)$(COMPDIR)/memattach
 
 -include $(ANALYSIS_OBJ:.o=.d) $(ATTACH_OBJ:.o=.d)
 

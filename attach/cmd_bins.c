@@ -18,7 +18,7 @@
 
 static const char usage_text[] =
 	"usage: memattach bins (PID | --stats FILE.json) [--flush-tcache] [--top N] [--json]\n"
-	"                      [--timeout MS]\n\n"
+	"                      [--timeout MS] [--tid TID]\n\n"
 	"Slab waste by jemalloc size class.  For each small bin: region size, regions\n"
 	"per slab, slab size, live regions, slabs, non-full slabs, utilization, waste\n"
 	"(slabs * slab size - live regions * size), live objects per non-full slab,\n"
@@ -32,6 +32,7 @@ static const char usage_text[] =
 	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
 	"  --json          all bins in bin order, sizes in bytes\n"
 	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID       borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr)
@@ -253,7 +254,7 @@ static int parse_args(int argc, char **argv, struct bins_args *a)
 		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!a->pid == !a->stats) {

@@ -6,7 +6,6 @@
  * connection at a time: concurrent scrapes are served one after another.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <regex.h>
@@ -76,49 +75,24 @@ static uint64_t *failures_of(struct exporter *e, pid_t pid)
 	return &e->fail_n[e->nfail++];
 }
 
-/* Is PID a process that maps a jemalloc (cheap: its maps only)? */
-static bool uses_jemalloc(pid_t pid)
+static bool name_matches(void *ctx, const char *comm)
 {
-	struct ma_target t;
-	bool yes;
-
-	if (ma_target_open(&t, pid)) {
-		ma_err_clear();
-		return false;
-	}
-	yes = ma_target_find_jemalloc(&t) == 0;
-	ma_target_release(&t);
-	ma_err_clear();
-	return yes;
+	return regexec(ctx, comm, 0, NULL, 0) == 0;
 }
 
 /* The targets of this scrape: --pid as given, or --match resolved now. */
 static size_t resolve(struct exporter *e, pid_t *out)
 {
-	struct dirent *d;
-	size_t n = 0;
-	DIR *dir;
+	static struct ma_je_process found[MAX_TARGETS];
+	size_t n;
 
 	if (!e->match) {
 		memcpy(out, e->pids, e->npids * sizeof(pid_t));
 		return e->npids;
 	}
-	if (!(dir = opendir("/proc")))
-		return 0;
-	while ((d = readdir(dir)) && n < MAX_TARGETS) {
-		struct ma_proc_status ps;
-		pid_t pid;
-
-		if (!ma_parse_pid(d->d_name, &pid) || pid == getpid())
-			continue;
-		if (ma_proc_read_status(pid, 0, &ps) != 0) {
-			ma_err_clear();
-			continue;
-		}
-		if (regexec(&e->re, ps.name, 0, NULL, 0) == 0 && uses_jemalloc(pid))
-			out[n++] = pid;
-	}
-	closedir(dir);
+	n = ma_jemalloc_processes(name_matches, &e->re, found, MAX_TARGETS);
+	for (size_t i = 0; i < n; i++)
+		out[i] = found[i].pid;
 	return n;
 }
 
@@ -269,7 +243,7 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 		} else if (argv[i][0] == '-') {
 			return ma_usage_error(argv[0], "unknown option '%s'", argv[i]);
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!!e->npids == !!e->match)

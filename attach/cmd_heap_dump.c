@@ -13,7 +13,7 @@
 #include "ma_error.h"
 
 static const char usage_text[] =
-	"usage: memattach heap-dump PID -o FILE [--activate] [--timeout MS]\n\n"
+	"usage: memattach heap-dump PID -o FILE [--activate] [--timeout MS] [--tid TID]\n\n"
 	"Write a jemalloc heap profile (heap_v2) of the running process PID to FILE,\n"
 	"as 'prof.dump' inside it.  The target writes into a memfd that only\n"
 	"memattach reads (via /proc/PID/fd), never to a path on disk: this works\n"
@@ -27,6 +27,7 @@ static const char usage_text[] =
 	"                set prof.active=true first (the dump then only shows\n"
 	"                allocations made after this moment)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 /* Dump into OF through S; ST from ma_collect_stats.  Message on failure. */
@@ -78,7 +79,7 @@ int cmd_heap_dump(int argc, char **argv)
 		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!pid || !out) {

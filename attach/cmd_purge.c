@@ -17,7 +17,7 @@
 #define PURGE_TIMEOUT_MS 60000
 
 static const char usage_text[] =
-	"usage: memattach purge PID [--json] [--timeout MS]\n\n"
+	"usage: memattach purge PID [--json] [--timeout MS] [--tid TID]\n\n"
 	"Purge-and-measure: read jemalloc's statistics and VmRSS of process PID,\n"
 	"run arena.4096.purge (all unused dirty and muzzy pages of all arenas go\n"
 	"back to the OS), read them again, and show before / after / delta for\n"
@@ -28,6 +28,7 @@ static const char usage_text[] =
 	"holds; dirty and muzzy go to 0 unless the program freed meanwhile.\n\n"
 	"  --json        machine-readable output (sizes in bytes, times in ns)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct side {
@@ -161,7 +162,7 @@ int cmd_purge(int argc, char **argv)
 		} else if (ma_parse_live_arg(argc, argv, &i, &r.pid, &o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!r.pid) {

@@ -26,7 +26,7 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach snapshot PID -o DIR [--activate] [--timeout MS]\n\n"
+	"usage: memattach snapshot PID -o DIR [--activate] [--timeout MS] [--tid TID]\n\n"
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
 	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
@@ -44,6 +44,7 @@ static const char usage_text[] =
 	"                an inactive profiler is said to be (nearly) empty, in the\n"
 	"                output and in manifest.json's heap_note\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct snap {
@@ -268,7 +269,7 @@ int cmd_snapshot(int argc, char **argv)
 		} else if (ma_parse_live_arg(argc, argv, &i, &sn.pid, &o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!sn.pid || !sn.dir) {

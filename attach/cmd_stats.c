@@ -168,7 +168,7 @@ int cmd_stats(int argc, char **argv)
 		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!pid) {

@@ -17,7 +17,7 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach stats-dump PID -o FILE [--timeout MS]\n\n"
+	"usage: memattach stats-dump PID -o FILE [--timeout MS] [--tid TID]\n\n"
 	"Run malloc_stats_print(cb, buf, \"J\") inside the running process PID and\n"
 	"write its JSON, byte for byte, to FILE (readable by 'memattach bins --stats'\n"
 	"and by any tool that reads jemalloc's stats JSON).  The text goes through a\n"
@@ -26,6 +26,7 @@ static const char usage_text[] =
 	"buffer in the numbers it prints.\n\n"
 	"  -o FILE       output file (required)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 int cmd_stats_dump(int argc, char **argv)
@@ -51,7 +52,7 @@ int cmd_stats_dump(int argc, char **argv)
 		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!pid || !out) {

@@ -179,7 +179,7 @@ int cmd_threads(int argc, char **argv)
 		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!pid) {

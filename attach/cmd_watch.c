@@ -26,7 +26,7 @@
 
 static const char usage_text[] =
 	"usage: memattach watch PID [--interval MS] [--out DIR] [--duration S]\n"
-	"                            [--reset-hwm]\n\n"
+	"                            [--reset-hwm] [--timeout MS] [--tid TID]\n\n"
 	"Peak capture.  Every MS milliseconds read VmRSS/VmHWM of process PID and\n"
 	"jemalloc's allocated/active/resident and the parts of resident memory\n"
 	"(one short thread borrow each).  At each new high of the watch, take a\n"
@@ -51,6 +51,9 @@ static const char usage_text[] =
 	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
 	"                 process itself reads as its peak (VmHWM, getrusage's\n"
 	"                 ru_maxrss)\n"
+	"  --timeout MS   per sample, give up finding a thread safe to borrow\n"
+	"                 after MS (500; the sample is kept without allocator stats)\n"
+	"  --tid TID      borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
 	"             1 could not start, 2 usage error\n";
 
@@ -302,7 +305,7 @@ static int parse_args(int argc, char **argv, struct watch *w)
 		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
 			continue;
 		} else {
-			return ma_usage_error(argv[0], "unexpected argument '%s'", argv[i]);
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
 		}
 	}
 	if (!w->pid) {

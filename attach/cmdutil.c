@@ -47,6 +47,51 @@ int ma_usage_error(const char *cmd, const char *fmt, ...)
 	return MA_EXIT_USAGE;
 }
 
+/* Does USAGE mention option OPT as a whole word? */
+static bool usage_has_option(const char *usage, const char *opt)
+{
+	size_t n = strlen(opt);
+
+	for (const char *p = strstr(usage, opt); p; p = strstr(p + 1, opt)) {
+		char after = p[n], before = p == usage ? ' ' : p[-1];
+
+		if (!(after == '-' || (after >= 'a' && after <= 'z')) && before != '-' &&
+		    !(before >= 'a' && before <= 'z'))
+			return true;
+	}
+	return false;
+}
+
+int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i)
+{
+	static const struct {
+		const char *opt, *want;
+	} values[] = {
+		{ "--timeout", "milliseconds, 0 to 600000" },
+		{ "--tid", "a thread id (a positive number)" },
+		{ "--top", "a count, 0 or more" },
+		{ "--interval", "milliseconds, more than 0" },
+		{ "--duration", "whole seconds, 0 or more" },
+		{ "--pid", "a process id (a positive number)" },
+	};
+	const char *a = argv[i];
+
+	if (a[0] != '-' || a[1] == '\0')
+		return ma_usage_error(cmd, "unexpected argument '%s'", a);
+	if (!usage_has_option(usage, a))
+		return ma_usage_error(cmd, "unknown option '%s'", a);
+	for (size_t k = 0; k < sizeof(values) / sizeof(values[0]); k++) {
+		if (strcmp(a, values[k].opt) != 0)
+			continue;
+		if (i + 1 >= argc)
+			return ma_usage_error(cmd, "%s needs a value: %s", a, values[k].want);
+		return ma_usage_error(cmd, "%s '%s': expected %s", a, argv[i + 1], values[k].want);
+	}
+	if (i + 1 >= argc)
+		return ma_usage_error(cmd, "%s needs a value", a);
+	return ma_usage_error(cmd, "%s given twice, or with '%s' out of place", a, argv[i + 1]);
+}
+
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)
 {
 	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;

@@ -27,6 +27,7 @@ static const struct command commands[] = {
 	{ "stacks", cmd_stacks, "full call chains of the sites matching a string" },
 	{ "diff", cmd_diff, "compare two dumps or two snapshots" },
 	{ "frag", cmd_frag, "attribute slab fragmentation to allocation sites" },
+	{ "ps", cmd_ps, "list the processes that hold a jemalloc" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -783,3 +783,65 @@ int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 	ma_step();
 	return rc;
 }
+
+static int by_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct ma_je_process *)a)->pid, y = ((const struct ma_je_process *)b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+/* Fill P if PID maps a jemalloc (its maps and symbols only). */
+static bool probe_jemalloc(pid_t pid, struct ma_je_process *p)
+{
+	struct ma_target t;
+	bool yes;
+
+	if (ma_target_open(&t, pid)) {
+		ma_err_clear();
+		return false;
+	}
+	yes = ma_target_find_jemalloc(&t) == 0;
+	if (yes) {
+		snprintf(p->object, sizeof(p->object), "%s", t.je.object ? t.je.object : "?");
+		p->is_static = t.je.is_static;
+	}
+	ma_target_release(&t);
+	ma_err_clear();
+	return yes;
+}
+
+size_t ma_jemalloc_processes(bool (*keep)(void *ctx, const char *comm), void *ctx,
+			     struct ma_je_process *out, size_t max)
+{
+	struct dirent *d;
+	size_t n = 0;
+	DIR *dir = opendir("/proc");
+
+	if (!dir)
+		return 0;
+	while ((d = readdir(dir)) && n < max) {
+		struct ma_proc_status ps;
+		char *end;
+		long pid = strtol(d->d_name, &end, 10);
+
+		if (*end || pid <= 0 || pid == getpid())
+			continue;
+		if (ma_proc_read_status((pid_t)pid, 0, &ps) != 0) {
+			ma_err_clear();
+			continue;
+		}
+		if (ps.state == 'Z' || (keep && !keep(ctx, ps.name)))
+			continue;
+		memset(&out[n], 0, sizeof(out[n]));
+		if (!probe_jemalloc((pid_t)pid, &out[n]))
+			continue;
+		out[n].pid = (pid_t)pid;
+		snprintf(out[n].comm, sizeof(out[n].comm), "%s", ps.name);
+		out[n].vm_rss = ps.vm_rss;
+		n++;
+	}
+	closedir(dir);
+	qsort(out, n, sizeof(*out), by_pid);
+	return n;
+}

@@ -20,6 +20,14 @@ bool ma_parse_long(const char *arg, long *out);
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
+ * The usage error for argv[I], which the command did not accept: an option
+ * of the command (found in its USAGE text) with a missing or malformed
+ * value says which value it wants; an unknown option or a stray argument
+ * says so.  Returns exit status 2.
+ */
+int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i);
+
+/*
  * The arguments every live command takes: the PID, --timeout MS (how long
  * to look for a thread safe to borrow) and --tid TID (borrow that thread,
  * still refused if unsafe).  True if argv[*i] was one (and *i moved past

@@ -24,6 +24,7 @@ int cmd_aggregate(int argc, char **argv);
 int cmd_stacks(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_frag(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
 
 /* Shared by commands: print "memattach CMD: MSG" to stderr, return EXIT. */
 int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)

@@ -79,6 +79,23 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
 int ma_target_open(struct ma_target *t, pid_t pid);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
 int ma_target_find_jemalloc(struct ma_target *t);
+
+/* A process found by ma_jemalloc_processes. */
+struct ma_je_process {
+	pid_t pid;
+	char comm[64];
+	uint64_t vm_rss; /* bytes */
+	char object[256]; /* the object holding mallctl */
+	bool is_static;
+};
+
+/*
+ * The processes (other than this one) that hold a jemalloc, from their
+ * maps and symbols only (nothing is stopped), whose name matches KEEP
+ * (NULL: all).  Up to MAX into OUT, by pid; returns how many.
+ */
+size_t ma_jemalloc_processes(bool (*keep)(void *ctx, const char *comm), void *ctx,
+			     struct ma_je_process *out, size_t max);
 /* True if ADDR lies in jemalloc's code. */
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr);
 /* True if process PID is a memattach (another run: wait for it, do not refuse). */

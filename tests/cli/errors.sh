@@ -8,7 +8,7 @@ expect() {
 	local name=$1 want=$2 pat=$3 rc lines; shift 3
 	"$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
 	lines=$(wc -l <"$TMP/err")
-	if [ "$rc" -eq "$want" ] && grep -qE "$pat" "$TMP/err" && [ "$lines" -le 1 ]; then
+	if [ "$rc" -eq "$want" ] && grep -qE -- "$pat" "$TMP/err" && [ "$lines" -le 1 ]; then
 		pass "$name (exit $rc: $(cat "$TMP/err"))"
 	else
 		fail "$name: exit $rc (want $want), stderr: $(head -c 300 "$TMP/err")"
@@ -19,7 +19,21 @@ expect "no arguments is a usage error" 2 "a command is required" "$MA"
 expect "unknown command" 2 "unknown command 'frobnicate'" "$MA" frobnicate
 expect "stats without pid" 2 "a PID is required" "$MA" stats
 expect "stats with a non-numeric pid" 2 "unexpected argument 'abc'" "$MA" stats abc
-expect "stats with an unknown option" 2 "unexpected argument '--bogus'" "$MA" stats 1 --bogus
+expect "stats with an unknown option" 2 "unknown option '--bogus'" "$MA" stats 1 --bogus
+# A bad value names the option, the value and what it wants.
+expect "stats --timeout abc" 2 "--timeout 'abc': expected milliseconds, 0 to 600000" \
+	"$MA" stats 1 --timeout abc
+expect "stats --timeout out of range" 2 "--timeout '700000': expected milliseconds" \
+	"$MA" stats 1 --timeout 700000
+expect "stats --timeout without a value" 2 "--timeout needs a value: milliseconds" "$MA" stats 1 --timeout
+expect "bins --top -3" 2 "--top '-3': expected a count, 0 or more" "$MA" bins 1 --top -3
+expect "bins --tid x" 2 "--tid 'x': expected a thread id" "$MA" bins 1 --tid x
+expect "watch --interval 0" 2 "--interval '0': expected milliseconds, more than 0" \
+	"$MA" watch 1 --interval 0
+expect "watch --duration 1.5" 2 "--duration '1.5': expected whole seconds" "$MA" watch 1 --duration 1.5
+expect "heap-dump -o without a value" 2 "-o needs a value" "$MA" heap-dump 1 -o
+expect "an option of another command" 2 "unknown option '--top'" "$MA" threads 1 --top 5
+expect "a second PID" 2 "unexpected argument '2'" "$MA" stats 1 2
 expect "threads without pid" 2 "a PID is required" "$MA" threads
 
 # A pid that does not exist (pid_max + 1 can never be in use).

@@ -1,0 +1,115 @@
+/*
+ * cmd_ps.c - memattach ps: the processes that hold a jemalloc (by their
+ * maps and symbols, nothing stopped), to find a PID; bash completion uses
+ * it for PID arguments.
+ */
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmdutil.h"
+#include "commands.h"
+#include "emit.h"
+#include "format.h"
+#include "target.h"
+
+static const char usage_text[] =
+	"usage: memattach ps [REGEX] [--json | --pids]\n"
+	"\n"
+	"List the processes that hold a jemalloc -- linked to libjemalloc, or\n"
+	"with jemalloc built in (static, _rjem_ or je_ prefixed) -- found from\n"
+	"their maps and symbols, without stopping anything: PID, name, VmRSS and\n"
+	"the object that holds jemalloc.  Only processes this user may read are\n"
+	"seen.\n"
+	"\n"
+	"  REGEX   only processes whose name (comm) matches the extended REGEX\n"
+	"  --json  processes[{pid, comm, vm_rss, object, static}]\n"
+	"  --pids  just the PIDs, one per line\n"
+	"exit status: 0 success (also when none is found), 2 usage error\n";
+
+#define MAX_PROCESSES 4096
+
+static bool name_matches(void *ctx, const char *comm)
+{
+	return regexec(ctx, comm, 0, NULL, 0) == 0;
+}
+
+static void print_json(const struct ma_je_process *p, size_t n)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_arr_open(&j, "processes");
+	for (size_t i = 0; i < n; i++) {
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", p[i].pid);
+		ma_json_str(&j, "comm", p[i].comm);
+		ma_json_u64(&j, "vm_rss", p[i].vm_rss);
+		ma_json_str(&j, "object", p[i].object);
+		ma_json_bool(&j, "static", p[i].is_static);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void print_text(const struct ma_je_process *p, size_t n)
+{
+	char rss[32];
+
+	printf("%7s  %-16s %10s  %s\n", "PID", "NAME", "VmRSS", "JEMALLOC IN");
+	for (size_t i = 0; i < n; i++)
+		printf("%7d  %-16s %10s  %s%s\n", p[i].pid, p[i].comm,
+		       ma_fmt_bytes(rss, sizeof(rss), p[i].vm_rss), p[i].object,
+		       p[i].is_static ? " (built in)" : "");
+}
+
+int cmd_ps(int argc, char **argv)
+{
+	const char *pattern = NULL;
+	bool json = false, pids = false;
+	struct ma_je_process *found;
+	regex_t re;
+	size_t n;
+
+	for (int i = 1; i < argc; i++) {
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return MA_EXIT_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--pids") == 0) {
+			pids = true;
+		} else if (argv[i][0] != '-' && !pattern) {
+			pattern = argv[i];
+		} else {
+			return ma_arg_error(argv[0], usage_text, argc, argv, i);
+		}
+	}
+	if (json && pids)
+		return ma_usage_error(argv[0], "--json and --pids exclude each other");
+	if (pattern && regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+		return ma_usage_error(argv[0], "'%s' is not a valid extended regex", pattern);
+	found = malloc(MAX_PROCESSES * sizeof(*found));
+	if (!found) {
+		if (pattern)
+			regfree(&re);
+		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "out of memory");
+	}
+	n = ma_jemalloc_processes(pattern ? name_matches : NULL, pattern ? &re : NULL, found,
+				  MAX_PROCESSES);
+	if (json)
+		print_json(found, n);
+	else if (pids)
+		for (size_t i = 0; i < n; i++)
+			printf("%d\n", found[i].pid);
+	else
+		print_text(found, n);
+	free(found);
+	if (pattern)
+		regfree(&re);
+	return MA_EXIT_OK;
+}
