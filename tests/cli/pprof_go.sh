@@ -2,8 +2,9 @@
 # tests/cli/pprof_go.sh - aggregate --pprof read by the real 'go tool pprof'
 # (Debian's golang-go): -top gives the totals and sites of aggregate --json,
 # -traces one trace per stack, -raw one mapping per object with its path
-# and build ID (no "Main binary filename not available"), and -list shows
-# the source lines of a site on a binary with debug info.
+# and build ID (no "Main binary filename not available"), -list shows the
+# source lines of a site on a binary with debug info, -disasm its
+# instructions (on a non-PIE binary: see the end).
 . "$(dirname "$0")/../lib.sh"
 
 if ! command -v go >/dev/null; then
@@ -50,3 +51,16 @@ check "-raw: every location belongs to a mapping" \
 (cd "$ROOT" && go tool pprof -list '^site_calloc$' "$TMP/c.pb.gz") >"$TMP/list.txt" 2>&1
 check "-list: site_calloc's source, with its bytes on the calloc line" \
 	grep -q '24MB .*hold(calloc(24, 1u << 20)' "$TMP/list.txt"
+# -disasm: Go's pprof reads a binary's symbols at their link-time addresses
+# and translates no run-time address (its objTool has no support for
+# relocated objects), so it disassembles non-PIE executables: prof_c_nopie.
+if MALLOC_CONF=prof:true,prof_final:false "$FIX/prof_c_nopie" "$TMP/np.heap" >/dev/null; then
+	"$MA" aggregate "$TMP/np.heap" --pprof "$TMP/np.pb.gz" >/dev/null 2>&1
+	go tool pprof -disasm '\bsite_calloc\b' "$TMP/np.pb.gz" >"$TMP/dis.txt" 2>&1
+	check "-disasm: site_calloc's instructions, its bytes on the call to calloc" \
+		grep -q "^ *24MB  *24MB  *[0-9a-f]*: CALL " "$TMP/dis.txt"
+	check "-disasm: only there (the other instructions hold nothing)" \
+		test "$(grep -c '^ *[0-9.]*[KMG]\?B  *[0-9.]*[KMG]\?B  *[0-9a-f]*: ' "$TMP/dis.txt")" -eq 1
+else
+	fail "prof_c_nopie wrote no dump"
+fi
