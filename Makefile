@@ -58,7 +58,7 @@ fixtures:
 include $(sort $(wildcard fixtures/*.mk))
 
 test: deps
-	$(MAKE) all fixtures $(UNIT_BINS)
+	$(MAKE) all fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
 	bash tests/run.sh
 
 demo: deps
@@ -91,7 +91,7 @@ uninstall:
 # libFuzzer target for the heap dump parser (needs clang):
 #   make fuzz && build/fuzz/heapprof -max_total_time=600 build/fuzz/corpus fixtures/dumps
 FUZZ_SRC := analysis/heapprof.c analysis/symbolize.c analysis/profile.c analysis/demangle.c \
-	analysis/elfsyms.c analysis/error.c analysis/flame.c
+	analysis/elfsyms.c analysis/error.c analysis/flame.c analysis/input.c analysis/format.c
 .PHONY: fuzz
 fuzz: $(B)/fuzz/heapprof
 $(B)/fuzz/heapprof: tests/fuzz/heapprof_fuzz.c $(FUZZ_SRC)

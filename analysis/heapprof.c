@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "heapprof.h"
+#include "input.h"
 #include "ma_error.h"
 
 /* A line without its end (LF or CRLF); not NUL-terminated. */
@@ -26,16 +27,30 @@ struct parser {
 	size_t lineno;
 	struct ma_heapprof *hp;
 	size_t cap_stacks, cap_pcs, cap_maps;
+	bool long_line; /* a line longer than MAX_LINE was cut there */
 };
+
+/* jemalloc writes at most 128 frames a stack (~2.5 KiB) and /proc maps
+ * lines of a path's length: a longer line is not part of a dump. */
+#define MAX_LINE (1 << 20)
 
 static bool next_line(struct parser *ps, struct line *l)
 {
+	size_t left = (size_t)(ps->end - ps->cur);
 	const char *nl;
 
 	if (ps->cur >= ps->end)
 		return false;
-	nl = memchr(ps->cur, '\n', (size_t)(ps->end - ps->cur));
+	/* Never scan further than one line may be long. */
+	nl = memchr(ps->cur, '\n', left > MAX_LINE ? MAX_LINE + 1 : left);
 	l->p = ps->cur;
+	if (!nl && left > MAX_LINE) {
+		ps->long_line = true;
+		l->end = ps->cur + MAX_LINE;
+		ps->cur = ps->end;
+		ps->lineno++;
+		return true;
+	}
 	l->end = nl ? nl : ps->end;
 	ps->cur = nl ? nl + 1 : ps->end;
 	if (l->end > l->p && l->end[-1] == '\r')
@@ -309,9 +324,16 @@ static int check_header(struct parser *ps, const char *what)
 	struct ma_heapprof *hp = ps->hp;
 	struct line l;
 	char desc[80];
-	const char *p;
+	const char *p, *end = ps->end;
+	bool got;
 
-	if (!next_line(ps, &l) || (l.p == l.end && ps->cur >= ps->end))
+	/* The header is short: look for its end in the first 4 KiB only, so a
+	 * file of binary data or zeros is refused without being read whole. */
+	if (end - ps->cur > 4096)
+		ps->end = ps->cur + 4096;
+	got = next_line(ps, &l);
+	ps->end = end;
+	if (!got || (l.p == l.end && ps->cur >= ps->end))
 		return ma_fail(MA_E_FORMAT, "'%s' is empty, not a jemalloc heap dump", what);
 	if (starts_with(&l, "heap_v2/")) {
 		p = l.p + 8;
@@ -361,6 +383,7 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 	struct parser ps = { .cur = buf, .end = buf + len, .hp = hp };
 	enum { HEADER, STACKS, MAPS } state = HEADER;
 	bool pending = false; /* a stack line seen, its t*: line not yet */
+	bool last_line_map = false, maps_cut = false;
 	struct line l;
 	int rc;
 
@@ -373,10 +396,18 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 		uint64_t v[4];
 		bool total;
 
+		if (ps.long_line) {
+			rc = ma_fail(MA_E_FORMAT, "'%s': line %zu is longer than %d MiB: not part of a "
+						  "heap_v2 dump", what, ps.lineno, MAX_LINE >> 20);
+			goto fail;
+		}
 		if (state == MAPS) {
+			size_t before = hp->nmaps;
+
 			rc = parse_map(&ps, &l);
 			if (rc)
 				goto fail;
+			last_line_map = hp->nmaps > before;
 			continue;
 		}
 		if (p == l.end)
@@ -423,6 +454,13 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 			}
 			continue;
 		}
+		if (memchr(l.p, '\0', (size_t)(l.end - l.p))) {
+			/* Text with NUL bytes is binary data (a file cut and
+			 * zero-filled, or not a dump): no report from it. */
+			rc = ma_fail(MA_E_FORMAT, "'%s': line %zu is binary data (NUL bytes), not "
+						  "part of a heap_v2 dump", what, ps.lineno);
+			goto fail;
+		}
 		warn(&ps, "unrecognized line skipped");
 	}
 	hp->lines = ps.lineno;
@@ -433,15 +471,23 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 	}
 	if (!hp->has_maps)
 		hp->truncated = true;
+	if (state == MAPS && len && buf[len - 1] != '\n') {
+		/* jemalloc ends every line: the file was cut inside the list of
+		 * mappings, and its last line is part of one. */
+		maps_cut = hp->truncated = true;
+		if (last_line_map) {
+			free(hp->maps[--hp->nmaps].path);
+		}
+	}
 	if (hp->truncated) {
-		char msg[256];
-
-		snprintf(msg, sizeof(msg), "'%s' is truncated: read %zu stacks in %zu lines (%zu bytes), %s",
-			 what, hp->nstacks, hp->lines, len,
-			 hp->has_maps ? "the last stack has no counts"
+		/* The cut explains everything else: it is the message shown. */
+		snprintf(hp->warning, sizeof(hp->warning),
+			 "'%s' is truncated: read %zu stacks in %zu lines (%zu bytes), %s", what,
+			 hp->nstacks, hp->lines, len,
+			 maps_cut   ? "cut inside MAPPED_LIBRARIES: frames in objects listed after "
+				      "the cut stay unnamed"
+			 : hp->has_maps ? "the last stack has no counts"
 				      : "no MAPPED_LIBRARIES: section (symbols only through --binary)");
-		if (hp->nwarnings == 0)
-			memcpy(hp->warning, msg, sizeof(msg));
 		hp->nwarnings++;
 	}
 	if (hp->nmaps > 1)
@@ -454,67 +500,14 @@ fail:
 
 int ma_heapprof_load(struct ma_heapprof *hp, const char *path)
 {
-	struct stat st;
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	bool mapped = false;
-	int fd, rc;
+	struct ma_input in;
+	int rc;
 
 	memset(hp, 0, sizeof(*hp));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-		close(fd);
-		return ma_fail(MA_E_IO, "'%s' is a directory, not a heap dump", path);
-	}
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-		len = (size_t)st.st_size;
-		buf = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (buf == MAP_FAILED)
-			buf = NULL;
-		else
-			mapped = true;
-	}
-	if (!mapped) {
-		/* A pipe, a /proc file, or mmap failed: read it. */
-		ssize_t n;
-
-		len = 0;
-		for (;;) {
-			if (len == cap) {
-				char *nb = realloc(buf, cap ? cap * 2 : 1 << 16);
-
-				if (!nb) {
-					free(buf);
-					close(fd);
-					return ma_fail(MA_E_NOMEM, "out of memory reading '%s'", path);
-				}
-				buf = nb;
-				cap = cap ? cap * 2 : 1 << 16;
-			}
-			n = read(fd, buf + len, cap - len);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				rc = ma_fail(MA_E_IO, "cannot read '%s': %s", path, strerror(errno));
-				free(buf);
-				close(fd);
-				return rc;
-			}
-			if (n == 0)
-				break;
-			len += (size_t)n;
-		}
-	}
-	close(fd);
-	if (mapped)
-		madvise(buf, len, MADV_SEQUENTIAL);
-	rc = ma_heapprof_parse(hp, buf ? buf : "", len, path);
-	if (mapped)
-		munmap(buf, len);
-	else
-		free(buf);
+	if ((rc = ma_input_load(&in, path, "heap dump", MA_MAX_HEAP_DUMP)))
+		return rc;
+	rc = ma_heapprof_parse(hp, in.data, in.len, path);
+	ma_input_release(&in);
 	return rc;
 }
 

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ma_error.h"
+#include "input.h"
 #include "snapshot.h"
 #include "stats_json.h"
 
@@ -345,39 +347,6 @@ int ma_snap_manifest_parse(const char *buf, size_t len, struct ma_snap_manifest 
 
 /* ---- the directory ---- */
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	size_t cap = 0, n = 0, got;
-
-	if (!f)
-		return NULL;
-	do {
-		if (n == cap) {
-			char *nb = realloc(b, cap = cap ? cap * 2 : 8192);
-
-			if (!nb) {
-				free(b);
-				fclose(f);
-				errno = ENOMEM;
-				return NULL;
-			}
-			b = nb;
-		}
-		got = fread(b + n, 1, cap - n, f);
-		n += got;
-	} while (got);
-	if (ferror(f)) {
-		free(b);
-		b = NULL;
-		errno = EIO;
-	}
-	fclose(f);
-	*len = n;
-	return b;
-}
-
 /* "a, b, c (and N more)" or "nothing": what DIR holds, for a message. */
 static void list_dir(const char *dir, char *buf, size_t size)
 {
@@ -408,21 +377,20 @@ static void list_dir(const char *dir, char *buf, size_t size)
 static int load_manifest(struct ma_snapshot *s)
 {
 	char path[4096], held[512];
-	size_t len = 0;
-	char *buf;
+	struct ma_input in;
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/manifest.json", s->dir);
-	if (!(buf = slurp(path, &len))) {
-		if (errno != ENOENT)
-			return ma_fail(MA_E_IO, "cannot read '%s': %s", path, strerror(errno));
+	if (access(path, F_OK) != 0 && errno == ENOENT) {
 		list_dir(s->dir, held, sizeof(held));
 		return ma_fail(MA_E_FORMAT, "'%s' is not a memattach snapshot: no manifest.json "
 					    "(it holds %s)",
 			       s->dir, held);
 	}
-	rc = ma_snap_manifest_parse(buf, len, &s->m);
-	free(buf);
+	if ((rc = ma_input_load(&in, path, "snapshot manifest", MA_MAX_MANIFEST)))
+		return rc;
+	rc = ma_snap_manifest_parse(in.data, in.len, &s->m);
+	ma_input_release(&in);
 	return rc;
 }
 

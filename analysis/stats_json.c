@@ -12,6 +12,7 @@
 
 #include "ma_error.h"
 #include "stats_json.h"
+#include "input.h"
 
 /* jemalloc formats "\"%s\"" into a 256-byte buffer: 254 bytes survive. */
 #define JE_STR_CUT 254
@@ -284,17 +285,6 @@ static int path(const struct jdoc *d, int node, const char *p)
 	return node;
 }
 
-static int index_of(const struct jdoc *d, int arr, size_t i)
-{
-	int c;
-
-	if (arr < 0 || d->n[arr].type != J_ARR)
-		return -1;
-	for (c = d->n[arr].first; c >= 0 && i; c = d->n[c].next)
-		i--;
-	return c;
-}
-
 static size_t count(const struct jdoc *d, int arr)
 {
 	size_t k = 0;
@@ -402,12 +392,19 @@ static int read_bin_constants(const struct jdoc *d, int je, struct ma_bin_table 
 					    "printed without bin details; capture them with "
 					    "'memattach stats-dump' (option \"J\")");
 	t->nbins = count(d, arr);
+	/* jemalloc has SC_NBINS small size classes: 36 with 4 KiB pages, a
+	 * few hundred at most with the largest pages and smallest quantum. */
+	if (t->nbins > MA_MAX_BINS)
+		return ma_fail(MA_E_FORMAT, "jemalloc.arenas.bin lists %zu bins; jemalloc has at "
+					    "most %d small size classes: this is not its output",
+			       t->nbins, MA_MAX_BINS);
 	t->bins = calloc(t->nbins, sizeof(*t->bins));
 	if (!t->bins)
 		return ma_fail(MA_E_NOMEM, "out of memory");
-	for (size_t j = 0; j < t->nbins; j++) {
-		int b = index_of(d, arr, j);
+	/* Walk the array once: indexing per element would be quadratic. */
+	int b = d->n[arr].first;
 
+	for (size_t j = 0; j < t->nbins; j++, b = d->n[b].next) {
 		if (!get_u64(d, b, "size", &t->bins[j].size) ||
 		    !get_u64(d, b, "nregs", &t->bins[j].nregs) ||
 		    !get_u64(d, b, "slab_size", &t->bins[j].slab_size))
@@ -426,8 +423,9 @@ static int add_arena(const struct jdoc *d, int arena, const char *name, struct m
 	if (arr < 0 || count(d, arr) < t->nbins)
 		return ma_fail(MA_E_FORMAT, "\"stats.arenas\".%s has no per-bin counters for all "
 					    "%zu bins (printed without 'b' details?)", name, t->nbins);
-	for (size_t j = 0; j < t->nbins; j++) {
-		int b = index_of(d, arr, j);
+	int b = d->n[arr].first; /* count(arr) >= nbins: b stays valid */
+
+	for (size_t j = 0; j < t->nbins; j++, b = d->n[b].next) {
 		uint64_t r, s, nf;
 
 		if (!get_u64(d, b, "curregs", &r) || !get_u64(d, b, "curslabs", &s) ||
@@ -521,7 +519,8 @@ int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 	int root, je, rc;
 
 	memset(st, 0, sizeof(*st));
-	memset(t, 0, sizeof(*t));
+	if (t)
+		memset(t, 0, sizeof(*t));
 	rc = parse_value(&jp, &root, false);
 	if (!rc) {
 		skip_ws(&jp.p, jp.end);
@@ -541,43 +540,32 @@ int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 		rc = read_headline(&d, je, st);
 	if (!rc)
 		read_page_counts(&d, je, st);
-	if (!rc)
+	if (!rc && t)
 		rc = read_bin_constants(&d, je, t);
-	if (!rc)
+	if (!rc && t)
 		rc = read_bin_counters(&d, je, t);
 	free(jp.n);
-	if (rc)
+	if (rc && t)
 		ma_bin_table_release(t);
 	return rc;
 }
 
 int ma_stats_json_load(const char *p, struct ma_je_stats *st, struct ma_bin_table *t)
 {
-	FILE *f = fopen(p, "rb");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
+	struct ma_input in;
 	int rc;
 
-	if (!f)
-		return ma_fail(MA_E_IO, "cannot open '%s': %s", p, strerror(errno));
-	do {
-		if (len == cap) {
-			char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+	if ((rc = ma_input_load(&in, p, "malloc_stats_print JSON", MA_MAX_STATS_JSON)))
+		return rc;
+	rc = ma_stats_json_parse(in.data, in.len, st, t);
+	ma_input_release(&in);
+	if (rc) {
+		/* The parser's message does not know the file: name it. */
+		char msg[512];
 
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				return ma_fail(MA_E_NOMEM, "out of memory");
-			}
-			buf = nb;
-		}
-		n = fread(buf + len, 1, cap - len, f);
-		len += n;
-	} while (n > 0);
-	rc = ferror(f) ? ma_fail(MA_E_IO, "cannot read '%s'", p) : 0;
-	fclose(f);
-	if (!rc)
-		rc = ma_stats_json_parse(buf, len, st, t);
-	free(buf);
+		snprintf(msg, sizeof(msg), "%s", ma_errmsg());
+		ma_err_clear();
+		ma_fail(rc, "'%s': %s", p, msg);
+	}
 	return rc;
 }

@@ -546,6 +546,9 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 			if (!sym)
 				sym = ma_elf_sym_at(&o->elf, vaddr);
 		}
+	} else if (!m && s->hp->nmaps > 0) {
+		warn(s, "address 0x%" PRIx64 " is in none of the mappings the dump lists (was its "
+			"MAPPED_LIBRARIES cut short?); frames there stay unnamed", pc);
 	} else if (!m && s->hp->nmaps == 0 && s->nobjs == 1) {
 		oi = 0;
 		o = &s->objs[0];

@@ -14,6 +14,7 @@
 #include "ma_error.h"
 #include "pprof.h"
 #include "profcmd.h"
+#include "stats_json.h"
 
 #define CONTEXT_FRAMES 3
 #define STATS_TOLERANCE 0.10
@@ -190,6 +191,17 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		printf("(%zu more sites; --top N shows more)\n", p->nsites - n);
 }
 
+/* stats.allocated of a malloc_stats_print JSON file. */
+static int stats_allocated(const char *path, uint64_t *allocated)
+{
+	struct ma_je_stats st;
+
+	if (ma_stats_json_load(path, &st, NULL))
+		return -1;
+	*allocated = st.allocated;
+	return 0;
+}
+
 /* stats.allocated of a live process (prints its own error). */
 static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
 {
@@ -278,7 +290,7 @@ int cmd_aggregate(int argc, char **argv)
 		goto out;
 	}
 	if (stats || pid) {
-		if (stats ? ma_stats_json_allocated(stats, &sc.allocated) != 0
+		if (stats ? stats_allocated(stats, &sc.allocated) != 0
 			  : live_allocated(c.cmd, pid, &sc.allocated) != 0) {
 			rc = stats ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
 			goto out;

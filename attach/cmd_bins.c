@@ -311,7 +311,7 @@ int cmd_bins(int argc, char **argv)
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (a.stats) {
 		if (ma_stats_json_load(a.stats, &st, &t))
-			return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s: %s", a.stats, ma_errmsg());
+			return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	} else if ((rc = read_live(argv[0], &a, &st, &t, &fr))) {
 		return rc;
 	}

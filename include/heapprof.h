@@ -51,7 +51,7 @@ struct ma_heapprof {
 	bool truncated; /* the file ended early (see warning) */
 	size_t lines; /* lines read */
 	unsigned nwarnings; /* problems skipped over */
-	char warning[256]; /* the first of them, for the user */
+	char warning[256]; /* the first of them (or the cut, if truncated), for the user */
 };
 
 /*

@@ -71,11 +71,4 @@ static inline uint32_t ma_profile_frame(const struct ma_profile *p, size_t i, si
 	return p->chain[p->chain_off[i] + k];
 }
 
-/*
- * The top-level "stats" object's "allocated" of a malloc_stats_print JSON
- * file (jemalloc.stats.allocated).  Tolerates cut and unescaped strings
- * (design.md 4.5).  0, MA_E_IO or MA_E_FORMAT.
- */
-int ma_stats_json_allocated(const char *path, uint64_t *allocated);
-
 #endif

@@ -18,15 +18,18 @@
 #include "bins.h"
 #include "jestats.h"
 
+/* More small bins than any jemalloc build has: the file is not its output. */
+#define MA_MAX_BINS 1024
+
 /*
  * Parse BUF (LEN bytes, need not be NUL-terminated).  On success fills ST
- * and T (T->bins is allocated; release with ma_bin_table_release) and
- * returns 0; otherwise MA_E_FORMAT with a message naming what is missing,
+ * and T (T->bins is allocated; release with ma_bin_table_release; T NULL:
+ * the headline only, bins not required) and returns 0; otherwise MA_E_FORMAT with a message naming what is missing,
  * or MA_E_NOMEM.
  */
 int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 			struct ma_bin_table *t);
-/* Read PATH and parse it; MA_E_IO if unreadable. */
+/* Read PATH (bounded: input.h) and parse it; MA_E_IO if unreadable. */
 int ma_stats_json_load(const char *path, struct ma_je_stats *st, struct ma_bin_table *t);
 
 #endif

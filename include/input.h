@@ -1,0 +1,36 @@
+/*
+ * input.h - one way to read an offline input file (heap dump, stats JSON,
+ * snapshot manifest), bounded against hostile inputs.
+ *
+ * Regular files are size-checked before anything is read, then mapped.
+ * Pipes and FIFOs are read up to the same bound (a FIFO without a writer
+ * reads as empty: the open never blocks).  Directories, devices (/dev/zero)
+ * and sockets are refused, saying what they are.
+ */
+#ifndef MA_INPUT_H
+#define MA_INPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ma_input {
+	const char *data; /* not NUL-terminated; "" when empty */
+	size_t len;
+	bool mapped;
+};
+
+/*
+ * Load PATH, which WHAT names in messages ("heap dump"), refusing more than
+ * MAX bytes.  0, or MA_E_IO (cannot open, not a file), MA_E_FORMAT (too
+ * large, empty), MA_E_NOMEM, with a one-line message.
+ */
+int ma_input_load(struct ma_input *in, const char *path, const char *what, uint64_t max);
+void ma_input_release(struct ma_input *in);
+
+/* Bounds for the inputs memattach reads: far above any real one. */
+#define MA_MAX_HEAP_DUMP (16ULL << 30)
+#define MA_MAX_STATS_JSON (1ULL << 30)
+#define MA_MAX_MANIFEST (16ULL << 20)
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# tests/cli/hostile_inputs.sh - offline inputs are bounded: devices, FIFOs
+# without a writer, huge sparse files, absurd bin counts, binary data and
+# dumps cut inside MAPPED_LIBRARIES each end in well under the 20 s guard,
+# with exit 1 and one line saying what the input is, in bounded memory.
+. "$(dirname "$0")/../lib.sh"
+D=$ROOT/fixtures/dumps
+
+# run_bounded NAME WANT_RC PATTERN CMD...: exit status WANT_RC, a one-line
+# message matching PATTERN, under 20 s and 200 MB of memory.
+run_bounded() {
+	local name=$1 want=$2 pat=$3; shift 3
+	python3 - "$TMP/err" "$@" >"$TMP/rusage" <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as err:
+    try:
+        rc = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=err, timeout=20).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+PY
+	local rc mb
+	read -r rc mb <"$TMP/rusage"
+	if [ "$rc" = "$want" ] && [ "$mb" -lt 200 ] && grep -qE -- "$pat" "$TMP/err" &&
+		[ "$(wc -l <"$TMP/err")" -le 2 ]; then
+		pass "$name (exit $rc, ${mb} MB: $(head -1 "$TMP/err"))"
+	else
+		fail "$name: exit $rc (want $want), ${mb} MB, stderr: $(head -c 300 "$TMP/err")"
+	fi
+}
+
+run_bounded "aggregate /dev/zero" 1 "'/dev/zero' is a character device, not a heap dump file" \
+	"$MA" aggregate /dev/zero
+run_bounded "bins --stats /dev/zero" 1 "'/dev/zero' is a character device" "$MA" bins --stats /dev/zero
+run_bounded "diff /dev/zero" 1 "character device" "$MA" diff /dev/zero "$D/prof_c.heap"
+run_bounded "stacks /dev/zero" 1 "character device" "$MA" stacks /dev/zero main
+
+mkfifo "$TMP/fifo"
+run_bounded "aggregate of a FIFO with no writer" 1 "'.*fifo' is a FIFO and nothing was written to it" \
+	"$MA" aggregate "$TMP/fifo"
+run_bounded "bins --stats of a FIFO with no writer" 1 "is a FIFO and nothing was written" \
+	"$MA" bins --stats "$TMP/fifo"
+
+truncate -s 2G "$TMP/sparse"
+run_bounded "aggregate of a 2 GB sparse file: refused from its first bytes" 1 \
+	"not a jemalloc heap dump: expected 'heap_v2/<period>' on line 1, found binary data" \
+	"$MA" aggregate "$TMP/sparse"
+run_bounded "bins --stats of a 2 GB sparse file: refused by its size" 1 \
+	"is 2.0 GiB, more than any malloc_stats_print JSON" "$MA" bins --stats "$TMP/sparse"
+run_bounded "diff of a 2 GB sparse file" 1 "found binary data" "$MA" diff "$TMP/sparse" "$TMP/sparse"
+printf 'heap_v2/524288\n' >"$TMP/zeros.heap"
+truncate -s 300M "$TMP/zeros.heap"
+run_bounded "a heap_v2 header and then 300 MB of zeros" 1 "line 2 is longer than 1 MiB" \
+	"$MA" aggregate "$TMP/zeros.heap"
+printf 'heap_v2/524288\n\0\0\0\n' >"$TMP/nul.heap"
+run_bounded "NUL bytes in a line: binary data" 1 "line 2 is binary data \(NUL bytes\)" \
+	"$MA" aggregate "$TMP/nul.heap"
+run_bounded "bins --stats of a directory names it" 1 "'$TMP' is a directory" "$MA" bins --stats "$TMP"
+
+python3 - "$ROOT/fixtures/stats/one_arena.json" "$TMP/bins100k.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); j = d["jemalloc"]; n = 100000
+j["arenas"]["bin"] = [dict(j["arenas"]["bin"][0], size=8 * (i + 1)) for i in range(n)]
+j["arenas"]["nbins"] = n
+a = list(j["stats.arenas"].values())[0]
+a["bins"] = [dict(a["bins"][0], curregs=i % 5, curslabs=1) for i in range(n)]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+run_bounded "bins --stats with 100,000 bins" 1 "lists 100000 bins; jemalloc has at most 1024" \
+	"$MA" bins --stats "$TMP/bins100k.json"
+
+# A dump cut inside MAPPED_LIBRARIES: the report (exit 0, like any cut dump)
+# says where it was cut and which frames stay unnamed.
+off=$(grep -b -o '^MAPPED_LIBRARIES:' "$D/prof_c.heap" | cut -d: -f1)
+head -c $((off + 400)) "$D/prof_c.heap" >"$TMP/cutmaps.heap"
+run_bounded "dump cut inside MAPPED_LIBRARIES: a report and the cut named" 0 \
+	"truncated: .*cut inside MAPPED_LIBRARIES: frames in objects listed after the cut stay unnamed" \
+	"$MA" aggregate "$TMP/cutmaps.heap"
+check "... and the frames outside every listed mapping are warned about" \
+	grep -q "is in none of the mappings the dump lists" "$TMP/err"
+
+# A pipe is read (bounded, like a FIFO with a writer): the same report.
+"$MA" aggregate "$D/prof_c.heap" --json >"$TMP/file.json" 2>/dev/null
+"$MA" aggregate <(cat "$D/prof_c.heap") --json >"$TMP/pipe.json" 2>/dev/null
+check "a dump read through a pipe gives the file's report" python3 -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["total_scaled_bytes"] == b["total_scaled_bytes"] > 0 and a["sites"] == b["sites"]' \
+	"$TMP/file.json" "$TMP/pipe.json"
