@@ -109,7 +109,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	a_name = ma_session_alloc(s, sizeof(name));
 	if (!a_name)
 		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
-	if ((rc = ma_mem_write(s->t->pid, a_name, name, sizeof(name))))
+	if ((rc = ma_mem_write(s->t->proc_pid, a_name, name, sizeof(name))))
 		return rc;
 	{
 		uint64_t args[2] = { a_name, MFD_CLOEXEC_FLAG };
@@ -124,7 +124,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", (int)fd);
 	rc = ma_mallctl_write_cstr(s, "prof.dump", path, PROF_DUMP_TIMEOUT_MS);
 	if (!rc)
-		rc = copy_target_fd(s->t->pid, (long)fd, out_fd, nbytes);
+		rc = copy_target_fd(s->t->proc_pid, (long)fd, out_fd, nbytes);
 	if (!rc && *nbytes == 0)
 		rc = ma_fail(MA_E_JEMALLOC, "prof.dump wrote nothing");
 	if (!s->abandoned) {
@@ -272,7 +272,7 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 	out->ok = false;
 	out->borrow_ns = 0;
 	ma_bin_table_release(&out->bins);
-	if (ma_proc_read_status(pid, 0, &ps) == 0) {
+	if (ma_process_status(pid, &ps) == 0) {
 		snprintf(out->comm, sizeof(out->comm), "%s", ps.name);
 		out->vm_rss = ps.vm_rss;
 		out->vm_hwm = ps.vm_hwm;
@@ -297,7 +297,7 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 		return rc;
 	}
 	/* VmRSS as close to the readings as we can: after the visit. */
-	if (ma_proc_read_status(pid, 0, &ps) == 0) {
+	if (ma_process_status(pid, &ps) == 0) {
 		out->vm_rss = ps.vm_rss;
 		out->vm_hwm = ps.vm_hwm;
 	}

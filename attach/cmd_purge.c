@@ -135,7 +135,7 @@ static int measure(struct ma_session *s, struct side *sd)
 
 	if (rc)
 		return rc;
-	if ((rc = ma_proc_read_status(s->t->pid, 0, &ps)))
+	if ((rc = ma_process_status(s->t->pid, &ps)))
 		return rc;
 	sd->rss = ps.vm_rss;
 	ma_headline_compute(&sd->st, sd->rss, &sd->h);

@@ -50,7 +50,7 @@ static const char usage_text[] =
 struct snap {
 	const char *cmd, *dir;
 	char tmp[PATH_MAX], path[PATH_MAX + 32];
-	pid_t pid;
+	pid_t pid, proc_pid; /* proc_pid: see struct ma_target */
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
 	struct ma_bin_table bins;
@@ -77,8 +77,9 @@ static int visit(struct snap *sn, struct ma_session *s)
 
 	if ((rc = ma_collect_stats(s, &sn->st)) || (rc = ma_je_read_bins(s, &sn->bins)))
 		return rc;
-	if (ma_proc_read_status(sn->pid, 0, &sn->ps))
+	if (ma_process_status(sn->pid, &sn->ps))
 		ma_err_clear();
+	sn->proc_pid = s->t->proc_pid;
 	if ((rc = ma_je_stats_print(s, "J", STATS_PRINT_TIMEOUT_MS, &sn->stats_json,
 				    &sn->stats_len)))
 		return rc;
@@ -151,7 +152,7 @@ static void manifest(struct snap *sn, FILE *f)
 	time_t now = time(NULL);
 	ssize_t n;
 
-	snprintf(link, sizeof(link), "/proc/%d/exe", sn->pid);
+	snprintf(link, sizeof(link), "/proc/%d/exe", sn->proc_pid ? sn->proc_pid : sn->pid);
 	n = readlink(link, exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

@@ -189,7 +189,7 @@ int cmd_stats(int argc, char **argv)
 		return MA_EXIT_FAIL;
 	}
 	memset(&r.ps, 0, sizeof(r.ps));
-	if (ma_proc_read_status(pid, 0, &r.ps))
+	if (ma_process_status(pid, &r.ps))
 		ma_err_clear();
 	ma_headline_compute(&r.st, r.ps.vm_rss, &r.h);
 	r.t = &t;

@@ -105,7 +105,7 @@ static bool target_gone(pid_t pid, int rc)
 
 	if (rc == MA_E_NOPROC || rc == MA_E_EXITED || rc == MA_E_ZOMBIE)
 		return true;
-	if (ma_proc_read_status(pid, 0, &ps) != 0)
+	if (ma_process_status(pid, &ps) != 0)
 		return true;
 	return ps.state == 'Z' || ps.state == 'X';
 }
@@ -122,7 +122,7 @@ static void absorb_own_hwm(struct watch *w, uint64_t hwm_before)
 {
 	struct ma_proc_status ps;
 
-	if (ma_proc_read_status(w->pid, 0, &ps) == 0 && ps.vm_hwm > w->last_hwm &&
+	if (ma_process_status(w->pid, &ps) == 0 && ps.vm_hwm > w->last_hwm &&
 	    ps.vm_hwm - hwm_before <= OWN_HWM_SLACK)
 		w->last_hwm = ps.vm_hwm;
 	ma_err_clear();
@@ -166,7 +166,7 @@ static int sample(struct watch *w)
 	char b[32], c[32], d[32], e[32];
 	int rc;
 
-	if (ma_proc_read_status(w->pid, 0, &ps) || ps.state == 'Z' || ps.state == 'X') {
+	if (ma_process_status(w->pid, &ps) || ps.state == 'Z' || ps.state == 'X') {
 		w->exited = true;
 		return 0;
 	}
@@ -320,7 +320,10 @@ static int reset_hwm(pid_t pid)
 	char path[64];
 	int fd, ok;
 
-	snprintf(path, sizeof(path), "/proc/%d/clear_refs", pid);
+	/* A live thread's entry: the main thread may have exited. */
+	pid_t live = ma_live_thread_of(pid);
+
+	snprintf(path, sizeof(path), "/proc/%d/clear_refs", live ? live : pid);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return ma_fail(MA_E_IO, "--reset-hwm: cannot open %s: %s", path, strerror(errno));

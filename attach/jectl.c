@@ -36,10 +36,10 @@ static int mallctl_raw(struct ma_session *s, const char *name, void *out, size_t
 	memcpy(buf + (a_name - base), name, nlen);
 	if (in && inlen) {
 		a_in = (base + total + 15) & ~15ULL;
-		if ((rc = ma_mem_write(s->t->pid, a_in, in, inlen)))
+		if ((rc = ma_mem_write(s->t->proc_pid, a_in, in, inlen)))
 			return rc;
 	}
-	if ((rc = ma_mem_write(s->t->pid, base, buf, total)))
+	if ((rc = ma_mem_write(s->t->proc_pid, base, buf, total)))
 		return rc;
 	{
 		uint64_t args[5] = { a_name, out ? a_out : 0, out ? a_oldlen : 0, a_in, inlen };
@@ -51,7 +51,7 @@ static int mallctl_raw(struct ma_session *s, const char *name, void *out, size_t
 	if ((int)ret != 0)
 		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s", name, strerror((int)ret));
 	if (out) {
-		if ((rc = ma_mem_read(s->t->pid, base, buf, 8 + outlen)))
+		if ((rc = ma_mem_read(s->t->proc_pid, base, buf, 8 + outlen)))
 			return rc;
 		memcpy(&oldlen, buf, 8);
 		if (oldlen != outlen)
@@ -103,8 +103,8 @@ int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, si
 	a_name = ma_session_alloc(s, nlen);
 	if (!a_name)
 		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
-	if ((rc = ma_mem_write(s->t->pid, a_len, &len64, 8)) ||
-	    (rc = ma_mem_write(s->t->pid, a_name, name, nlen)))
+	if ((rc = ma_mem_write(s->t->proc_pid, a_len, &len64, 8)) ||
+	    (rc = ma_mem_write(s->t->proc_pid, a_name, name, nlen)))
 		return rc;
 	{
 		uint64_t args[3] = { a_name, a_mib, a_len };
@@ -116,12 +116,12 @@ int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, si
 	if ((int)ret != 0)
 		return ma_fail(MA_E_JEMALLOC, "mallctlnametomib(\"%s\") failed: %s", name,
 			       strerror((int)ret));
-	if ((rc = ma_mem_read(s->t->pid, a_len, &len64, 8)))
+	if ((rc = ma_mem_read(s->t->proc_pid, a_len, &len64, 8)))
 		return rc;
 	if (len64 > cap)
 		return ma_fail(MA_E_JEMALLOC, "mallctlnametomib(\"%s\"): bad length", name);
 	*miblen = len64;
-	return ma_mem_read(s->t->pid, a_mib, mib, len64 * 8);
+	return ma_mem_read(s->t->proc_pid, a_mib, mib, len64 * 8);
 }
 
 int ma_ctl_batch_init(struct ma_ctl_batch *b, struct ma_session *s, size_t max_entries,
@@ -255,7 +255,7 @@ int ma_ctl_batch_write(struct ma_ctl_batch *b, const char *name, const void *in,
 
 int ma_ctl_batch_run(struct ma_ctl_batch *b)
 {
-	pid_t pid = b->s->t->pid;
+	pid_t pid = b->s->t->proc_pid;
 	int rc;
 
 	if ((rc = ma_mem_write(pid, b->base, b->img, b->used)))
@@ -386,7 +386,7 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 	ma_ctl_batch_release(&b);
 	/* The version string lives in the target: one more read, no call. */
 	if (ver)
-		read_target_string(s->t->pid, ver, st->version, sizeof(st->version));
+		read_target_string(s->t->proc_pid, ver, st->version, sizeof(st->version));
 	return 0;
 out:
 	ma_ctl_batch_release(&b);
@@ -406,9 +406,9 @@ int ma_mallctl_write_cstr(struct ma_session *s, const char *name, const char *va
 	a_val = ma_session_alloc(s, vlen);
 	if (!a_val)
 		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
-	if ((rc = ma_mem_write(s->t->pid, a_ptr, &a_val, 8)) ||
-	    (rc = ma_mem_write(s->t->pid, a_name, name, nlen)) ||
-	    (rc = ma_mem_write(s->t->pid, a_val, value, vlen)))
+	if ((rc = ma_mem_write(s->t->proc_pid, a_ptr, &a_val, 8)) ||
+	    (rc = ma_mem_write(s->t->proc_pid, a_name, name, nlen)) ||
+	    (rc = ma_mem_write(s->t->proc_pid, a_val, value, vlen)))
 		return rc;
 	{
 		uint64_t args[5] = { a_name, 0, 0, a_ptr, 8 };
@@ -525,8 +525,8 @@ static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts,
 	a_opts = ma_session_alloc(s, strlen(opts) + 1);
 	if (!a_opts)
 		rc = ma_fail(MA_E_INTERNAL, "scratch area exhausted");
-	if (!rc && !(rc = ma_mem_write(s->t->pid, buf, hdr, sizeof(hdr))))
-		rc = ma_mem_write(s->t->pid, a_opts, opts, strlen(opts) + 1);
+	if (!rc && !(rc = ma_mem_write(s->t->proc_pid, buf, hdr, sizeof(hdr))))
+		rc = ma_mem_write(s->t->proc_pid, a_opts, opts, strlen(opts) + 1);
 	if (!rc) {
 		uint64_t args[3] = { cb, buf, a_opts };
 
@@ -534,7 +534,7 @@ static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts,
 					     timeout_ms);
 	}
 	if (!rc)
-		rc = ma_mem_read(s->t->pid, buf, hdr, sizeof(hdr));
+		rc = ma_mem_read(s->t->proc_pid, buf, hdr, sizeof(hdr));
 	if (!rc) {
 		*len = hdr[0] - (buf + 4096);
 		*need = *len + hdr[2];
@@ -542,7 +542,7 @@ static int stats_print_once(struct ma_session *s, uint64_t cb, const char *opts,
 			*out = malloc(*len + 1);
 			if (!*out)
 				rc = ma_fail(MA_E_NOMEM, "out of memory");
-			else if ((rc = ma_mem_read(s->t->pid, buf + 4096, *out, *len)) == 0)
+			else if ((rc = ma_mem_read(s->t->proc_pid, buf + 4096, *out, *len)) == 0)
 				(*out)[*len] = '\0';
 			if (rc) {
 				free(*out);

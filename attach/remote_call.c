@@ -410,7 +410,7 @@ static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscal
 
 	if (info->entry.nr != SYS_futex || (op != 0 && op != 9))
 		return false;
-	if (ma_mem_read(s->t->pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
+	if (ma_mem_read(s->t->proc_pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
 		ma_err_clear();
 		return false;
 	}
@@ -630,7 +630,8 @@ static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
  */
 static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
 {
-	return is_syscall_insn_at(pid, r) && !signal_pending_for(pid, tid, blocked);
+	/* Memory through the thread: the main thread may have exited. */
+	return is_syscall_insn_at(tid, r) && !signal_pending_for(pid, tid, blocked);
 }
 
 static uint64_t read_sigmask(pid_t tid)
@@ -703,7 +704,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	int status, rc, sig;
 
 	s->tid = ti->tid;
+	s->hopeless = false;
 	memset(&s->resume, 0, sizeof(s->resume));
+	if (ti->state == 'Z' || ti->state == 'X') {
+		/* A main thread that called pthread_exit: the others run on. */
+		snprintf(why, whylen, "has exited (the process lives on in its other threads)");
+		s->hopeless = true;
+		return MA_E_NOSAFE;
+	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -722,11 +730,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 					 "finishing", st.tracer);
 				return MA_E_NOSAFE;
 			}
-			if (st.tracer)
-				return ma_fail(MA_E_TRACED,
-					       "process %d is already traced by pid %d (%s); "
-					       "detach that first", s->t->pid, st.tracer,
-					       ma_comm_of(st.tracer));
+			/* Only this thread is traced (the process as a whole was
+			 * checked when it was opened): borrow another one. */
+			if (st.tracer) {
+				snprintf(why, whylen, "traced by pid %d (%s); detach that first",
+					 st.tracer, ma_comm_of(st.tracer));
+				s->hopeless = true;
+				return MA_E_NOSAFE;
+			}
 		}
 		return ptrace_errno("PTRACE_SEIZE", ti->tid);
 	}
@@ -767,7 +778,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 * no EINTR.  (Between the stop and this write no register can be set:
 	 * that window is the one ptrace leaves; such threads are tried last.)
 	 */
-	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->pid, &s->saved.regs)) {
+	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
 		if (ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns && in_libc_epoll(s->t, &first))
 			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
@@ -847,12 +858,12 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
-	char why[256] = "", last[400] = "no thread found";
+	char why[256] = "", last[400] = "no thread found", who[80] = "";
 	bool seen = false;
 
 	for (unsigned round = 0;; round++) {
 		struct ma_thread_info *ti;
-		size_t n;
+		size_t n, tried = 0, hopeless = 0;
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -861,6 +872,15 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			if (!thread_wanted(o, &ti[i]))
 				continue;
 			seen = true;
+			if (o->tid && ma_thread_is_jemalloc_bg(&ti[i])) {
+				free(ti);
+				return ma_fail(MA_E_NOSAFE,
+					       "thread %d is one of jemalloc's background threads: it "
+					       "runs inside jemalloc (and may hold its locks), so it is "
+					       "never borrowed; give another --tid or none",
+					       o->tid);
+			}
+			tried++;
 			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
 			if (rc == 0) {
 				free(ti);
@@ -885,8 +905,16 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			}
 			ma_err_clear();
 			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
+			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
+			hopeless += s->hopeless;
 		}
 		free(ti);
+		/* Waiting cannot help a thread that has exited or that another
+		 * program traces: say so now rather than at the deadline. */
+		if (tried && hopeless == tried)
+			return o->tid ? ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", who, why)
+				      : ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed "
+							     "(last: %s)", s->t->pid, last);
 		if (o->tid && !seen)
 			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
 				       s->t->pid);
@@ -999,7 +1027,7 @@ static bool leftover_mapping(const struct ma_session *s, const struct ma_map_rec
 	 */
 	if (!r->len || !m || m->start != r->addr || m->path)
 		return false;
-	if (ma_mem_read(s->t->pid, r->addr, hdr, sizeof(hdr)) != 0) {
+	if (ma_mem_read(s->t->proc_pid, r->addr, hdr, sizeof(hdr)) != 0) {
 		ma_err_clear();
 		return false;
 	}
@@ -1045,9 +1073,9 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 		remote[i] = (struct iovec){ (void *)(uintptr_t)(s->t->stub_sites[i].addr + MA_STUB_HEADER),
 					    sizeof(hs[i]) };
 	}
-	if (process_vm_readv(s->t->pid, local, n, remote, n, 0) != (ssize_t)(n * sizeof(hs[0])))
+	if (process_vm_readv(s->t->proc_pid, local, n, remote, n, 0) != (ssize_t)(n * sizeof(hs[0])))
 		for (size_t i = 0; i < n; i++)
-			if (ma_mem_read(s->t->pid, (uint64_t)(uintptr_t)remote[i].iov_base, &hs[i],
+			if (ma_mem_read(s->t->proc_pid, (uint64_t)(uintptr_t)remote[i].iov_base, &hs[i],
 					sizeof(hs[i])) != 0) {
 				ma_err_clear();
 				hs[i].magic = 0;
@@ -1091,7 +1119,7 @@ static void close_leftover_memfds(struct ma_session *s)
 	struct dirent *d;
 	DIR *dir;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd", s->t->pid);
+	snprintf(path, sizeof(path), "/proc/%d/fd", s->t->proc_pid);
 	if (!(dir = opendir(path)))
 		return;
 	while ((d = readdir(dir))) {
@@ -1135,7 +1163,7 @@ static void remove_leftovers(struct ma_session *s, const bool *stale)
 		}
 	}
 	for (size_t i = 0; i < s->t->nstub_sites; i++) {
-		if (!stale[i] || ma_mem_write(s->t->pid, s->t->stub_sites[i].addr,
+		if (!stale[i] || ma_mem_write(s->t->proc_pid, s->t->stub_sites[i].addr,
 					      ma_target_stub_site_original(s->t, i), MA_STUB_REGION) != 0) {
 			ma_err_clear();
 			continue;
@@ -1199,14 +1227,14 @@ static int write_stub(struct ma_session *s)
 	if (!(area = aligned_alloc(64, s->area_len)))
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	ma_arch_build_area(area, &s->resume, &s->saved, s->sigmask);
-	rc = ma_mem_write(s->t->pid, s->area, area, s->area_len);
+	rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len);
 	free(area);
 	if (rc)
 		return rc;
 	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved);
 	fill_header(s, &h);
 	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
-	if ((rc = ma_mem_write(s->t->pid, s->stub, stub, sizeof(stub))))
+	if ((rc = ma_mem_write(s->t->proc_pid, s->stub, stub, sizeof(stub))))
 		return rc;
 	s->stub_written = true;
 	return 0;
@@ -1218,7 +1246,7 @@ static int write_stub_header(struct ma_session *s)
 	struct ma_stub_header h;
 
 	fill_header(s, &h);
-	return ma_mem_write(s->t->pid, s->stub + MA_STUB_HEADER, &h, sizeof(h));
+	return ma_mem_write(s->t->proc_pid, s->stub + MA_STUB_HEADER, &h, sizeof(h));
 }
 
 /*
@@ -1292,7 +1320,7 @@ static int map_recorded(struct ma_session *s, int i, size_t len, uint64_t *addr)
 		if (got != want && (rc = record_own(s, i, got, len))) /* a kernel without NOREPLACE */
 			return rc;
 		*addr = got;
-		return ma_mem_write(s->t->pid, got, hdr, sizeof(hdr));
+		return ma_mem_write(s->t->proc_pid, got, hdr, sizeof(hdr));
 	}
 	record_own(s, i, 0, 0);
 	return rc ? rc : ma_fail(MA_E_NOMEM, "no free address range of %zu bytes in process %d", len,
@@ -1355,7 +1383,7 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	s->append_cb = s->batch_fn + MA_BATCH_MAX_CODE;
 	ma_arch_build_append_cb(code + MA_BATCH_MAX_CODE, MA_APPEND_CB_MAX);
 	(void)nb;
-	if ((rc = ma_mem_write(s->t->pid, s->batch_fn, code, sizeof(code))))
+	if ((rc = ma_mem_write(s->t->proc_pid, s->batch_fn, code, sizeof(code))))
 		return rc;
 	args[0] = addr;
 	args[1] = CODE_LEN;
@@ -1429,7 +1457,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 
 	if (!s->seized || !s->mapped || s->abandoned)
 		return ma_fail(MA_E_INTERNAL, "no session");
-	rc = ma_mem_write(s->t->pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
+	rc = ma_mem_write(s->t->proc_pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
 	if (getenv("MEMATTACH_TEST_FAULT") && *getenv("MEMATTACH_TEST_FAULT"))
@@ -1580,7 +1608,7 @@ static int restore_stub_site(struct ma_session *s)
 
 	if (!s->stub_written)
 		return 0;
-	rc = ma_mem_write(s->t->pid, s->stub, ma_target_stub_site_original(s->t, s->site),
+	rc = ma_mem_write(s->t->proc_pid, s->stub, ma_target_stub_site_original(s->t, s->site),
 			  MA_STUB_REGION);
 	if (!rc)
 		s->stub_written = false;

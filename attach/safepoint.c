@@ -190,7 +190,7 @@ void ma_unwind_release(void)
 	addr_space = NULL;
 }
 
-static bool is_bg_thread(const struct ma_thread_info *ti)
+bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti)
 {
 	return strncmp(ti->name, "jemalloc_bg_thd", 15) == 0;
 }
@@ -406,7 +406,7 @@ static bool stop_ends_with_eintr(long nr)
 
 static int rank(const struct ma_thread_info *ti)
 {
-	if (is_bg_thread(ti))
+	if (ma_thread_is_jemalloc_bg(ti))
 		return 5;
 	if (ti->state == 'S' && ti->syscall >= 0 && !stop_ends_with_eintr(ti->syscall))
 		return ti->timed_wait ? 1 : 0;

@@ -126,7 +126,7 @@ static int read_maps(struct ma_target *t)
 	size_t cap = 0, mcap = 0;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", t->pid);
+	snprintf(path, sizeof(path), "/proc/%d/maps", t->proc_pid);
 	f = fopen(path, "re");
 	if (!f)
 		return ma_fail(errno == EACCES ? MA_E_PERM : MA_E_NOPROC,
@@ -156,13 +156,32 @@ static int read_maps(struct ma_target *t)
 	return 0;
 }
 
+/*
+ * The kernel hands a non-dumpable process's /proc/PID files (maps, mem,
+ * status...) to root: as its own (non-root) user, they then belong to root
+ * while the directory is still ours.
+ */
+static bool dumpable_for_us(pid_t pid)
+{
+	char path[64];
+	struct stat dir, maps;
+
+	if (geteuid() == 0)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	if (stat(path, &dir) != 0 || dir.st_uid != geteuid())
+		return true; /* not ours at all: the other checks say so */
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	return stat(path, &maps) != 0 || maps.st_uid == geteuid();
+}
+
 int ma_target_open(struct ma_target *t, pid_t pid)
 {
 	struct ma_proc_status st;
 	int rc;
 
 	memset(t, 0, sizeof(*t));
-	t->pid = pid;
+	t->pid = t->proc_pid = pid;
 	rc = ma_proc_read_status(pid, 0, &st);
 	if (rc)
 		return rc;
@@ -170,8 +189,11 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 		return ma_fail(MA_E_NOPROC, "%d is a thread of process %d; give the process id",
 			       pid, st.tgid);
 	/* A main thread that called pthread_exit is a zombie; the others still run. */
-	if ((st.state == 'Z' || st.state == 'X') && !ma_has_live_threads(pid))
-		return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid, st.name);
+	if (st.state == 'Z' || st.state == 'X') {
+		if (!(t->proc_pid = ma_live_thread_of(pid)))
+			return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid,
+				       st.name);
+	}
 	/* Another memattach (or one that just exited: its comm is gone) is waited for, not refused. */
 	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer) &&
 	    strcmp(ma_comm_of(st.tracer), "?") != 0)
@@ -181,6 +203,12 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	if (kill(pid, 0) != 0 && errno == EPERM)
 		return ma_fail(MA_E_PERM, "no permission to attach to pid %d; run as its user or root",
 			       pid);
+	if (!dumpable_for_us(pid))
+		return ma_fail(MA_E_PERM,
+			       "process %d (%s) is not dumpable (it called prctl(PR_SET_DUMPABLE, 0), "
+			       "or changed its user or group): only root (CAP_SYS_PTRACE) may attach; "
+			       "run memattach as root",
+			       pid, st.name);
 	return read_maps(t);
 }
 
@@ -206,22 +234,40 @@ bool ma_is_memattach(pid_t pid)
 	return strcmp(ma_comm_of(pid), "memattach") == 0;
 }
 
-bool ma_has_live_threads(pid_t pid)
+int ma_process_status(pid_t pid, struct ma_proc_status *st)
+{
+	struct ma_proc_status live;
+	int rc = ma_proc_read_status(pid, 0, st);
+	pid_t tid;
+
+	if (rc || (st->state != 'Z' && st->state != 'X') || !(tid = ma_live_thread_of(pid)))
+		return rc;
+	if (ma_proc_read_status(pid, tid, &live) == 0) {
+		st->state = live.state;
+		st->vm_rss = live.vm_rss;
+		st->vm_hwm = live.vm_hwm;
+	}
+	ma_err_clear();
+	return 0;
+}
+
+pid_t ma_live_thread_of(pid_t pid)
 {
 	char path[64];
 	struct dirent *d;
 	DIR *dir;
-	bool live = false;
+	pid_t live = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	if (!(dir = opendir(path)))
-		return false;
+		return 0;
 	while (!live && (d = readdir(dir))) {
 		struct ma_proc_status st;
 		pid_t tid = (pid_t)atoi(d->d_name);
 
-		if (tid > 0 && ma_proc_read_status(pid, tid, &st) == 0)
-			live = st.state != 'Z' && st.state != 'X';
+		if (tid > 0 && ma_proc_read_status(pid, tid, &st) == 0 && st.state != 'Z' &&
+		    st.state != 'X')
+			live = tid;
 		ma_err_clear();
 	}
 	closedir(dir);
@@ -257,7 +303,7 @@ int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, s
 
 	for (size_t i = 0; i < n && known; i++) {
 		const struct ma_mapping *m = ma_target_mapping_at(t, addrs[i]);
-		int there = m && m->inode ? mapping_still_there(t->pid, m) : -1;
+		int there = m && m->inode ? mapping_still_there(t->proc_pid, m) : -1;
 
 		if (there == 0)
 			return ma_fail(MA_E_EXITED,
@@ -312,7 +358,7 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	int fd;
 
 	/* map_files works for deleted files and other mount namespaces. */
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->pid,
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->proc_pid,
 		 m->start, m->end);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0)
@@ -325,7 +371,7 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	if (m->path && m->path[0] == '/' && !m->deleted) {
 		struct stat st;
 
-		snprintf(path, sizeof(path), "/proc/%d/root%s", t->pid, m->path);
+		snprintf(path, sizeof(path), "/proc/%d/root%s", t->proc_pid, m->path);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == m->inode)
 			return fd;
@@ -535,7 +581,7 @@ int ma_target_code_unchanged(const struct ma_target *t)
 
 		if (!t->je.code_addr[i])
 			continue;
-		if (ma_mem_read(t->pid, t->je.code_addr[i], now, sizeof(now)) != 0 ||
+		if (ma_mem_read(t->proc_pid, t->je.code_addr[i], now, sizeof(now)) != 0 ||
 		    memcmp(now, t->je.code_bytes[i], sizeof(now)) != 0) {
 			ma_err_clear();
 			return ma_fail(MA_E_EXITED,
@@ -660,7 +706,7 @@ static bool is_main_executable(const struct ma_target *t, const struct ma_mappin
 	char path[64], exe[4096];
 	ssize_t n;
 
-	snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
+	snprintf(path, sizeof(path), "/proc/%d/exe", t->proc_pid);
 	n = readlink(path, exe, sizeof(exe) - 1);
 	if (n <= 0)
 		return false;

@@ -72,6 +72,7 @@ struct ma_session {
 	bool mapped; /* the scratch mapping (own[0]) exists */
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
+	bool hopeless; /* the thread just tried can never be borrowed in this run */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */

@@ -36,6 +36,8 @@ struct ma_thread_info {
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 };
 
+/* One of jemalloc's background threads (by the name jemalloc gives them)? */
+bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
 /* Unwind the stopped thread TID. */
 int ma_unwind(pid_t tid, struct ma_backtrace *bt);
 /* Decide; on false, WHY says which frame is in jemalloc etc. */

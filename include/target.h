@@ -63,6 +63,13 @@ struct ma_stub_site {
 
 struct ma_target {
 	pid_t pid;
+	/*
+	 * Where to read process-wide /proc files (maps, mem, map_files, exe,
+	 * fd, status's Vm* lines) and transfer memory: PID, or a live thread's
+	 * id when the main thread has called pthread_exit (its /proc/PID/maps
+	 * is then empty and its memory unreachable; /proc/TID/ has them all).
+	 */
+	pid_t proc_pid;
 	struct ma_mapping *maps;
 	size_t nmaps;
 	struct ma_jemalloc je;
@@ -75,6 +82,12 @@ struct ma_target {
 
 /* Read /proc/PID/status (or /proc/PID/task/TID/status if tid > 0). */
 int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
+/*
+ * The process's status: /proc/PID/status, except that when the main thread
+ * has exited (a zombie) while others run, state and VmRSS/VmHWM come from a
+ * live thread -- the process is alive.  Z/X only when it is really gone.
+ */
+int ma_process_status(pid_t pid, struct ma_proc_status *st);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
@@ -103,7 +116,8 @@ bool ma_is_memattach(pid_t pid);
 /* The command name of PID ("?" if gone); a static buffer. */
 const char *ma_comm_of(pid_t pid);
 /* True if a thread of PID is neither a zombie nor exiting. */
-bool ma_has_live_threads(pid_t pid);
+/* A thread of PID that is not a zombie, or 0. */
+pid_t ma_live_thread_of(pid_t pid);
 /*
  * Re-read the maps: 0 if the mappings holding each of ADDRS are the ones
  * read at open, else MA_E_EXITED (the process exec'd meanwhile).

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# tests/attach/odd_states.sh - odd states of a target are answered at once
+# with what to do (a 60 s guard around runs given --timeout 600000 tells
+# "at once" from "waited out the deadline"), and the cases that can work do:
+# a stopped process; a main thread that called pthread_exit; one thread
+# traced by strace; --tid of a jemalloc background thread; a non-dumpable
+# process as its own user.  (Zombie, no permission and a process traced as a
+# whole: tests/cli/errors.sh.)
+. "$(dirname "$0")/../lib.sh"
+
+# at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
+# PATTERN, well before the 600 s deadline the command was given.
+at_once() {
+	local name=$1 want=$2 pat=$3 rc; shift 3
+	timeout 60 "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+	if [ "$rc" = "$want" ] && grep -qE -- "$pat" "$TMP/err"; then
+		pass "$name (exit $rc: $(head -c 300 "$TMP/err"))"
+	else
+		fail "$name: exit $rc (want $want; 124 = waited), stderr: $(head -c 300 "$TMP/err")"
+	fi
+}
+tid_named() { # tid_named PID NAME: the first thread called NAME
+	for t in /proc/"$1"/task/*; do
+		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
+	done
+}
+verdict_ok() { # verdict_ok NAME: the current fixture's own verdict
+	check "$1: the target's verdict is ok" grep -q '^VERDICT ok' \
+		<(fix_cmd "$FIX_PID" "$FIX_FD" "$FIX_OUT" verdict)
+}
+
+# --- a stopped process ---
+fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
+kill -STOP "$FIX_PID"
+for _ in $(seq 50); do grep -q '^State:.*T' /proc/"$FIX_PID"/status && break; sleep 0.1; done
+at_once "stopped process: stats answers at once" 1 "is stopped \(SIGSTOP or Ctrl-Z\); continue it with 'kill -CONT $FIX_PID'" \
+	"$MA" stats "$FIX_PID" --timeout 600000
+at_once "stopped process: bins --flush-tcache too" 1 "is stopped" \
+	"$MA" bins "$FIX_PID" --flush-tcache --timeout 600000
+check "... and it is still stopped (memattach did not continue it)" grep -q '^State:.*T' /proc/"$FIX_PID"/status
+kill -CONT "$FIX_PID"
+verdict_ok "stopped process"
+
+# --- one thread traced by strace ---
+if command -v strace >/dev/null; then
+	w=$(tid_named "$FIX_PID" worker_1)
+	strace -o /dev/null -p "$w" 2>/dev/null & tracer=$!; track $tracer
+	for _ in $(seq 50); do grep -q "TracerPid:[[:space:]]*$tracer" /proc/"$FIX_PID"/task/"$w"/status && break; sleep 0.1; done
+	"$MA" threads "$FIX_PID" >"$TMP/th.txt" 2>&1
+	check "traced thread: threads lists every thread (exit 0)" \
+		test $? -eq 0 -a "$(grep -c '^thread ' "$TMP/th.txt")" -eq "$(ls /proc/"$FIX_PID"/task | wc -l)"
+	check "... the traced one as UNSAFE, naming strace" \
+		grep -q "^thread $w \"worker_1\".*UNSAFE (traced by pid $tracer (strace)" "$TMP/th.txt"
+	"$MA" stats "$FIX_PID" --json >"$TMP/s.json" 2>"$TMP/err"
+	check "traced thread: stats borrows another thread" \
+		test $? -eq 0 -a "$(json_get "$TMP/s.json" thread)" != "$w"
+	at_once "traced thread: stats --tid of it answers at once, naming strace" 1 \
+		"thread $w \(worker_1\) cannot be borrowed: traced by pid $tracer \(strace\); detach that first" \
+		"$MA" stats "$FIX_PID" --tid "$w" --timeout 600000
+	kill "$tracer"; wait "$tracer" 2>/dev/null
+	verdict_ok "traced thread"
+else
+	fail "strace is not installed (make deps installs it)"
+fi
+fix_quit "$FIX_PID" "$FIX_FD"
+
+# --- the main thread called pthread_exit ---
+fix_start daemon -t 2 -x || { fail "daemon -x: start"; exit 1; }
+for _ in $(seq 50); do grep -q '^State:.*Z' /proc/"$FIX_PID"/status && break; sleep 0.1; done
+check "main thread exited: /proc says the leader is a zombie" grep -q '^State:.*Z' /proc/"$FIX_PID"/status
+"$MA" stats "$FIX_PID" --json >"$TMP/x.json" 2>"$TMP/err"
+check "main thread exited: stats works ($(head -c 200 "$TMP/err"))" test $? -eq 0
+check "... with the process's VmRSS (read through a live thread)" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1])); assert d["rss"] > 1 << 20 and d["allocated"] > 0, d' "$TMP/x.json"
+"$MA" threads "$FIX_PID" >"$TMP/xt.txt" 2>&1
+check "main thread exited: threads works, the main thread 'has exited'" \
+	grep -q "^thread $FIX_PID .*UNSAFE (has exited (the process lives on in its other threads))" "$TMP/xt.txt"
+"$MA" bins "$FIX_PID" --flush-tcache --json >"$TMP/xb.json" 2>"$TMP/err"
+check "main thread exited: bins --flush-tcache works" test $? -eq 0 -a -s "$TMP/xb.json"
+"$MA" snapshot "$FIX_PID" -o "$TMP/xsnap" >/dev/null 2>"$TMP/err"
+check "main thread exited: snapshot names the executable" python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json")); assert m["exe"].endswith("/daemon"), m["exe"]' "$TMP/xsnap"
+at_once "main thread exited: stats --tid of it answers at once" 1 \
+	"thread $FIX_PID \([^)]*\) cannot be borrowed: has exited" "$MA" stats "$FIX_PID" --tid "$FIX_PID" --timeout 600000
+verdict_ok "main thread exited"
+fix_quit "$FIX_PID" "$FIX_FD"
+
+# --- --tid of a jemalloc background thread ---
+MALLOC_CONF=background_thread:true fix_start daemon -t 2 || { fail "daemon bg: start"; exit 1; }
+for _ in $(seq 50); do bg=$(tid_named "$FIX_PID" jemalloc_bg_thd); [ -n "$bg" ] && break; sleep 0.1; done
+check "background_thread:true started a jemalloc_bg_thd ($bg)" test -n "$bg"
+at_once "stats --tid of a background thread answers at once" 1 \
+	"thread $bg is one of jemalloc's background threads: .* never borrowed" \
+	"$MA" stats "$FIX_PID" --tid "$bg" --timeout 600000
+"$MA" stats "$FIX_PID" --json >"$TMP/bg.json" 2>"$TMP/err"
+check "... without --tid another thread is borrowed" \
+	test $? -eq 0 -a "$(cat /proc/"$FIX_PID"/task/"$(json_get "$TMP/bg.json" thread)"/comm)" != jemalloc_bg_thd
+verdict_ok "background threads"
+fix_quit "$FIX_PID" "$FIX_FD"
+
+# --- a non-dumpable process, as its own (non-root) user ---
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	nd=$TMP/nd; mkdir -m 777 "$nd"; mkfifo -m 666 "$nd/in"
+	chmod 755 "$TMP"
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$FIX/daemon" -t 1 -D <"$nd/in" >"$nd/out" 2>&1 & ndpid=$!; track $ndpid
+	exec {ndfd}>"$nd/in"
+	for _ in $(seq 50); do grep -q '^READY' "$nd/out" && break; sleep 0.1; done
+	at_once "non-dumpable, as its user: refused at once, saying why and what to do" 1 \
+		"is not dumpable \(it called prctl\(PR_SET_DUMPABLE, 0\).*only root \(CAP_SYS_PTRACE\) may attach" \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$MA" stats "$ndpid" --timeout 600000
+	"$MA" stats "$ndpid" --json >"$TMP/nd.json" 2>"$TMP/err"
+	check "non-dumpable, as root: works" test $? -eq 0 -a -s "$TMP/nd.json"
+	check "non-dumpable: the target's verdict is ok" grep -q '^VERDICT ok' \
+		<(fix_cmd "$ndpid" "$ndfd" "$nd/out" verdict)
+	fix_quit "$ndpid" "$ndfd"
+else
+	fail "non-dumpable: needs root and setpriv (util-linux)"
+fi
