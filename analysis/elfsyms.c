@@ -349,3 +349,55 @@ bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const 
 	}
 	return false;
 }
+
+int ma_elf_tls_image(const struct ma_elf *e, unsigned char **image, size_t *len)
+{
+	size_t phnum, rawlen;
+	const char *raw;
+
+	*image = NULL;
+	*len = 0;
+	if (!e->elf || elf_getphdrnum(e->elf, &phnum) != 0 || !(raw = elf_rawfile(e->elf, &rawlen)))
+		return 0;
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(e->elf, (int)i, &ph) || ph.p_type != PT_TLS)
+			continue;
+		if (ph.p_filesz > ph.p_memsz || ph.p_offset > rawlen ||
+		    ph.p_filesz > rawlen - ph.p_offset || ph.p_memsz > (1u << 24))
+			return 0; /* malformed or absurd: treat as unknown */
+		*image = calloc(1, ph.p_memsz ? ph.p_memsz : 1);
+		if (!*image)
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		memcpy(*image, raw + ph.p_offset, ph.p_filesz); /* .tdata; .tbss stays zero */
+		*len = ph.p_memsz;
+		return 0;
+	}
+	return 0;
+}
+
+bool ma_elf_find_reloc(const struct ma_elf *e, uint32_t type, uint64_t *vaddr)
+{
+	Elf_Scn *scn = NULL;
+
+	if (!e->elf)
+		return false;
+	while ((scn = elf_nextscn(e->elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || !(d = elf_getdata(scn, NULL)))
+			continue;
+		for (size_t k = 0; sh.sh_entsize && k < sh.sh_size / sh.sh_entsize; k++) {
+			GElf_Rela r;
+
+			if (gelf_getrela(d, (int)k, &r) && GELF_R_TYPE(r.r_info) == type &&
+			    GELF_R_SYM(r.r_info) == 0 && r.r_addend == 0) {
+				*vaddr = r.r_offset;
+				return true;
+			}
+		}
+	}
+	return false;
+}

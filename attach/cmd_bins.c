@@ -55,6 +55,8 @@ int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_r
 		if ((rc = ma_session_open(&s, t, &o))) {
 			if (rc == MA_E_EXITED || rc == MA_E_NOPROC) {
 				fr->threads--;
+			} else if (rc == MA_E_NOSTATE) {
+				fr->no_tcache++; /* never allocated: nothing to flush, nothing created */
 			} else {
 				if (!fr->skipped)
 					snprintf(fr->first_skipped, sizeof(fr->first_skipped),

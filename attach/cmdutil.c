@@ -103,6 +103,8 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		return true;
 	}
 	if (strcmp(arg, "--tid") == 0 && val && ma_parse_pid(val, &o->tid)) {
+		/* Asked for by name: borrowed even if that creates its jemalloc state. */
+		o->fresh_ok = true;
 		++*i;
 		return true;
 	}

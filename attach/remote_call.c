@@ -704,7 +704,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	int status, rc, sig;
 
 	s->tid = ti->tid;
-	s->hopeless = false;
+	s->hopeless = s->fresh = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
@@ -814,6 +814,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 STACK_ROOM >> 10);
 		goto unsafe;
 	}
+	/* A call would create allocator state in a thread that has none. */
+	if (!s->fresh_ok &&
+	    ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0) {
+		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
+			 "allocator state (a tcache)");
+		s->fresh = s->hopeless = true;
+		goto unsafe;
+	}
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return 0;
 unsafe:
@@ -863,7 +871,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 
 	for (unsigned round = 0;; round++) {
 		struct ma_thread_info *ti;
-		size_t n, tried = 0, hopeless = 0;
+		size_t n, tried = 0, hopeless = 0, fresh = 0;
+		pid_t fresh_tid = 0;
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -907,10 +916,25 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
 			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
 			hopeless += s->hopeless;
+			if (s->fresh) {
+				fresh++;
+				fresh_tid = ti[i].tid;
+			}
 		}
 		free(ti);
 		/* Waiting cannot help a thread that has exited or that another
 		 * program traces: say so now rather than at the deadline. */
+		if (o->tid && s->fresh)
+			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
+				       "allocator state)", who);
+		if (tried && hopeless == tried && fresh)
+			return ma_fail(MA_E_NOSAFE,
+				       "no thread of process %d can be borrowed without leaving a trace: "
+				       "the ones safe to borrow never called into jemalloc, and a call "
+				       "would create their allocator state (a tcache; with "
+				       "background_thread:true perhaps a background thread); --tid %d "
+				       "borrows one anyway",
+				       s->t->pid, fresh_tid);
 		if (tried && hopeless == tried)
 			return o->tid ? ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", who, why)
 				      : ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed "
@@ -1409,6 +1433,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	memset(s, 0, sizeof(*s));
 	s->t = t;
 	s->lock_fd = -1;
+	s->fresh_ok = o->fresh_ok;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
 	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))
 		s->id = ma_now_ns() ^ (uint64_t)getpid() << 32;

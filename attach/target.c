@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "elfsyms.h"
 #include "ma_error.h"
 #include "steps.h"
@@ -593,6 +594,47 @@ int ma_target_code_unchanged(const struct ma_target *t)
 	return 0;
 }
 
+/*
+ * libjemalloc's TLS (its tsd) is reached through one slot the loader
+ * fills with the block's offset from the thread pointer.  A statically
+ * linked jemalloc shares the executable's TLS block with the program's own
+ * thread-locals: its threads cannot be told apart, so tls_slot stays 0.
+ */
+static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
+{
+	uint64_t slot;
+
+	if (ma_elf_tls_image(e, &je->tls_image, &je->tls_len))
+		return MA_E_NOMEM;
+	if (je->tls_len && ma_elf_find_reloc(e, MA_ARCH_R_TLS_TPOFF, &slot))
+		je->tls_slot = slot + je->bias;
+	return 0;
+}
+
+int ma_thread_has_je_state(const struct ma_target *t, pid_t tid, uint64_t tp)
+{
+	const struct ma_jemalloc *je = &t->je;
+	unsigned char *now;
+	int64_t tpoff;
+	int same;
+
+	if (!je->tls_slot)
+		return -1;
+	/* The thread's memory is the process's: read it through the thread. */
+	if (ma_mem_read(tid, je->tls_slot, &tpoff, sizeof(tpoff)) != 0 || !(now = malloc(je->tls_len))) {
+		ma_err_clear();
+		return -1;
+	}
+	if (ma_mem_read(tid, tp + (uint64_t)tpoff, now, je->tls_len) != 0) {
+		ma_err_clear();
+		free(now);
+		return -1;
+	}
+	same = memcmp(now, je->tls_image, je->tls_len) == 0;
+	free(now);
+	return same ? 0 : 1;
+}
+
 static int probe_object(struct ma_target *t, const struct ma_mapping *first, struct ma_elf *e)
 {
 	struct ma_jemalloc *je = &t->je;
@@ -622,6 +664,8 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		SIBLING(malloc_stats_print, "malloc_stats_print");
 #undef SIBLING
 		record_code_bytes(je, e);
+		if (!je->is_static && find_tls(je, e))
+			return MA_E_NOMEM;
 		if (je->is_static ? static_text_ranges(je, e) : shared_text_ranges(je, t, first))
 			return MA_E_NOMEM;
 		merge_ranges(je);
@@ -789,6 +833,7 @@ void ma_target_release(struct ma_target *t)
 	free(t->maps);
 	free(t->je.object);
 	free(t->je.text);
+	free(t->je.tls_image);
 	memset(t, 0, sizeof(*t));
 }
 

@@ -57,6 +57,18 @@ const struct ma_sym *ma_elf_sym_by_name(const struct ma_elf *e, const char *name
 const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr);
 /* File offset -> link-time vaddr through the PT_LOAD segments; 0 or -1. */
 int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr);
+/*
+ * The initial image of the object's thread-local storage (PT_TLS: .tdata,
+ * then .tbss zeros), which every thread's copy starts as; *IMAGE NULL and
+ * *LEN 0 if it has none.  0 or MA_E_NOMEM; free(*IMAGE).
+ */
+int ma_elf_tls_image(const struct ma_elf *e, unsigned char **image, size_t *len);
+/*
+ * Link-time address of the first dynamic relocation of TYPE against no
+ * symbol with addend 0 (for a TLS offset relocation: the slot the loader
+ * fills with the offset of the object's TLS block from the thread pointer).
+ */
+bool ma_elf_find_reloc(const struct ma_elf *e, uint32_t type, uint64_t *vaddr);
 /* True if section SECTION's bytes contain NEEDLE (e.g. a string in .rodata). */
 bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const char *needle);
 /* Lowest PT_LOAD vaddr rounded down to its page (the load bias base). */

@@ -29,6 +29,7 @@ enum ma_errcode {
 	MA_E_INTERNAL = -16,
 	MA_E_SECCOMP = -17,   /* a seccomp filter would refuse or kill our calls */
 	MA_E_STOPPED = -18,   /* the process is stopped by job control */
+	MA_E_NOSTATE = -19,   /* the thread never called into jemalloc */
 };
 
 /* Record a message (printf-style) unless one is already recorded; returns code. */

@@ -73,6 +73,8 @@ struct ma_session {
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool hopeless; /* the thread just tried can never be borrowed in this run */
+	bool fresh_ok; /* from the options */
+	bool fresh; /* the thread just tried has no jemalloc state */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
@@ -103,6 +105,12 @@ struct ma_session {
 
 struct ma_session_opts {
 	pid_t tid; /* 0: choose a safe thread */
+	/*
+	 * Borrow TID even if it never called into jemalloc (the call then
+	 * creates its allocator state: a tcache).  Without it such threads are
+	 * skipped, and a --tid of one fails with MA_E_NOSTATE.
+	 */
+	bool fresh_ok;
 	int deadline_ms; /* for finding a safe thread */
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */

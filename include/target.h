@@ -39,6 +39,14 @@ struct ma_jemalloc {
 	size_t ntext;
 #define MA_CODE_CHECKS 4
 #define MA_CODE_CHECK_LEN 16
+	/*
+	 * jemalloc's thread-local storage (libjemalloc*.so only): a thread
+	 * whose copy still equals the initial image never called into
+	 * jemalloc, and has no allocator state for a call to create.
+	 */
+	uint64_t tls_slot; /* runtime address of its TP-offset slot, or 0: cannot tell */
+	unsigned char *tls_image; /* the initial image */
+	size_t tls_len;
 	uint64_t code_addr[MA_CODE_CHECKS]; /* mallctl & co., 0 if not checked */
 	unsigned char code_bytes[MA_CODE_CHECKS][MA_CODE_CHECK_LEN]; /* the file's bytes there */
 };
@@ -92,6 +100,12 @@ int ma_process_status(pid_t pid, struct ma_proc_status *st);
 int ma_target_open(struct ma_target *t, pid_t pid);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
 int ma_target_find_jemalloc(struct ma_target *t);
+/*
+ * Has thread TID (stopped, with thread pointer TP) ever called into
+ * jemalloc?  1 yes, 0 no (its jemalloc TLS is still the initial image), -1
+ * cannot tell (jemalloc linked statically, or unreadable): count as yes.
+ */
+int ma_thread_has_je_state(const struct ma_target *t, pid_t tid, uint64_t tp);
 
 /* A process found by ma_jemalloc_processes. */
 struct ma_je_process {
