@@ -21,7 +21,13 @@ static const char usage_text[] =
 	"in, their stack (unwound remotely, each thread stopped only while its\n"
 	"own stack is read), and whether memattach may borrow the thread for a\n"
 	"jemalloc call: a thread with a frame in jemalloc may hold an allocator\n"
-	"lock and is never used.\n\n"
+	"lock and is never used, and one that never called into jemalloc is not\n"
+	"used either (the call would create its allocator state).  Threads are\n"
+	"listed in the order memattach tries them: untimed waits, timed waits,\n"
+	"waits a stop interrupts, uninterruptible, running, jemalloc's background\n"
+	"threads; among equals the one idle longest first, since borrowing it\n"
+	"delays the least work (a serving thread that waits between requests has\n"
+	"just run).\n\n"
 	"  --json   machine-readable output\n";
 
 static const char *syscall_name(long nr)
@@ -97,6 +103,15 @@ static void print_frames_json(struct ma_json *j, struct ma_livesym *ls,
 	ma_json_arr_close(j);
 }
 
+/* Why the thread is where it is in the borrow order: its class, how long idle. */
+static void describe_order(const struct thread_report *r, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s", ma_thread_rank_class(&r->ti));
+
+	if (r->ti.idle_ns && n > 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, ", idle %.3f s", (double)r->ti.idle_ns / 1e9);
+}
+
 static void print_json(const struct ma_target *t, struct thread_report *r, size_t n,
 		       struct ma_livesym *ls)
 {
@@ -117,6 +132,9 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 		ma_json_i64(&j, "syscall", r[i].ti.syscall);
 		ma_json_bool(&j, "safe", r[i].safe);
 		ma_json_str(&j, "reason", r[i].why);
+		ma_json_u64(&j, "order", i + 1);
+		ma_json_str(&j, "order_class", ma_thread_rank_class(&r[i].ti));
+		ma_json_u64(&j, "idle_ns", r[i].ti.idle_ns);
 		print_frames_json(&j, ls, &r[i].bt);
 		ma_json_obj_close(&j);
 	}
@@ -144,7 +162,7 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 		       struct ma_livesym *ls)
 {
 	unsigned nsafe = 0;
-	char sc[64];
+	char sc[64], order[96];
 
 	for (size_t i = 0; i < n; i++)
 		nsafe += r[i].safe;
@@ -152,8 +170,10 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 	       t->je.object);
 	for (size_t i = 0; i < n; i++) {
 		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
-		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n", r[i].ti.tid, r[i].ti.name,
-		       r[i].ti.state ? r[i].ti.state : '?', sc, r[i].safe ? "SAFE" : "UNSAFE", r[i].why);
+		describe_order(&r[i], order, sizeof(order));
+		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n  borrow order %zu: %s\n",
+		       r[i].ti.tid, r[i].ti.name, r[i].ti.state ? r[i].ti.state : '?', sc,
+		       r[i].safe ? "SAFE" : "UNSAFE", r[i].why, i + 1, order);
 		for (size_t k = 0; k < r[i].bt.n; k++)
 			print_frame_text(ls, &r[i].bt, k);
 	}

@@ -307,32 +307,43 @@ static double exec_start_ms(const char *path)
 	return v;
 }
 
-/*
- * When did blocked thread TID start waiting (CLOCK_MONOTONIC ns; 0 if
- * unknown)?  Its scheduler exec_start is when it last ran, i.e. when it
- * went to sleep; our own, right after a yield, is now on the same clock.
- * Read before the thread is stopped: the stop makes it run.
- */
-static uint64_t wait_began_ns(pid_t pid, pid_t tid)
-{
-	char path[96];
-	struct timespec ts;
-	double t, self;
-	uint64_t now, ago;
+/* "Now" on the scheduler's clock and on CLOCK_MONOTONIC, read together. */
+struct clock_ref {
+	double sched_ms; /* -1: no /proc/.../sched (CONFIG_SCHED_DEBUG off) */
+	uint64_t mono_ns;
+};
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/sched", pid, tid);
-	if ((t = exec_start_ms(path)) < 0)
-		return 0;
+/* Our own exec_start, right after a yield, is now on the scheduler's clock. */
+static void clock_ref_now(struct clock_ref *r)
+{
+	struct timespec ts;
+
 	sched_yield();
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if ((self = exec_start_ms("/proc/thread-self/sched")) < 0 || self < t)
-		return 0;
-	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-	ago = (uint64_t)((self - t) * 1e6);
-	return ago < now ? now - ago : 0;
+	r->sched_ms = exec_start_ms("/proc/thread-self/sched");
+	r->mono_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
+/*
+ * How long has blocked thread TID not run (ns; 0 if unknown)?  Its
+ * scheduler exec_start is when it last ran, i.e. when it went to sleep.
+ * Read before the thread is stopped: the stop makes it run.
+ */
+static uint64_t idle_ns(pid_t pid, pid_t tid, const struct clock_ref *ref)
+{
+	char path[96];
+	double t;
+
+	if (ref->sched_ms < 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/sched", pid, tid);
+	if ((t = exec_start_ms(path)) < 0 || ref->sched_ms < t)
+		return 0;
+	return (uint64_t)((ref->sched_ms - t) * 1e6);
+}
+
+static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
+			     const struct clock_ref *ref)
 {
 	char path[96], buf[512];
 	FILE *f;
@@ -368,19 +379,26 @@ void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 				sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2], &a[3],
 				       &a[4], &a[5]);
 				ti->timed_wait = is_timed_wait(ti->syscall, a);
-				/* An epoll_wait we interrupt is issued again: with the time that remained. */
-				if (ti->timed_wait && (ti->syscall == 232 || ti->syscall == 281))
-					ti->wait_began_ns = wait_began_ns(pid, tid);
 			}
 		}
 		fclose(f);
 	}
+	if (ti->syscall >= 0 && (ti->state == 'S' || ti->state == 'D'))
+		ti->idle_ns = idle_ns(pid, tid, ref);
+	/* An epoll_wait we interrupt is issued again: with the time that remained. */
+	if (ti->idle_ns && ti->timed_wait && (ti->syscall == 232 || ti->syscall == 281) &&
+	    ti->idle_ns < ref->mono_ns)
+		ti->wait_began_ns = ref->mono_ns - ti->idle_ns;
 }
 
-/*
- * Best first: an untimed wait, a timed wait, a wait a stop fails with
- * EINTR, uninterruptible, running; jemalloc's background threads last.
- */
+void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
+{
+	struct clock_ref ref;
+
+	clock_ref_now(&ref);
+	read_thread_info(pid, tid, ti, &ref);
+}
+
 /*
  * Waits that a stop always ends with EINTR (memattach issues them again;
  * only a memattach killed in the microseconds between the stop and that
@@ -417,6 +435,12 @@ static int rank(const struct ma_thread_info *ti)
 	return 4;
 }
 
+/*
+ * Best first: an untimed wait, a timed wait, a wait a stop fails with
+ * EINTR, uninterruptible, running; jemalloc's background threads last.
+ * Among equals, the one idle longest: borrowing it delays the least work
+ * (a serving thread that waits between requests has just run).
+ */
 static int cmp_rank(const void *a, const void *b)
 {
 	const struct ma_thread_info *x = a, *y = b;
@@ -424,18 +448,32 @@ static int cmp_rank(const void *a, const void *b)
 
 	if (rx != ry)
 		return rx - ry;
+	if (x->idle_ns != y->idle_ns)
+		return x->idle_ns > y->idle_ns ? -1 : 1;
 	return x->tid - y->tid;
+}
+
+const char *ma_thread_rank_class(const struct ma_thread_info *ti)
+{
+	static const char *const names[] = {
+		"untimed wait", "timed wait", "wait a stop interrupts", "uninterruptible",
+		"running", "jemalloc background thread",
+	};
+
+	return names[rank(ti)];
 }
 
 int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 {
 	char path[64];
 	struct dirent *d;
+	struct clock_ref ref;
 	size_t cap = 0;
 	DIR *dir;
 
 	*out = NULL;
 	*n = 0;
+	clock_ref_now(&ref);
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	dir = opendir(path);
 	if (!dir)
@@ -457,7 +495,7 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 			*out = p;
 			cap = nc;
 		}
-		ma_read_thread_info(pid, tid, &(*out)[(*n)++]);
+		read_thread_info(pid, tid, &(*out)[(*n)++], &ref);
 	}
 	closedir(dir);
 	qsort(*out, *n, sizeof(**out), cmp_rank);

@@ -34,7 +34,11 @@ struct ma_thread_info {
 	long syscall; /* syscall number blocked in, -1 none, -2 running/unknown */
 	bool timed_wait; /* that syscall waits with a timeout */
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
+	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
 };
+
+/* The class of wait ma_list_threads ranks TI in ("untimed wait"...). */
+const char *ma_thread_rank_class(const struct ma_thread_info *ti);
 
 /* One of jemalloc's background threads (by the name jemalloc gives them)? */
 bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
