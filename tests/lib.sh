@@ -21,11 +21,17 @@ cleanup_tmp() {
 trap cleanup_tmp EXIT
 trap "" PIPE  # a fixture that died must not kill the test silently
 
+# plan N: this script runs exactly N checks (run.sh fails it otherwise, so
+# a script that stops early cannot hide what it never reached).
+plan() { echo "PLAN $1"; }
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; }
 skip() { echo "SKIP $*"; }
 # check NAME CMD...: pass if CMD succeeds.
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
+# exit_and_says RC WANT PATTERN FILE: RC is WANT and FILE matches PATTERN
+# (one command for check, so that both halves are judged).
+exit_and_says() { [ "$1" = "$2" ] && grep -qE -- "$3" "$4"; }
 # Register a background pid to be killed at exit.
 track() { _children+=("$1"); }
 

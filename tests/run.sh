@@ -5,16 +5,27 @@
 # (tests/cli/*.sh, tests/attach/*.sh).  Each prints one line per check:
 # "PASS name", "FAIL name ..." or "SKIP name ...".  A test that exits
 # non-zero without printing a FAIL line counts as one failure; so does one
-# that prints nothing at all.
+# that prints nothing at all.  A shell test declares how many checks it
+# runs ("PLAN N", tests/lib.sh's plan): running another number, or
+# declaring none, is one more failure.
 cd "$(dirname "$0")/.." || exit 2
 passed=0 failed=0 skipped=0
 only=${1:-}
 
 run_one() {
 	local name=$1; shift
-	local out rc p f s
+	local out rc p f s planned
 	out=$(timeout 900 "$@" 2>&1); rc=$?
 	p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^SKIP ' <<<"$out")
+	planned=$(sed -n 's/^PLAN \([0-9][0-9]*\)$/\1/p' <<<"$out" | head -1)
+	if [[ $name != unit/* ]]; then
+		if [ -z "$planned" ]; then
+			f=$((f + 1)); out+=$'\n'"FAIL $name declares no plan (plan N in the script)"
+		elif [ $((p + f + s)) -ne "$planned" ]; then
+			out+=$'\n'"FAIL $name ran $((p + f + s)) checks of the $planned it plans"
+			f=$((f + 1))
+		fi
+	fi
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name exited with status $rc"; fi
 	if [ $((p + f + s)) -eq 0 ]; then f=1; out+=$'\n'"FAIL $name reported no checks"; fi
 	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))

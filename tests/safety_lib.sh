@@ -16,11 +16,11 @@ now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
 # Seconds since the script started, one decimal.
 elapsed() { local d=$(( $(now_us) - ${SAFETY_T0/./} )); printf '%d.%d' $((d / 1000000)) $((d / 100000 % 10)); }
 
-# need_fixtures NAME...: skip the whole script if one is missing.
+# need_fixtures NAME...: fail the whole script if one is missing.
 need_fixtures() {
 	local f
 	for f in "$@"; do
-		[ -x "$FIX/$f" ] || { skip "$(basename "$0"): build/fixtures/$f missing (make fixtures)"; exit 0; }
+		[ -x "$FIX/$f" ] || { fail "$(basename "$0"): build/fixtures/$f missing (make fixtures)"; exit 1; }
 	done
 	[ -x "$MA" ] || { fail "$(basename "$0"): $MA missing (make all)"; exit 1; }
 }

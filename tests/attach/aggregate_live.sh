@@ -2,6 +2,7 @@
 # aggregate --pid: the sanity check of a heap dump against stats.allocated
 # read live from the process, which must equal what the target reads itself.
 . "$(dirname "$0")/../lib.sh"
+plan 7
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false,lg_prof_sample:17 \
 	fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }

@@ -6,6 +6,7 @@
 # console error (and zooms on a frame), and the screenshot shows what the
 # SVG draws -- each frame's colour over its area, each series' line.
 . "$(dirname "$0")/../lib.sh"
+plan 13
 
 command -v chromium >/dev/null || { fail "chromium is not installed (make deps installs it)"; exit 1; }
 # Debian's python3-pil reads the screenshots; it belongs to Debian's python.

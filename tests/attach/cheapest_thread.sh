@@ -4,6 +4,7 @@
 # like an event loop), the helpers idle.  Every run borrows a helper, never
 # the serving thread, and 'threads' shows the order and why.
 . "$(dirname "$0")/../lib.sh"
+plan 5
 
 fix_start manythreads -t 3 -s || { fail "manythreads -s: start"; exit 1; }
 pid=$FIX_PID

@@ -6,6 +6,7 @@
 # "already traced" or "not permitted"), the watch must take allocator
 # stats throughout, and the daemon's own integrity verdict must stay ok.
 . "$(dirname "$0")/../lib.sh"
+plan 6
 LOOPS=${LOOPS:-4} RUNS=${RUNS:-50}
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon ||

@@ -4,6 +4,7 @@
 # from a private tmpfs in another mount namespace.  The ELF is read through
 # /proc/PID/map_files; stats must still equal the target's own readings.
 . "$(dirname "$0")/../lib.sh"
+plan 16
 
 compare() { # compare NAME PID FD OUT
 	local name=$1 pid=$2 fd=$3 out=$4 self k a b

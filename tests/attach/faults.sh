@@ -4,6 +4,7 @@
 # suppressed, the thread restored, memattach reports the error, and the
 # target never notices.
 . "$(dirname "$0")/../lib.sh"
+plan 7
 CYCLES=${CYCLES:-20}
 
 tid_of() {

@@ -3,6 +3,7 @@
 # call it is in, restores the thread and detaches; the target is never left
 # traced or stopped and its registers stay intact.
 . "$(dirname "$0")/../lib.sh"
+plan 4
 CYCLES=${CYCLES:-40}
 
 fix_start regs -i 2000000 || { fail "regs: start"; exit 1; }

@@ -4,6 +4,7 @@
 # in the scratch area restores every register and restarts the syscall the
 # thread was in.  The targets check their registers and syscall results.
 . "$(dirname "$0")/../lib.sh"
+plan 15
 CYCLES=${CYCLES:-20}
 
 tid_of() {

@@ -4,8 +4,9 @@
 # the sparse and half-full classes, live == --stats on the same state, and
 # --flush-tcache turning the 448 B lower bound into the exact waste.
 . "$(dirname "$0")/../lib.sh"
+plan 24
 
-[ -x "$FIX/frag" ] || { skip "live_bins (build/fixtures/frag missing: make fixtures)"; exit 0; }
+[ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
 
 fix_start frag || { fail "frag fixture start"; exit 1; }
 PID=$FIX_PID FD=$FIX_FD OUT=$FIX_OUT

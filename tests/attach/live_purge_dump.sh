@@ -4,8 +4,9 @@
 # namespace (nothing left behind, the dump names the fixture's peak site),
 # on a target without prof (exact MALLOC_CONF), and with an unwritable -o.
 . "$(dirname "$0")/../lib.sh"
+plan 32
 
-[ -x "$FIX/frag" ] || { skip "live_purge_dump (build/fixtures/frag missing: make fixtures)"; exit 0; }
+[ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
 PROF_CONF=prof:true,prof_active:true,prof_final:false
 
 # --- purge ---

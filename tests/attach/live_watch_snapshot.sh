@@ -4,8 +4,9 @@
 # cleanly on Ctrl-C and when the target exits; memattach snapshot writes a
 # complete, self-describing directory or nothing.
 . "$(dirname "$0")/../lib.sh"
+plan 39
 
-[ -x "$FIX/frag" ] || { skip "live_watch_snapshot (build/fixtures/frag missing)"; exit 0; }
+[ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
 PROF_CONF=prof:true,prof_active:true,prof_final:false
 
 # --- watch catches the peak; Ctrl-C keeps everything ---

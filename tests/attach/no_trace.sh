@@ -5,6 +5,7 @@
 # with background_thread:true (a tcache created in a new thread can bring a
 # background thread with it) and has two threads that never allocate.
 . "$(dirname "$0")/../lib.sh"
+plan 28
 
 MALLOC_CONF=background_thread:true,prof:true,prof_active:true,prof_final:false \
 	fix_start manythreads -t 4 -z 2 || { fail "manythreads: start"; exit 1; }

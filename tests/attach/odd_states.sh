@@ -7,6 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib.sh"
+plan 24
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.

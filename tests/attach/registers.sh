@@ -4,6 +4,7 @@
 # each at arbitrary instructions; the target compares the registers
 # continuously and reports any change.
 . "$(dirname "$0")/../lib.sh"
+plan 5
 CYCLES=${CYCLES:-200}
 
 tid_of() {

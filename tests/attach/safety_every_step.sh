@@ -22,6 +22,7 @@
 # restarts are slow; the check names say where it stopped).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 85
 need_fixtures daemon regs sysc
 STEP_CAP=${STEP_CAP:-250}
 MAX_DEATHS=${MAX_DEATHS:-5}

@@ -10,6 +10,7 @@
 # the last one passes its verdict and memattach works on it.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 9
 need_fixtures execd
 GENS=${GENS:-20}
 

@@ -12,6 +12,7 @@
 # over 2 s; a target that stops forking ends the loop (a deadlock).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 6
 need_fixtures forkloop
 RUNS=${RUNS:-500}
 

@@ -18,6 +18,7 @@
 # mappings and descriptors it had at the start.  0 deaths expected.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 22
 need_fixtures daemon sysc regs safety_tool
 RUNS=${RUNS:-1000}
 WINDOW_US=${WINDOW_US:-}

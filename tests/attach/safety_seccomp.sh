@@ -12,6 +12,7 @@
 # were refused is printed.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 31
 need_fixtures seccomp_daemon
 SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask"}
 VARIANTS=()

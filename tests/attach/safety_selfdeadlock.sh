@@ -9,6 +9,7 @@
 # hang, every run ok or "given up", the target keeps forking, verdict ok.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 6
 need_fixtures forkloop
 RUNS=${RUNS:-100}
 

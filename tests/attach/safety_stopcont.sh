@@ -15,6 +15,7 @@
 # stops it (an orphaned group would ignore SIGTSTP).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 10
 need_fixtures daemon safety_tool
 RUNS=${RUNS:-200}
 REF_RUNS=${REF_RUNS:-100}

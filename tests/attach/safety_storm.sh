@@ -9,6 +9,7 @@
 # out of order.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 9
 need_fixtures storm
 shopt -s extglob
 RUNS=${RUNS:-200}

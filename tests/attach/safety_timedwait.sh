@@ -13,6 +13,7 @@
 # Both: no EINTR, no early return, verdict ok, the target alive.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 7
 need_fixtures timedwait
 DURATION=${DURATION:-4}
 

@@ -9,6 +9,7 @@
 # must make the read fail with EINTR, never find it restarted; the fixture
 # tells that from the interrupted context (fixtures/sigs.c).
 . "$(dirname "$0")/../lib.sh"
+plan 10
 CYCLES=${CYCLES:-200}
 
 for mode in restart no-restart; do

@@ -6,8 +6,9 @@
 # diff of the two heap.heap files (its top grower the fixture's peak_site);
 # a snapshot without prof says why there is no heap part; bad arguments.
 . "$(dirname "$0")/../lib.sh"
+plan 30
 
-[ -x "$FIX/frag" ] || { skip "snapshot_diff (build/fixtures/frag missing)"; exit 0; }
+[ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
 PROF_CONF=prof:true,prof_active:true,prof_final:false
 A=$TMP/snapA B=$TMP/snapB
 

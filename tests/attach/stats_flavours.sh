@@ -4,6 +4,7 @@
 # the parts of resident computed from the target's own dirty/muzzy page
 # counts), and the target's own integrity verdict must stay ok.
 . "$(dirname "$0")/../lib.sh"
+plan 75
 
 KEYS="allocated active resident mapped retained metadata"
 

@@ -4,6 +4,7 @@
 # succeed, the target must stay alive and responsive, and its checksums
 # must stay intact.
 . "$(dirname "$0")/../lib.sh"
+plan 5
 RUNS=${RUNS:-1000}
 
 fix_start daemon -t 4 -p 0 || { fail "daemon: start"; exit 1; }

@@ -3,6 +3,7 @@
 # borrowed 200 times each (memattach stats --tid); the target checks every
 # syscall result and counts any EINTR or wrong result as an error.
 . "$(dirname "$0")/../lib.sh"
+plan 18
 CYCLES=${CYCLES:-200}
 
 tid_of() { # tid_of PID NAME

@@ -3,6 +3,7 @@
 # symbolizer as 'aggregate': libc frames through libc's separate debug file
 # (libc6-dbg), checked against an independent reading of that file by nm.
 . "$(dirname "$0")/../lib.sh"
+plan 7
 
 fix_start daemon -t 3 || { fail "daemon: start"; exit 1; }
 pid=$FIX_PID

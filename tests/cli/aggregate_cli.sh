@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # aggregate / stacks / diff: exit codes, bad input, output formats.
 . "$(dirname "$0")/../lib.sh"
+plan 43
 export LC_ALL=C
 D=$ROOT/fixtures/dumps
 
@@ -29,13 +30,13 @@ check "absurd counts: warning, no crash" grep -q 'warning' "$TMP/err"
 "$MA" aggregate "$D/prof_c_truncated.heap" >/dev/null 2>"$TMP/err"
 check "truncated dump: says how far it got" grep -q 'truncated: read [0-9]* stacks' "$TMP/err"
 "$MA" aggregate "$D/prof_c.heap" --binary /nonexistent/bin >/dev/null 2>"$TMP/err"; rc=$?
-check "missing --binary: exit 1 naming it" [ $rc = 1 ] && grep -q '/nonexistent/bin' "$TMP/err"
+check "missing --binary: exit 1 naming it" exit_and_says $rc 1 '/nonexistent/bin' "$TMP/err"
 "$MA" aggregate "$D/prof_c.heap" --binary /etc/hostname --json >"$TMP/j" 2>"$TMP/err"; rc=$?
-check "unreadable ELF as --binary: warning, still a report" [ $rc = 0 ] && grep -q 'not an ELF' "$TMP/err"
+check "unreadable ELF as --binary: warning, still a report" exit_and_says $rc 0 'not an ELF' "$TMP/err"
 "$MA" aggregate "$TMP" >/dev/null 2>"$TMP/err"; rc=$?
-check "directory: not supported yet" [ $rc = 2 ] && grep -q 'not supported yet' "$TMP/err"
+check "directory: not supported yet" exit_and_says $rc 2 'not supported yet' "$TMP/err"
 "$MA" diff "$D/prof_c.heap" "$TMP" >/dev/null 2>"$TMP/err"; rc=$?
-check "diff of a directory: not supported yet" [ $rc = 2 ] && grep -q 'not supported yet' "$TMP/err"
+check "diff of a directory: not supported yet" exit_and_says $rc 2 'not supported yet' "$TMP/err"
 
 # CRLF and LF give the same numbers
 "$MA" aggregate "$D/prof_c.heap" --json >"$TMP/lf.json" 2>/dev/null

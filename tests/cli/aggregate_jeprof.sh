@@ -13,8 +13,9 @@
 #    For these, each memattach site jeprof does not list must match
 #    jeprof's cumulative bytes for that function instead.
 . "$(dirname "$0")/../lib.sh"
+plan 23
 
-if ! command -v jeprof >/dev/null; then skip "aggregate_jeprof: no jeprof"; exit 0; fi
+if ! command -v jeprof >/dev/null; then fail "jeprof missing (make deps installs libjemalloc-dev)"; exit 1; fi
 export LC_ALL=C
 
 for fx in prof_c prof_c_nopie prof_c_static prof_cxx; do

@@ -6,6 +6,7 @@
 # sampling noise is ~4.5%, 20% is over 4 sigma; at 15% a CI run came out at
 # +15.3%).  Rust names must be what rustfilt prints.
 . "$(dirname "$0")/../lib.sh"
+plan 37
 export LC_ALL=C
 CONF=prof:true,prof_final:false,lg_prof_sample:17
 MiB=1048576
@@ -92,7 +93,7 @@ PY
 			fail "truth prof_rs: names differ from rustfilt: $(diff "$TMP/rs.rustfilt" "$TMP/rs.ours" | head -4 | tr '\n' ' ')"
 		fi
 	else
-		skip "truth prof_rs: no rustfilt or no Rust frames"
+		fail "truth prof_rs: no rustfilt (make deps installs it) or no Rust frames in the dump"
 	fi
 	# --lines: inlined frames through DWARF; Box::new is inlined into
 	# make_boxes at the line of the source that calls it.

@@ -2,6 +2,7 @@
 # Bad input gets one clear line on stderr and the documented exit status:
 # 1 when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
+plan 37
 
 # expect NAME STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN.
 expect() {
@@ -73,14 +74,14 @@ if command -v strace >/dev/null; then
 	expect "target already traced" 1 "already traced by pid $tracer" "$MA" stats "$dpid"
 	kill "$tracer"; wait "$tracer" 2>/dev/null
 else
-	skip "target already traced: strace is not installed"
+	fail "target already traced: strace is not installed (make deps installs it)"
 fi
 
 # No permission: an unprivileged user may not attach to a root process.
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 	expect "no permission" 1 "permission" setpriv --reuid=65534 --regid=65534 --clear-groups "$MA" stats "$dpid"
 else
-	skip "no permission: needs root and setpriv to drop privileges"
+	fail "no permission: needs root and setpriv (util-linux) to drop privileges"
 fi
 
 v=$(fix_cmd "$dpid" "$dfd" "$FIX_OUT" verdict)

@@ -4,6 +4,7 @@
 # verdict -> VERDICT ok, quit -> exit 0; plus the symbol-table properties
 # the attach tests rely on.  No memattach involved.
 source "$(dirname "$0")/../lib.sh"
+plan 75
 trap '' PIPE # a fixture that died must not kill the script via its FIFO
 
 # wait_line FILE REGEX FROM_LINE TIMEOUT_S: print the first line after line

@@ -4,6 +4,7 @@
 # mutated from the committed dumps under ASan and UBSan: no crash, no leak,
 # no undefined behaviour.  Longer runs: see the Makefile's fuzz target.
 . "$(dirname "$0")/../lib.sh"
+plan 2
 
 F=$ROOT/build/fuzz/heapprof
 [ -x "$F" ] || { fail "build/fuzz/heapprof missing (make test builds it)"; exit 0; }

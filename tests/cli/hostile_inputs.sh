@@ -4,6 +4,7 @@
 # dumps cut inside MAPPED_LIBRARIES each end in well under the 20 s guard,
 # with exit 1 and one line saying what the input is, in bounded memory.
 . "$(dirname "$0")/../lib.sh"
+plan 16
 D=$ROOT/fixtures/dumps
 
 # run_bounded NAME WANT_RC PATTERN CMD...: exit status WANT_RC, a one-line

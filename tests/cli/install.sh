@@ -4,6 +4,7 @@
 # warnings and covers every command and option of --help; the completion
 # offers commands, options and the PIDs of jemalloc processes only.
 . "$(dirname "$0")/../lib.sh"
+plan 30
 
 R=$TMP/root
 make -s -C "$ROOT" install DESTDIR="$R" PREFIX=/opt/ma >"$TMP/inst.out" 2>&1

@@ -2,6 +2,7 @@
 # tests/cli/live_cli.sh - usage errors (exit 2), bad files (exit 1, one
 # line, nothing written) and --stats file mode of the live commands.
 . "$(dirname "$0")/../lib.sh"
+plan 35
 
 for c in bins purge heap-dump stats-dump watch snapshot; do
 	"$MA" $c --help >"$TMP/h" 2>&1
@@ -36,9 +37,9 @@ check "... one line naming malloc_stats_print" grep -q "not the JSON output of j
 check "... and nothing on stdout" test ! -s "$TMP/o"
 head -c 20000 "$ROOT/fixtures/stats/one_arena.json" >"$TMP/cut.json"
 "$MA" bins --stats "$TMP/cut.json" >/dev/null 2>"$TMP/e"; rc=$?
-check "truncated stats file: exit 1, says truncated" test $rc -eq 1 && grep -q 'truncated' "$TMP/e"
+check "truncated stats file: exit 1, says truncated" exit_and_says $rc 1 'truncated' "$TMP/e"
 "$MA" bins --stats "$TMP/missing.json" >/dev/null 2>"$TMP/e"; rc=$?
-check "missing stats file: exit 1" test $rc -eq 1 && grep -q "cannot open" "$TMP/e"
+check "missing stats file: exit 1, says it cannot open it" exit_and_says $rc 1 "cannot open" "$TMP/e"
 # jemalloc's unescaped quote and 254-byte cut inside a string value
 python3 - "$ROOT/fixtures/stats/one_arena.json" "$TMP/quirks.json" <<'PY'
 import sys

@@ -6,9 +6,10 @@
 # source lines of a site on a binary with debug info, -disasm its
 # instructions (on a non-PIE binary: see the end).
 . "$(dirname "$0")/../lib.sh"
+plan 11
 
 if ! command -v go >/dev/null; then
-	if [ "${CI:-}" = true ]; then fail "go missing (make deps installs golang-go)"; else skip "pprof_go (go missing)"; fi
+	fail "go missing (make deps installs golang-go)"
 	exit 0
 fi
 export GOCACHE=$TMP/gocache GOPATH=$TMP/gopath HOME=$TMP # pprof keeps nothing outside $TMP

@@ -5,8 +5,9 @@
 # really bite, the exec chain completes, and safety_tool's helpers work.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
+plan 25
 for f in forkloop storm seccomp_daemon timedwait execd safety_tool; do
-	[ -x "$FIX/$f" ] || { skip "safety fixtures selftest (build/fixtures/$f missing: make fixtures)"; exit 0; }
+	[ -x "$FIX/$f" ] || { fail "build/fixtures/$f missing (make fixtures)"; exit 1; }
 done
 
 # forkloop: forks and allocates
