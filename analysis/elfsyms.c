@@ -96,6 +96,8 @@ static int read_symtab(struct ma_elf *e, Elf_Scn *scn, GElf_Shdr *sh, size_t *ca
 }
 
 /* Drop exact duplicates (same addr and name: .symtab repeats .dynsym). */
+static void build_buckets(struct ma_elf *e);
+
 static void dedup(struct ma_elf *e)
 {
 	size_t out = 0;
@@ -220,16 +222,62 @@ int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
 	qsort(e->syms, e->nsyms, sizeof(*e->syms), cmp_sym_addr);
 	dedup(e);
 	fill_sizes(e);
-	e->by_name = malloc((e->nsyms ? e->nsyms : 1) * sizeof(size_t));
-	if (!e->by_name) {
+	e->addrs = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
+	if (!e->addrs) {
 		ma_elf_release(e);
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < e->nsyms; i++)
+		e->addrs[i] = e->syms[i].addr;
+	build_buckets(e);
+	return 0;
+}
+
+/*
+ * Buckets over the symbols' address span, about two symbols each, so that
+ * an address lookup binary-searches a handful of addresses instead of all
+ * of a big binary's (without them, ma_elf_sym_at is most of symbolizing).
+ * Left out (plain binary search) if they cannot be had.
+ */
+static void build_buckets(struct ma_elf *e)
+{
+	uint64_t span;
+	unsigned shift = 4;
+
+	if (e->nsyms < 64)
+		return;
+	span = e->addrs[e->nsyms - 1] - e->addrs[0] + 1;
+	while (shift < 40 && (span >> shift) > 2 * (uint64_t)e->nsyms)
+		shift++;
+	e->bucket_base = e->addrs[0];
+	e->bucket_shift = shift;
+	e->nbuckets = (size_t)(span >> shift) + 1;
+	if (!(e->bucket = malloc((e->nbuckets + 1) * sizeof(uint32_t)))) {
+		e->nbuckets = 0;
+		return;
+	}
+	for (size_t b = 0, i = 0; b <= e->nbuckets; b++) {
+		uint64_t start = e->bucket_base + ((uint64_t)b << shift);
+
+		while (i < e->nsyms && e->addrs[i] < start)
+			i++;
+		e->bucket[b] = (uint32_t)i;
+	}
+}
+
+/* The by-name index, built on the first lookup by name: symbolizing a
+ * big binary never needs it, and sorting 100,000s of long names costs. */
+static bool index_names(struct ma_elf *e)
+{
+	if (e->by_name)
+		return true;
+	if (!(e->by_name = malloc((e->nsyms ? e->nsyms : 1) * sizeof(size_t))))
+		return false;
+	for (size_t i = 0; i < e->nsyms; i++)
 		e->by_name[i] = i;
 	sort_base = e->syms;
 	qsort(e->by_name, e->nsyms, sizeof(size_t), cmp_idx_name);
-	return 0;
+	return true;
 }
 
 int ma_elf_open(struct ma_elf *e, const char *path)
@@ -252,15 +300,19 @@ void ma_elf_release(struct ma_elf *e)
 		close(e->fd);
 	free(e->syms);
 	free(e->by_name);
+	free(e->addrs);
+	free(e->bucket);
 	free(e->segs);
 	memset(e, 0, sizeof(*e));
 	e->fd = -1;
 }
 
-const struct ma_sym *ma_elf_sym_by_name(const struct ma_elf *e, const char *name)
+const struct ma_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 {
 	size_t lo = 0, hi = e->nsyms;
 
+	if (!index_names(e))
+		return NULL;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -278,11 +330,20 @@ const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
 {
 	size_t lo = 0, hi = e->nsyms;
 
+	/* Within the bucket of vaddr (and the symbol before it, lo - 1 below). */
+	if (e->nbuckets && vaddr >= e->bucket_base) {
+		size_t b = (size_t)((vaddr - e->bucket_base) >> e->bucket_shift);
+
+		if (b < e->nbuckets) {
+			lo = e->bucket[b];
+			hi = e->bucket[b + 1];
+		}
+	}
 	/* Last symbol with addr <= vaddr, then step back over aliases. */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (e->syms[mid].addr <= vaddr)
+		if (e->addrs[mid] <= vaddr)
 			lo = mid + 1;
 		else
 			hi = mid;

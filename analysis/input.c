@@ -119,6 +119,7 @@ int ma_input_load(struct ma_input *in, const char *path, const char *what, uint6
 			     ma_fmt_bytes(sz, sizeof(sz), (uint64_t)st.st_size), what,
 			     ma_fmt_bytes(lim, sizeof(lim), max));
 	} else if (st.st_size > 0) {
+		/* Not MAP_POPULATE: a sparse 2 GB file would be read whole. */
 		void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 
 		if (p == MAP_FAILED) {

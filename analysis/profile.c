@@ -42,6 +42,57 @@ static bool skipped(struct ma_profile *p, const struct ma_prof_opts *o, uint32_t
 	return f->skip > 0;
 }
 
+/*
+ * The per-frame and per-function arrays the stack loop touches for every
+ * frame, packed so that they stay in cache (a profile over a big binary
+ * has 100,000s of functions and the frames hit them at random).
+ */
+struct hot {
+	uint32_t *func; /* per frame: sym->frames[f].func */
+	size_t nframes, cap_frames;
+	struct cum_acc {
+		double cum;
+		uint32_t stamp; /* last stack counted (1-based) */
+	} *acc; /* per function */
+	size_t nacc, cap_acc;
+};
+
+static size_t grown(size_t cap, size_t need)
+{
+	size_t c = cap ? cap : 4096;
+
+	while (c < need)
+		c *= 2;
+	return c;
+}
+
+static int hot_grow(struct hot *h, const struct ma_symbolizer *sym)
+{
+	if (sym->nframes > h->cap_frames) {
+		size_t c = grown(h->cap_frames, sym->nframes);
+		uint32_t *f = realloc(h->func, c * sizeof(*f));
+
+		if (!f)
+			return -1;
+		h->func = f;
+		h->cap_frames = c;
+	}
+	for (; h->nframes < sym->nframes; h->nframes++)
+		h->func[h->nframes] = sym->frames[h->nframes].func;
+	if (sym->nfuncs > h->cap_acc) {
+		size_t c = grown(h->cap_acc, sym->nfuncs);
+		struct cum_acc *a = realloc(h->acc, c * sizeof(*a));
+
+		if (!a)
+			return -1;
+		memset(a + h->cap_acc, 0, (c - h->cap_acc) * sizeof(*a));
+		h->acc = a;
+		h->cap_acc = c;
+	}
+	h->nacc = sym->nfuncs;
+	return 0;
+}
+
 static int grow_fs(struct ma_profile *p)
 {
 	size_t n = p->sym->nfuncs;
@@ -49,11 +100,15 @@ static int grow_fs(struct ma_profile *p)
 
 	if (n <= p->nfs)
 		return 0;
-	fs = realloc(p->fs, n * sizeof(*fs));
-	if (!fs)
-		return ma_fail(MA_E_NOMEM, "out of memory");
-	memset(fs + p->nfs, 0, (n - p->nfs) * sizeof(*fs));
-	p->fs = fs;
+	if (n > p->cap_fs) {
+		size_t c = grown(p->cap_fs, n);
+
+		if (!(fs = realloc(p->fs, c * sizeof(*fs))))
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		p->fs = fs;
+		p->cap_fs = c;
+	}
+	memset(p->fs + p->nfs, 0, (n - p->nfs) * sizeof(*p->fs));
 	p->nfs = n;
 	return 0;
 }
@@ -89,6 +144,8 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 	const struct ma_prof_opts *o = opts ? opts : &none;
 	uint32_t buf[MA_HP_MAX_FRAMES * 4];
 	size_t cap = 0, used = 0;
+	bool lines = sym->opts.lines;
+	struct hot hot = { 0 };
 	int rc = MA_E_NOMEM;
 
 	memset(p, 0, sizeof(*p));
@@ -111,10 +168,14 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 
 			if (f == MA_NONE)
 				goto oom;
+			if (!lines) { /* no inlined chains: skip a look at the frame */
+				buf[n++] = f;
+				continue;
+			}
 			for (; f != MA_NONE && n < sizeof(buf) / sizeof(buf[0]); f = sym->frames[f].inline_next)
 				buf[n++] = f;
 		}
-		if (grow_fs(p))
+		if (grow_fs(p) || hot_grow(&hot, sym))
 			goto oom;
 		/* Leading allocator frames, then --skip frames; keep at least one. */
 		if (!o->keep_allocator)
@@ -157,16 +218,24 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 			leaf->best_stack = (uint32_t)i;
 		}
 		for (size_t j = k; j < n; j++) {
-			struct ma_fstat *f = &p->fs[sym->frames[buf[j]].func];
+			struct cum_acc *a = &hot.acc[hot.func[buf[j]]];
 
-			if (f->stamp != i + 1) {
-				f->stamp = (uint32_t)(i + 1);
-				f->cum += bytes;
+			if (a->stamp != i + 1) {
+				a->stamp = (uint32_t)(i + 1);
+				a->cum += bytes;
 			}
 		}
 	}
-	if (grow_fs(p))
+	if (grow_fs(p) || hot_grow(&hot, sym))
 		goto oom;
+	for (size_t f = 0; f < p->nfs; f++) {
+		p->fs[f].cum = hot.acc[f].cum;
+		p->fs[f].stamp = hot.acc[f].stamp;
+	}
+	free(hot.func);
+	free(hot.acc);
+	hot.func = NULL;
+	hot.acc = NULL;
 	p->sites = malloc((p->nfs + 1) * sizeof(uint32_t));
 	p->cum_order = malloc((p->nfs + 1) * sizeof(uint32_t));
 	if (!p->sites || !p->cum_order)
@@ -182,6 +251,8 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 	qsort(p->cum_order, p->ncum, sizeof(uint32_t), cmp_cum);
 	return 0;
 oom:
+	free(hot.func);
+	free(hot.acc);
 	ma_profile_release(p);
 	return ma_fail(rc, "out of memory building the profile");
 }

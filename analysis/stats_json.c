@@ -339,7 +339,8 @@ static void opt_i64(const struct jdoc *d, int node, const char *p, int64_t *out)
 
 /* ---- extraction ---- */
 
-static int read_headline(const struct jdoc *d, int je, struct ma_je_stats *st)
+/* NEED_ALL: every headline counter, else just allocated (the others stay 0). */
+static int read_headline(const struct jdoc *d, int je, struct ma_je_stats *st, bool need_all)
 {
 	static const char *const names[] = { "allocated", "active", "resident",
 					     "mapped",	  "retained", "metadata" };
@@ -353,7 +354,7 @@ static int read_headline(const struct jdoc *d, int je, struct ma_je_stats *st)
 		return ma_fail(MA_E_FORMAT, "no \"stats\" object in the jemalloc document "
 					    "(jemalloc built without statistics, or printed with 'g'?)");
 	for (size_t k = 0; k < 6; k++)
-		if (!get_u64(d, stats, names[k], dst[k]))
+		if (!get_u64(d, stats, names[k], dst[k]) && (need_all || k == 0))
 			return ma_fail(MA_E_FORMAT, "no integer jemalloc.stats.%s", names[k]);
 	v = child(d, je, "version");
 	if (v >= 0 && d->n[v].type == J_STR) {
@@ -537,7 +538,7 @@ int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,
 						  "output of jemalloc's malloc_stats_print");
 	}
 	if (!rc)
-		rc = read_headline(&d, je, st);
+		rc = read_headline(&d, je, st, t != NULL);
 	if (!rc)
 		read_page_counts(&d, je, st);
 	if (!rc && t)

@@ -91,6 +91,8 @@ int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 	s->hp = hp;
 	if (opts)
 		s->opts = *opts;
+	if (s->opts.lines)
+		s->opts.per_pc = true; /* file:line is per address */
 	s->map_obj = malloc((hp->nmaps ? hp->nmaps : 1) * sizeof(uint32_t));
 	s->objs = calloc(hp->nmaps + 1, sizeof(*s->objs));
 	s->pc_cap = 1 << 12;
@@ -167,6 +169,8 @@ void ma_sym_release(struct ma_symbolizer *s)
 			ma_elf_release(&o->debug);
 		if (o->dwfl)
 			dwfl_end(o->dwfl);
+		free(o->elf_funcs);
+		free(o->debug_funcs);
 		free(o->dump_path);
 		free(o->path);
 	}
@@ -334,7 +338,8 @@ static uint32_t intern_func(struct ma_symbolizer *s, const char *key, uint32_t o
 		s->funcs = n;
 		s->cap_funcs = nc;
 	}
-	s->funcs[s->nfuncs] = (struct ma_func){ .key = strdup(key), .obj = obj, .allocator = alloc };
+	s->funcs[s->nfuncs] =
+		(struct ma_func){ .key = strdup(key), .obj = obj, .frame = MA_NONE, .allocator = alloc };
 	if (!s->funcs[s->nfuncs].key)
 		return MA_NONE;
 	s->fn_slots[h] = (uint32_t)s->nfuncs;
@@ -525,6 +530,28 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
 	return first;
 }
 
+/*
+ * The function of symbol SYM of ELF E (object O, index OI), cached per
+ * symbol: a long mangled name is hashed and compared once, not once per
+ * return address in it.
+ */
+static uint32_t func_of_sym(struct ma_symbolizer *s, struct ma_symobj *o, uint32_t oi,
+			    const struct ma_elf *e, const struct ma_sym *sym)
+{
+	uint32_t **cache = e == &o->debug ? &o->debug_funcs : &o->elf_funcs;
+	size_t i = (size_t)(sym - e->syms);
+	uint32_t f;
+
+	if (!*cache && e->nsyms && (*cache = malloc(e->nsyms * sizeof(uint32_t))))
+		memset(*cache, 0xff, e->nsyms * sizeof(uint32_t));
+	if (*cache && (*cache)[i] != MA_NONE)
+		return (*cache)[i];
+	f = intern_func(s, sym->name, oi, o->jemalloc || ma_sym_is_allocator_name(sym->name));
+	if (*cache)
+		(*cache)[i] = f;
+	return f;
+}
+
 static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 {
 	const struct ma_hp_map *m = ma_heapprof_map_at(s->hp, pc);
@@ -532,8 +559,9 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	uint32_t oi = MA_NONE;
 	struct ma_symobj *o = NULL;
 	const struct ma_sym *sym = NULL;
+	const struct ma_elf *se = NULL; /* the ELF SYM is from */
 	char key[4200];
-	uint32_t f;
+	uint32_t f, fn;
 
 	s->cur_pc = a;
 	if (m && s->map_obj[m - s->hp->maps] != MA_NONE) {
@@ -541,10 +569,10 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 		o = &s->objs[oi];
 		vaddr = a - m->start + m->offset; /* file offset for now */
 		if (load_obj(s, o) && ma_elf_offset_to_vaddr(&o->elf, vaddr, &vaddr) == 0) {
-			if (o->has_debug)
-				sym = ma_elf_sym_at(&o->debug, vaddr);
-			if (!sym)
-				sym = ma_elf_sym_at(&o->elf, vaddr);
+			if (o->has_debug && (sym = ma_elf_sym_at(&o->debug, vaddr)))
+				se = &o->debug;
+			if (!sym && (sym = ma_elf_sym_at(&o->elf, vaddr)))
+				se = &o->elf;
 		}
 	} else if (!m && s->hp->nmaps > 0) {
 		warn(s, "address 0x%" PRIx64 " is in none of the mappings the dump lists (was its "
@@ -552,18 +580,25 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	} else if (!m && s->hp->nmaps == 0 && s->nobjs == 1) {
 		oi = 0;
 		o = &s->objs[0];
-		if (load_obj(s, o))
-			sym = ma_elf_sym_at(&o->elf, a);
+		if (load_obj(s, o) && (sym = ma_elf_sym_at(&o->elf, a)))
+			se = &o->elf;
 	}
-	if (sym)
-		snprintf(key, sizeof(key), "%s", sym->name);
-	else if (o)
-		snprintf(key, sizeof(key), "%s+0x%" PRIx64, base_name(o->dump_path), vaddr);
-	else
-		snprintf(key, sizeof(key), "0x%" PRIx64, pc);
-	f = new_frame(s, intern_func(s, key, oi,
-				     (o && o->jemalloc) || (sym && ma_sym_is_allocator_name(sym->name))),
-		      oi, vaddr);
+	if (sym) {
+		fn = func_of_sym(s, o, oi, se, sym);
+	} else {
+		if (o)
+			snprintf(key, sizeof(key), "%s+0x%" PRIx64, base_name(o->dump_path), vaddr);
+		else
+			snprintf(key, sizeof(key), "0x%" PRIx64, pc);
+		fn = intern_func(s, key, oi, o && o->jemalloc);
+	}
+	if (fn == MA_NONE)
+		return MA_NONE;
+	if (!s->opts.per_pc && s->funcs[fn].frame != MA_NONE)
+		return s->funcs[fn].frame;
+	f = new_frame(s, fn, oi, vaddr);
+	if (f != MA_NONE && s->funcs[fn].frame == MA_NONE)
+		s->funcs[fn].frame = f;
 	if (f != MA_NONE && sym) {
 		s->frames[f].sym_off = vaddr - sym->addr;
 		s->frames[f].named = true;
@@ -609,6 +644,10 @@ uint32_t ma_sym_pc(struct ma_symbolizer *s, uint64_t pc)
 	size_t h;
 	uint32_t f;
 
+	/* One frame per function: two binary searches and the per-symbol cache
+	 * are cheaper than a table of every address. */
+	if (!s->opts.per_pc)
+		return symbolize(s, pc);
 	h = hash64(key) & (s->pc_cap - 1);
 	while (s->pc_keys[h]) {
 		if (s->pc_keys[h] == key)

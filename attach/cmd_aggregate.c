@@ -280,6 +280,7 @@ int cmd_aggregate(int argc, char **argv)
 		ma_profcmd_release(&c);
 		return ma_cmd_error(c.cmd, MA_EXIT_USAGE, "--json and --folded are exclusive");
 	}
+	c.sym.per_pc = pprof != NULL; /* pprof locations are addresses */
 	rc = ma_profcmd_load(&c, &b, dump);
 	if (rc) {
 		ma_profcmd_release(&c);

@@ -14,7 +14,8 @@ static int open_target_map(void *ctx, const struct ma_hp_map *map)
 
 int ma_livesym_init(struct ma_livesym *ls, const struct ma_target *t)
 {
-	struct ma_sym_opts opts = { .open_map = open_target_map, .open_ctx = (void *)t };
+	/* Per address: each frame shows its own offset. */
+	struct ma_sym_opts opts = { .per_pc = true, .open_map = open_target_map, .open_ctx = (void *)t };
 	int rc;
 
 	memset(ls, 0, sizeof(*ls));

@@ -38,8 +38,15 @@ struct ma_elf {
 	struct ma_elf_seg *segs;
 	size_t nsegs;
 	struct ma_sym *syms; /* sorted by addr */
+	uint64_t *addrs; /* syms[i].addr, packed: the address search stays in cache */
+	/* bucket b = (vaddr - bucket_base) >> bucket_shift: the first symbol
+	 * at or after the bucket's start; lookups search only their bucket */
+	uint32_t *bucket;
+	size_t nbuckets;
+	uint64_t bucket_base;
+	unsigned bucket_shift;
 	size_t nsyms;
-	size_t *by_name; /* indices into syms, sorted by name */
+	size_t *by_name; /* indices into syms, sorted by name (on first use) */
 	unsigned char build_id[64];
 	size_t build_id_len;
 	const char *debuglink; /* .gnu_debuglink file name, or NULL */
@@ -51,8 +58,8 @@ int ma_elf_open(struct ma_elf *e, const char *path);
 int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what);
 void ma_elf_release(struct ma_elf *e);
 
-/* Symbol named exactly NAME (globals preferred), or NULL. */
-const struct ma_sym *ma_elf_sym_by_name(const struct ma_elf *e, const char *name);
+/* Symbol named exactly NAME (globals preferred), or NULL (also on OOM). */
+const struct ma_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name);
 /* Symbol whose [addr, addr+size) contains VADDR, or NULL. */
 const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr);
 /* File offset -> link-time vaddr through the PT_LOAD segments; 0 or -1. */

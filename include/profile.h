@@ -47,7 +47,7 @@ struct ma_profile {
 	size_t *chain_off; /* per stack: start in chain */
 	uint32_t *chain_len; /* per stack: frames kept (0 for empty stacks) */
 	struct ma_fstat *fs; /* per function of sym */
-	size_t nfs;
+	size_t nfs, cap_fs;
 	double total_bytes, total_objs; /* scaled */
 	uint64_t total_raw_bytes, total_raw_objs;
 	uint32_t *sites; /* functions with flat > 0, by flat descending */

@@ -24,7 +24,7 @@
 /*
  * Parse BUF (LEN bytes, need not be NUL-terminated).  On success fills ST
  * and T (T->bins is allocated; release with ma_bin_table_release; T NULL:
- * the headline only, bins not required) and returns 0; otherwise MA_E_FORMAT with a message naming what is missing,
+ * the headline only, and of it only stats.allocated required) and returns 0; otherwise MA_E_FORMAT with a message naming what is missing,
  * or MA_E_NOMEM.
  */
 int ma_stats_json_parse(const char *buf, size_t len, struct ma_je_stats *st,

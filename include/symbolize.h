@@ -38,7 +38,13 @@ struct ma_sym_opts {
 	const char *binary; /* replaces the dump's main executable, or NULL */
 	const struct ma_prefix_map *prefix_maps; /* applied to dump paths in order */
 	size_t nprefix_maps;
-	bool lines; /* file:line and inlined frames through libdw */
+	bool lines; /* file:line and inlined frames through libdw (implies per_pc) */
+	/*
+	 * One frame per return address (pprof locations, threads' offsets).
+	 * Without it a function's first frame stands for all its addresses:
+	 * reports by function are the same, in far less memory and time.
+	 */
+	bool per_pc;
 	/*
 	 * Opens the file behind MAP (for a live process: through its
 	 * /proc/PID/map_files, which works for deleted files and other mount
@@ -64,6 +70,7 @@ struct ma_func {
 	char *key; /* mangled symbol, or "file+0xADDR" */
 	char *name; /* demangled display name, NULL until asked for */
 	uint32_t obj; /* object of its first frame, or MA_NONE */
+	uint32_t frame; /* its first frame (the only one without per_pc) */
 	bool allocator; /* jemalloc's own code */
 };
 
@@ -76,6 +83,7 @@ struct ma_symobj {
 	bool tried, ok, has_debug;
 	bool lines_found, lines_missing; /* --lines: a frame in it had / lacked file:line */
 	struct ma_elf elf, debug; /* debug: separate debug file if found */
+	uint32_t *elf_funcs, *debug_funcs; /* per symbol of elf / debug: its function, or MA_NONE */
 	void *dwfl; /* Dwfl * for --lines */
 	void *dwmod; /* Dwfl_Module * */
 	uint64_t dwbias;

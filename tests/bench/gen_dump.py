@@ -3,13 +3,18 @@
 real ELF (its function symbols, as mapped at a fixed base), each stack led
 by 4 frames inside Debian's libjemalloc, as real dumps are.
 
-usage: gen_dump.py LIB OUT [NSTACKS] [DEPTH] [NFUNCS]"""
+usage: gen_dump.py LIB OUT [NSTACKS] [DEPTH] [NFUNCS] [distinct]
+
+With "distinct", every frame is a fresh return address inside its function
+(the worst case for a symbolizer that caches per address), not one fixed
+address per function."""
 import random, subprocess, sys
 
 lib, out = sys.argv[1], sys.argv[2]
 nstacks = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
 depth = int(sys.argv[4]) if len(sys.argv) > 4 else 30
 nfuncs = int(sys.argv[5]) if len(sys.argv) > 5 else 20000
+distinct = len(sys.argv) > 6 and sys.argv[6] == "distinct"
 JE = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 rnd = random.Random(42)
 
@@ -59,8 +64,12 @@ with open(out, "w") as o:
     for i in range(nstacks):
         # Callers skewed towards a small set (shared frames, as in real
         # programs); leaves spread over all functions.
-        frames = je_pcs + [pcs[min(int(rnd.paretovariate(1.2)) - 1, len(pcs) - 1) if k > 8
-                               else rnd.randrange(len(pcs))] for k in range(depth - 4)]
+        picks = [min(int(rnd.paretovariate(1.2)) - 1, len(pcs) - 1) if k > 8
+                 else rnd.randrange(len(pcs)) for k in range(depth - 4)]
+        if distinct:
+            frames = je_pcs + [LIB_BASE + fs[j][0] + rnd.randrange(1, fs[j][1]) for j in picks]
+        else:
+            frames = je_pcs + [pcs[j] for j in picks]
         objs = rnd.randint(1, 20)
         size = rnd.choice([16, 32, 48, 64, 128, 256, 1024, 4096, 65536, 1 << 20])
         o.write("@ " + " ".join("0x%x" % p for p in frames) + "\n")
