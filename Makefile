@@ -15,7 +15,7 @@ B := build
 DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
 	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
-	libc6-dbg chromium python3-pil strace
+	libc6-dbg chromium python3-pil strace valgrind
 
 ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
 ATTACH_SRC   := $(sort $(wildcard attach/*.c))

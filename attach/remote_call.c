@@ -1402,6 +1402,8 @@ static int map_scratch(struct ma_session *s, size_t data_size)
 	s->scratch = addr;
 	s->scratch_len = len;
 	s->mapped = true;
+	/* Every byte of the code page is defined: what no code fills traps. */
+	ma_arch_fill_trap(code, sizeof(code));
 	nb = ma_arch_build_batch(code);
 	s->batch_fn = addr + MA_MAP_HEADER;
 	s->append_cb = s->batch_fn + MA_BATCH_MAX_CODE;
