@@ -690,6 +690,25 @@ static bool stack_has_room(const struct ma_session *s)
 }
 
 /*
+ * Does the thread run on its own stack?  The unwinder sees only the stack
+ * the thread is on: a signal handler or coroutine that switched to a stack
+ * of its own (swapcontext, a fiber library) hides whatever it interrupted
+ * -- perhaps jemalloc, holding a lock.  The main thread's stack is
+ * [stack]; a pthread's is the mapping that also holds its thread
+ * descriptor, where the thread pointer points (glibc and musl alike).
+ */
+static bool on_own_stack(const struct ma_session *s, pid_t tid)
+{
+	const struct ma_mapping *sp = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs));
+
+	if (!sp)
+		return false;
+	if (tid == s->t->pid)
+		return sp->path && strcmp(sp->path, "[stack]") == 0;
+	return sp == ma_target_mapping_at(s->t, ma_arch_thread_pointer(&s->saved.regs));
+}
+
+/*
  * Stop TI's thread and examine it; 0 = seized and safe, else detached.
  * A thread stopped with a signal on its way in is let go with it at once:
  * a signal held across the whole session (SIGSTOP, say) could be
@@ -809,6 +828,11 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
 		goto unsafe;
+	if (!on_own_stack(s, ti->tid)) {
+		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
+			 "handler on another stack): what it interrupted cannot be seen");
+		goto unsafe;
+	}
 	if (!stack_has_room(s)) {
 		snprintf(why, whylen, "less than %lu KiB of its stack below the stack pointer",
 			 STACK_ROOM >> 10);

@@ -65,6 +65,7 @@ void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 			   const uint64_t *args, int nargs);
 
 uint64_t ma_arch_ip(const struct user_regs_struct *r);
+uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r);
 /* The thread pointer (x86-64: fs base): static TLS blocks are found from it. */
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r);
 /* The relocation the loader fills with a TLS block's offset from the thread pointer. */
