@@ -6,7 +6,7 @@
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -MMD -MP
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Iattach/cli -MMD -MP
 LDLIBS  += -lunwind-ptrace -lunwind-generic -lunwind -ldw -lelf -liberty -lz -lm
 
 B := build
@@ -17,12 +17,14 @@ DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
 	libc6-dbg chromium python3-pil strace valgrind
 
+# Three layers: the ptrace core (attach/), the commands (attach/cli/, the
+# only code that prints), the analysis core (analysis/, no process access).
 ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
-ATTACH_SRC   := $(sort $(wildcard attach/*.c))
+CORE_SRC     := $(sort $(wildcard attach/*.c))
+CLI_SRC      := $(sort $(wildcard attach/cli/*.c))
 ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
-ATTACH_OBJ   := $(ATTACH_SRC:%.c=$(B)/%.o)
-# The attach core without main.c and commands, for attach unit tests.
-CORE_OBJ     := $(filter-out $(B)/attach/main.o $(B)/attach/cmd_%.o $(B)/attach/cmdutil.o,$(ATTACH_OBJ))
+CORE_OBJ     := $(CORE_SRC:%.c=$(B)/%.o)
+CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
@@ -45,7 +47,7 @@ $(B)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/memattach: $(ATTACH_OBJ) $(ANALYSIS_OBJ)
+$(B)/memattach: $(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/unit/%: tests/unit/%.c $(CORE_OBJ) $(ANALYSIS_OBJ)
@@ -79,14 +81,14 @@ MANDIR  := $(PREFIX)/share/man/man1
 COMPDIR := $(PREFIX)/share/bash-completion/completions
 install: $(B)/memattach
 	install -D -m 755 $(B)/memattach $(DESTDIR)$(BINDIR)/memattach
-	install -D -m 644 attach/memattach.1 $(DESTDIR)$(MANDIR)/memattach.1
-	install -D -m 644 attach/memattach.bash $(DESTDIR)$(COMPDIR)/memattach
+	install -D -m 644 attach/cli/memattach.1 $(DESTDIR)$(MANDIR)/memattach.1
+	install -D -m 644 attach/cli/memattach.bash $(DESTDIR)$(COMPDIR)/memattach
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/memattach $(DESTDIR)$(MANDIR)/memattach.1 \
 	  $(DESTDIR)$(COMPDIR)/memattach
 
--include $(ANALYSIS_OBJ:.o=.d) $(ATTACH_OBJ:.o=.d)
+-include $(ANALYSIS_OBJ:.o=.d) $(CORE_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # libFuzzer target for the heap dump parser (needs clang):
 #   make fuzz && build/fuzz/heapprof -max_total_time=600 build/fuzz/corpus fixtures/dumps

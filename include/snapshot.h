@@ -6,7 +6,7 @@
  * keys below (unknown keys and values are skipped, so later format
  * additions do not break it); the bins come from stats.json through
  * stats_json.h, which gives the same table as bins.json.  Only
- * computation here: printing is the command's (attach/cmd_diff.c).
+ * computation here: printing is the command's (attach/cli/cmd_diff.c).
  */
 #ifndef MA_SNAPSHOT_H
 #define MA_SNAPSHOT_H

@@ -11,7 +11,7 @@
 #include "emit.h"
 #include "format.h"
 #include "jectl.h"
-#include "livecmd.h"
+#include "bins_report.h"
 #include "ma_error.h"
 #include "safepoint.h"
 #include "stats_json.h"
@@ -34,59 +34,6 @@ static const char usage_text[] =
 	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID       borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
-
-int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr)
-{
-	struct ma_thread_info *ti = NULL;
-	size_t n = 0;
-	int rc;
-
-	memset(fr, 0, sizeof(*fr));
-	fr->done = true;
-	if ((rc = ma_list_threads(t->pid, &ti, &n)))
-		return rc;
-	for (size_t i = 0; i < n && !ma_interrupted; i++) {
-		struct ma_session_opts o = { .tid = ti[i].tid, .deadline_ms = deadline_ms };
-		struct ma_session s;
-		bool enabled = false;
-
-		fr->threads++;
-		/* A thread busy in jemalloc now is skipped, never waited on long. */
-		if ((rc = ma_session_open(&s, t, &o))) {
-			if (rc == MA_E_EXITED || rc == MA_E_NOPROC) {
-				fr->threads--;
-			} else if (rc == MA_E_NOSTATE) {
-				fr->no_tcache++; /* never allocated: nothing to flush, nothing created */
-			} else {
-				if (!fr->skipped)
-					snprintf(fr->first_skipped, sizeof(fr->first_skipped),
-						 "thread %d: %s", ti[i].tid, ma_errmsg());
-				fr->skipped++;
-			}
-			ma_err_clear();
-			continue;
-		}
-		rc = ma_mallctl_read(&s, "thread.tcache.enabled", &enabled, sizeof(enabled));
-		if (!rc && enabled)
-			rc = ma_mallctl_write(&s, "thread.tcache.flush", NULL, 0);
-		if (rc) {
-			if (!fr->skipped)
-				snprintf(fr->first_skipped, sizeof(fr->first_skipped), "thread %d: %s",
-					 ti[i].tid, ma_errmsg());
-			fr->skipped++;
-		} else if (enabled) {
-			fr->flushed++;
-		} else {
-			fr->no_tcache++;
-		}
-		ma_err_clear();
-		if (ma_session_close(&s))
-			ma_err_clear();
-	}
-	free(ti);
-	ma_unwind_release();
-	return 0;
-}
 
 void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
 		       const struct ma_flush_result *fr)

@@ -17,9 +17,9 @@
 #include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
-#include "headline_out.h"
+#include "headline_table.h"
 #include "jectl.h"
-#include "livecmd.h"
+#include "bins_report.h"
 #include "ma_error.h"
 #include "safepoint.h"
 

@@ -1,5 +1,5 @@
 /*
- * headline_out.h - how stats, purge, snapshot and watch show the
+ * headline_table.h - how stats, purge, snapshot and watch show the
  * decomposition of resident memory (struct ma_headline, jestats.h).
  */
 #ifndef MA_HEADLINE_OUT_H

@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
-#include "headline_out.h"
+#include "headline_table.h"
 #include "capture.h"
 #include "openmetrics.h"
 #include "jectl.h"

@@ -1,7 +1,7 @@
 /*
  * profcmd.h - what the heap-profile commands (aggregate, stacks, diff)
  * share: their common options and loading a dump into a profile.
- * Implemented in attach/cmd_profcommon.c; only used by cmd_* code.
+ * Implemented in attach/cli/cmd_profcommon.c; only used by cmd_* code.
  */
 #ifndef MA_PROFCMD_H
 #define MA_PROFCMD_H

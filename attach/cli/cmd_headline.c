@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "format.h"
-#include "headline_out.h"
+#include "headline_table.h"
 
 void ma_headline_json(struct ma_json *j, const struct ma_headline *h)
 {

@@ -10,6 +10,23 @@
 #include "ma_error.h"
 #include "safepoint.h"
 
+int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "memattach %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return exit_code;
+}
+
+int ma_is_help(const char *arg)
+{
+	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
 bool ma_parse_long(const char *arg, long *out)
 {
 	char *end;

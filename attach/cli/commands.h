@@ -1,5 +1,5 @@
 /*
- * commands.h - one entry point per subcommand (attach/cmd_<name>.c).
+ * commands.h - one entry point per subcommand (attach/cli/cmd_<name>.c).
  *
  * Each receives argv with argv[0] = the subcommand name and returns the
  * process exit status: 0 success, 1 the operation failed, 2 usage error.

@@ -32,23 +32,6 @@ static const struct command commands[] = {
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "memattach %s: ", cmd);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return exit_code;
-}
-
-int ma_is_help(const char *arg)
-{
-	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: memattach COMMAND [ARGS...]\n\n"
