@@ -681,6 +681,15 @@ static void release_untouched(struct ma_session *s, int sig)
 }
 
 /* Is there room on the thread's stack for the state area and a signal frame below? */
+/* Is the whole stack mapping smaller than the room a call needs? */
+static bool stack_too_small(const struct ma_session *s)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
+
+	return m && m->end - m->start <= need;
+}
+
 static bool stack_has_room(const struct ma_session *s)
 {
 	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
@@ -836,6 +845,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if (!stack_has_room(s)) {
 		snprintf(why, whylen, "less than %lu KiB of its stack below the stack pointer",
 			 STACK_ROOM >> 10);
+		/* A stack smaller than that in all never has the room: no waiting. */
+		s->hopeless = stack_too_small(s);
 		goto unsafe;
 	}
 	/* A call would create allocator state in a thread that has none. */

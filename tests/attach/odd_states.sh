@@ -7,7 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib.sh"
-plan 24
+plan 26
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.
@@ -99,6 +99,15 @@ at_once "stats --tid of a background thread answers at once" 1 \
 check "... without --tid another thread is borrowed" \
 	test $? -eq 0 -a "$(cat /proc/"$FIX_PID"/task/"$(json_get "$TMP/bg.json" thread)"/comm)" != jemalloc_bg_thd
 verdict_ok "background threads"
+fix_quit "$FIX_PID" "$FIX_FD"
+
+# --- --tid of a thread whose whole stack is smaller than a call needs ---
+fix_start manythreads -t 1 -k || { fail "manythreads -k: start"; exit 1; }
+small=$(tid_named "$FIX_PID" small)
+at_once "stats --tid of a thread with a 16 KiB stack answers at once" 1 \
+	"thread $small \(small\) cannot be borrowed: less than 16 KiB of its stack" \
+	"$MA" stats "$FIX_PID" --tid "$small" --timeout 600000
+verdict_ok "small stack"
 fix_quit "$FIX_PID" "$FIX_FD"
 
 # --- a non-dumpable process, as its own (non-root) user ---
