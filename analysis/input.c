@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,34 +42,61 @@ static const char *kind_of(mode_t m)
 	return "not a regular file";
 }
 
-/* A pipe or FIFO: read it, at most MAX bytes. */
+/*
+ * A pipe or FIFO: read it into memory, at most MAX bytes (and never more
+ * than MA_MAX_PIPE: a stream costs memory a mapped file does not), giving
+ * up when the writer sends nothing for MA_PIPE_STALL_S seconds.
+ */
 static int read_stream(struct ma_input *in, int fd, const char *path, const char *what,
 		       uint64_t max)
 {
 	size_t cap = 0, len = 0;
 	char *buf = NULL, sz[32];
+	const char *t = getenv("MEMATTACH_TEST_PIPE_STALL_S"); /* tests: a shorter wait */
+	int stall_s = t && atoi(t) > 0 ? atoi(t) : MA_PIPE_STALL_S;
 
+	if (max > MA_MAX_PIPE)
+		max = MA_MAX_PIPE;
 	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		ssize_t n;
+		int pr;
 
 		if (len == cap) {
+			size_t ncap = cap ? cap * 2 : 1 << 16;
 			char *nb;
 
-			if (cap > max) {
+			if (len > max) {
 				free(buf);
-				return ma_fail(MA_E_FORMAT, "'%s' goes on past %s, more than any %s",
+				return ma_fail(MA_E_FORMAT, "'%s' goes on past %s, more than memattach "
+							    "reads from a pipe as a %s (save it to a "
+							    "file)",
 					       path, ma_fmt_bytes(sz, sizeof(sz), max), what);
 			}
-			nb = realloc(buf, cap = cap ? cap * 2 : 1 << 16);
-			if (!nb) {
+			if (ncap > max + 1)
+				ncap = max + 1; /* one byte more tells "too long" */
+			if (!(nb = realloc(buf, ncap))) {
 				free(buf);
 				return ma_fail(MA_E_NOMEM, "out of memory reading '%s'", path);
 			}
 			buf = nb;
+			cap = ncap;
 		}
+		/* Non-blocking reads: a FIFO without a writer reads 0 (the end)
+		 * at once; a writer that is there but silent is waited for. */
 		n = read(fd, buf + len, cap - len);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno == EAGAIN) {
+			pr = poll(&pfd, 1, stall_s * 1000);
+			if (pr == 0) {
+				free(buf);
+				return ma_fail(MA_E_IO, "'%s': its writer sent nothing for %d s; "
+							"giving up (save the %s to a file)",
+					       path, stall_s, what);
+			}
+			continue;
+		}
 		if (n < 0) {
 			int e = errno;
 
@@ -81,8 +109,9 @@ static int read_stream(struct ma_input *in, int fd, const char *path, const char
 	}
 	if (len > max) {
 		free(buf);
-		return ma_fail(MA_E_FORMAT, "'%s' goes on past %s, more than any %s", path,
-			       ma_fmt_bytes(sz, sizeof(sz), max), what);
+		return ma_fail(MA_E_FORMAT, "'%s' goes on past %s, more than memattach reads from a "
+					    "pipe as a %s (save it to a file)",
+			       path, ma_fmt_bytes(sz, sizeof(sz), max), what);
 	}
 	in->data = buf ? buf : empty;
 	in->len = len;
@@ -105,8 +134,6 @@ int ma_input_load(struct ma_input *in, const char *path, const char *what, uint6
 	if (fstat(fd, &st) != 0) {
 		rc = ma_fail(MA_E_IO, "cannot read '%s': %s", path, strerror(errno));
 	} else if (S_ISFIFO(st.st_mode)) {
-		/* Blocking reads from here: a writer that is there is waited for. */
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 		in->mapped = false;
 		rc = read_stream(in, fd, path, what, max);
 		if (!rc && in->len == 0)

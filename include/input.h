@@ -3,8 +3,9 @@
  * snapshot manifest), bounded against hostile inputs.
  *
  * Regular files are size-checked before anything is read, then mapped.
- * Pipes and FIFOs are read up to the same bound (a FIFO without a writer
- * reads as empty: the open never blocks).  Directories, devices (/dev/zero)
+ * Pipes and FIFOs are read into memory up to the same bound and at most
+ * MA_MAX_PIPE, and given up on when the writer stalls for MA_PIPE_STALL_S
+ * (a FIFO without a writer reads as empty: the open never blocks).  Directories, devices (/dev/zero)
  * and sockets are refused, saying what they are.
  */
 #ifndef MA_INPUT_H
@@ -30,7 +31,12 @@ void ma_input_release(struct ma_input *in);
 
 /* Bounds for the inputs memattach reads: far above any real one. */
 #define MA_MAX_HEAP_DUMP (16ULL << 30)
-#define MA_MAX_STATS_JSON (1ULL << 30)
+#define MA_MAX_STATS_JSON (256ULL << 20)
 #define MA_MAX_MANIFEST (16ULL << 20)
+/* A pipe is read into memory: at most this much, of any kind of input. */
+#define MA_MAX_PIPE (1ULL << 30)
+/* A pipe whose writer sends nothing for this long is given up on
+ * (MEMATTACH_TEST_PIPE_STALL_S=S overrides it, for the tests). */
+#define MA_PIPE_STALL_S 60
 
 #endif
