@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -699,6 +700,31 @@ static bool stack_has_room(const struct ma_session *s)
 }
 
 /*
+ * Is the thread the parent of a vfork (vfork, or clone/clone3 with
+ * CLONE_VFORK, as posix_spawn does)?  It cannot stop until the child execs
+ * or exits, which may be never.
+ */
+static bool in_vfork(pid_t tid, const struct ma_thread_info *ti)
+{
+	uint64_t flags = 0;
+
+	switch (ti->syscall) {
+	case SYS_vfork:
+		return true;
+	case SYS_clone:
+		return (ti->arg0 & CLONE_VFORK) != 0;
+	case SYS_clone3: /* the flags are the first field of its struct clone_args */
+		if (ma_mem_read(tid, ti->arg0, &flags, sizeof(flags)) != 0) {
+			ma_err_clear();
+			return false;
+		}
+		return (flags & CLONE_VFORK) != 0;
+	default:
+		return false;
+	}
+}
+
+/*
  * Does the thread run on its own stack?  The unwinder sees only the stack
  * the thread is on: a signal handler or coroutine that switched to a stack
  * of its own (swapcontext, a fiber library) hides whatever it interrupted
@@ -740,6 +766,12 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = true;
 		return MA_E_NOSAFE;
 	}
+	if (in_vfork(ti->tid, ti)) {
+		snprintf(why, whylen, "waits for its vfork() child to exec or exit, and cannot be "
+			 "stopped until then");
+		s->hopeless = true;
+		return MA_E_NOSAFE;
+	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -752,6 +784,11 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 * Another memattach run that is ending (it lets go of a
 			 * thread that was slow to stop, or exits): try again.
 			 */
+			if (st.tracer == getpid()) {
+				snprintf(why, whylen, "did not stop yet when this run tried it before "
+					 "(an uninterruptible wait)");
+				return MA_E_NOSAFE;
+			}
 			if (st.tracer && (ma_is_memattach(st.tracer) ||
 					  strcmp(ma_comm_of(st.tracer), "?") == 0)) {
 				snprintf(why, whylen, "still traced by memattach pid %d, which is "
@@ -1075,9 +1112,10 @@ static bool leftover_in_use(const struct ma_session *s, const struct ma_stub_hea
  * its header, or still all zero (the run died between its mmap and
  * writing the header)?
  */
-static bool leftover_mapping(const struct ma_session *s, const struct ma_map_record *r)
+static bool leftover_mapping(const struct ma_session *s, const struct ma_target *now,
+			     const struct ma_map_record *r)
 {
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, r->addr);
+	const struct ma_mapping *m = ma_target_mapping_at(now, r->addr);
 	uint64_t hdr[2];
 
 	/*
@@ -1095,19 +1133,31 @@ static bool leftover_mapping(const struct ma_session *s, const struct ma_map_rec
 	return hdr[0] == MA_MAGIC_MAP && hdr[1] == r->session;
 }
 
-/* Take over the still-mapped records of a killed run's header H. */
+/*
+ * Take over the still-mapped records of a killed run's header H.  Judged
+ * against the mappings as they are now: the run may have been killed after
+ * this one read them (it waited for the run lock meanwhile), and a record
+ * dropped here is a mapping left in the target for good.
+ */
 static void inherit_records(struct ma_session *s, const struct ma_stub_header *h)
 {
+	struct ma_target now;
+
+	if (ma_target_maps_now(s->t, &now) != 0) {
+		ma_err_clear();
+		return;
+	}
 	for (size_t i = 0; i < MA_MAX_MAP_RECORDS; i++) {
 		bool dup = false;
 
-		if (!leftover_mapping(s, &h->map[i]))
+		if (!leftover_mapping(s, &now, &h->map[i]))
 			continue;
 		for (size_t j = 0; j < s->ninherited; j++)
 			dup |= s->inherited[j].addr == h->map[i].addr;
 		if (!dup && s->ninherited < MA_MAX_MAP_RECORDS - 2)
 			s->inherited[s->ninherited++] = h->map[i];
 	}
+	ma_target_release(&now);
 }
 
 /*

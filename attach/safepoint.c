@@ -379,6 +379,7 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2], &a[3],
 				       &a[4], &a[5]);
 				ti->timed_wait = is_timed_wait(ti->syscall, a);
+				ti->arg0 = a[0];
 			}
 		}
 		fclose(f);

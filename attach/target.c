@@ -176,6 +176,18 @@ static bool dumpable_for_us(pid_t pid)
 	return stat(path, &maps) != 0 || maps.st_uid == geteuid();
 }
 
+int ma_target_maps_now(const struct ma_target *t, struct ma_target *now)
+{
+	int rc;
+
+	memset(now, 0, sizeof(*now));
+	now->pid = t->pid;
+	now->proc_pid = t->proc_pid;
+	if ((rc = read_maps(now)))
+		ma_target_release(now);
+	return rc;
+}
+
 int ma_target_open(struct ma_target *t, pid_t pid)
 {
 	struct ma_proc_status st;

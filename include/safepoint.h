@@ -33,6 +33,7 @@ struct ma_thread_info {
 	char state; /* from /proc */
 	long syscall; /* syscall number blocked in, -1 none, -2 running/unknown */
 	bool timed_wait; /* that syscall waits with a timeout */
+	uint64_t arg0; /* its first argument */
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
 };

@@ -98,6 +98,11 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
 int ma_process_status(pid_t pid, struct ma_proc_status *st);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
+/*
+ * The mappings of T's process as they are now, into NOW (release with
+ * ma_target_release): T's own list is from when it was opened.
+ */
+int ma_target_maps_now(const struct ma_target *t, struct ma_target *now);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
 int ma_target_find_jemalloc(struct ma_target *t);
 /*

@@ -7,7 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib.sh"
-plan 26
+plan 28
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.
@@ -101,13 +101,20 @@ check "... without --tid another thread is borrowed" \
 verdict_ok "background threads"
 fix_quit "$FIX_PID" "$FIX_FD"
 
-# --- --tid of a thread whose whole stack is smaller than a call needs ---
-fix_start manythreads -t 1 -k || { fail "manythreads -k: start"; exit 1; }
-small=$(tid_named "$FIX_PID" small)
+# --- --tid of a thread whose whole stack is smaller than a call needs, and
+# of a thread whose vfork() child has not exec'd or exited ---
+fix_start manythreads -t 1 -k -v || { fail "manythreads -k -v: start"; exit 1; }
+small=$(tid_named "$FIX_PID" small) vfk=$(tid_named "$FIX_PID" vforker)
 at_once "stats --tid of a thread with a 16 KiB stack answers at once" 1 \
 	"thread $small \(small\) cannot be borrowed: less than 16 KiB of its stack" \
 	"$MA" stats "$FIX_PID" --tid "$small" --timeout 600000
-verdict_ok "small stack"
+at_once "stats --tid of a thread in vfork() answers at once" 1 \
+	"thread $vfk \(vforker\) cannot be borrowed: waits for its vfork\(\) child" \
+	"$MA" stats "$FIX_PID" --tid "$vfk" --timeout 600000
+"$MA" threads "$FIX_PID" >"$TMP/v.txt" 2>&1
+check "threads: the vfork parent is reported, not stopped" \
+	grep -q "^thread $vfk \"vforker\".*UNSAFE (waits for its vfork() child" "$TMP/v.txt"
+verdict_ok "small stack, vfork"
 fix_quit "$FIX_PID" "$FIX_FD"
 
 # --- a non-dumpable process, as its own (non-root) user ---
