@@ -223,12 +223,15 @@ int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
 	dedup(e);
 	fill_sizes(e);
 	e->addrs = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
-	if (!e->addrs) {
+	e->ends = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
+	if (!e->addrs || !e->ends) {
 		ma_elf_release(e);
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	}
-	for (size_t i = 0; i < e->nsyms; i++)
+	for (size_t i = 0; i < e->nsyms; i++) {
 		e->addrs[i] = e->syms[i].addr;
+		e->ends[i] = e->syms[i].addr + e->syms[i].size;
+	}
 	build_buckets(e);
 	return 0;
 }
@@ -301,6 +304,7 @@ void ma_elf_release(struct ma_elf *e)
 	free(e->syms);
 	free(e->by_name);
 	free(e->addrs);
+	free(e->ends);
 	free(e->bucket);
 	free(e->segs);
 	memset(e, 0, sizeof(*e));
@@ -351,14 +355,12 @@ const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
 	if (lo == 0)
 		return NULL;
 	lo--;
-	while (lo > 0 && e->syms[lo - 1].addr == e->syms[lo].addr)
+	while (lo > 0 && e->addrs[lo - 1] == e->addrs[lo])
 		lo--;
 	/* A small symbol may be nested after a larger one that covers vaddr. */
 	for (size_t i = lo + 1; i-- > 0;) {
-		const struct ma_sym *s = &e->syms[i];
-
-		if (vaddr >= s->addr && vaddr < s->addr + s->size)
-			return s;
+		if (vaddr >= e->addrs[i] && vaddr < e->ends[i])
+			return &e->syms[i];
 		if (i + 64 < lo)
 			break;
 	}

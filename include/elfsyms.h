@@ -39,6 +39,7 @@ struct ma_elf {
 	size_t nsegs;
 	struct ma_sym *syms; /* sorted by addr */
 	uint64_t *addrs; /* syms[i].addr, packed: the address search stays in cache */
+	uint64_t *ends; /* syms[i].addr + syms[i].size, packed likewise */
 	/* bucket b = (vaddr - bucket_base) >> bucket_shift: the first symbol
 	 * at or after the bucket's start; lookups search only their bucket */
 	uint32_t *bucket;
