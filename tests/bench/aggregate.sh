@@ -41,7 +41,8 @@ run_case() {
 		/usr/bin/time -f "%e %M" -o "$OUT/jeprof.time" timeout "${JEPROF_TIMEOUT:-1800}" \
 			jeprof --text --inuse_space "$LIB" "$dump" >"$OUT/jeprof.txt" 2>/dev/null
 		rc=$?
-		read -r jt jrss <"$OUT/jeprof.time" 2>/dev/null
+		# the last line: time prints "Command exited with ..." first when killed
+		read -r jt jrss < <(tail -1 "$OUT/jeprof.time" 2>/dev/null)
 		[ "$rc" = 124 ] && jt=">${JEPROF_TIMEOUT:-1800}"
 	fi
 	printf '%-34s %10s %12s\n' "" "wall (s)" "peak RSS"
