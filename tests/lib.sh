@@ -32,6 +32,14 @@ check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 # exit_and_says RC WANT PATTERN FILE: RC is WANT and FILE matches PATTERN
 # (one command for check, so that both halves are judged).
 exit_and_says() { [ "$1" = "$2" ] && grep -qE -- "$3" "$4"; }
+tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
+	local t c
+	for t in /proc/"$1"/task/*; do
+		read -r c 2>/dev/null <"$t/comm" || continue
+		[ "$c" = "$2" ] && { echo "${t##*/}"; return 0; }
+	done
+	return 1
+}
 # Register a background pid to be killed at exit.
 track() { _children+=("$1"); }
 

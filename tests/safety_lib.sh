@@ -25,15 +25,6 @@ need_fixtures() {
 	[ -x "$MA" ] || { fail "$(basename "$0"): $MA missing (make all)"; exit 1; }
 }
 
-tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
-	local t c
-	for t in /proc/"$1"/task/*; do
-		read -r c 2>/dev/null <"$t/comm" || continue
-		[ "$c" = "$2" ] && { echo "${t##*/}"; return 0; }
-	done
-	return 1
-}
-
 # vfield LINE KEY: the value of KEY=value in a verdict line.
 vfield() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<"$1" | head -1; }
 alive() { kill -0 "$1" 2>/dev/null; }

@@ -7,11 +7,6 @@
 plan 7
 CYCLES=${CYCLES:-20}
 
-tid_of() {
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 
 fault_cycles() { # fault_cycles PID TID: how many runs failed with a contained fault
 	local n=0

@@ -8,16 +8,11 @@
 plan 9
 RUNS=${RUNS:-60}
 
-tid_named() { # tid_named PID NAME
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 
 # --- a coroutine and an alternate signal stack, both idle (first in line otherwise) ---
 fix_start manythreads -t 2 -c -a || { fail "manythreads -c -a: start"; exit 1; }
 pid=$FIX_PID
-coro=$(tid_named "$pid" coro) alt=$(tid_named "$pid" altstack)
+coro=$(tid_of "$pid" coro) alt=$(tid_of "$pid" altstack)
 "$MA" threads "$pid" >"$TMP/t.txt" 2>&1
 check "coroutine thread: UNSAFE, not on its own stack" \
 	grep -q "^thread $coro \"coro\".*UNSAFE (runs on a stack that is not its own" "$TMP/t.txt"

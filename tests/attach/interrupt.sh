@@ -8,7 +8,7 @@ CYCLES=${CYCLES:-40}
 
 fix_start regs -i 2000000 || { fail "regs: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
-tid=$(for t in /proc/"$pid"/task/*; do [ "$(cat "$t/comm")" = regs_0 ] && basename "$t"; done)
+tid=$(tid_of "$pid" regs_0)
 bad=0 traced=0
 for i in $(seq "$CYCLES"); do
 	sig=INT; [ $((i % 2)) -eq 0 ] && sig=TERM

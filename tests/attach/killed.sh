@@ -7,11 +7,6 @@
 plan 15
 CYCLES=${CYCLES:-20}
 
-tid_of() {
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 
 kill_cycles() { # kill_cycles PID TID WHERE: CYCLES runs that die at WHERE
 	local n=0 env=(MEMATTACH_TEST_KILL_AT="$3")

@@ -20,11 +20,6 @@ at_once() {
 		fail "$name: exit $rc (want $want; 124 = waited), stderr: $(head -c 300 "$TMP/err")"
 	fi
 }
-tid_named() { # tid_named PID NAME: the first thread called NAME
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 verdict_ok() { # verdict_ok NAME: the current fixture's own verdict
 	check "$1: the target's verdict is ok" grep -q '^VERDICT ok' \
 		<(fix_cmd "$FIX_PID" "$FIX_FD" "$FIX_OUT" verdict)
@@ -44,7 +39,7 @@ verdict_ok "stopped process"
 
 # --- one thread traced by strace ---
 if command -v strace >/dev/null; then
-	w=$(tid_named "$FIX_PID" worker_1)
+	w=$(tid_of "$FIX_PID" worker_1)
 	strace -o /dev/null -p "$w" 2>/dev/null & tracer=$!; track $tracer
 	for _ in $(seq 50); do grep -q "TracerPid:[[:space:]]*$tracer" /proc/"$FIX_PID"/task/"$w"/status && break; sleep 0.1; done
 	"$MA" threads "$FIX_PID" >"$TMP/th.txt" 2>&1
@@ -90,7 +85,7 @@ fix_quit "$FIX_PID" "$FIX_FD"
 
 # --- --tid of a jemalloc background thread ---
 MALLOC_CONF=background_thread:true fix_start daemon -t 2 || { fail "daemon bg: start"; exit 1; }
-for _ in $(seq 50); do bg=$(tid_named "$FIX_PID" jemalloc_bg_thd); [ -n "$bg" ] && break; sleep 0.1; done
+for _ in $(seq 50); do bg=$(tid_of "$FIX_PID" jemalloc_bg_thd); [ -n "$bg" ] && break; sleep 0.1; done
 check "background_thread:true started a jemalloc_bg_thd ($bg)" test -n "$bg"
 at_once "stats --tid of a background thread answers at once" 1 \
 	"thread $bg is one of jemalloc's background threads: .* never borrowed" \
@@ -104,7 +99,7 @@ fix_quit "$FIX_PID" "$FIX_FD"
 # --- --tid of a thread whose whole stack is smaller than a call needs, and
 # of a thread whose vfork() child has not exec'd or exited ---
 fix_start manythreads -t 1 -k -v || { fail "manythreads -k -v: start"; exit 1; }
-small=$(tid_named "$FIX_PID" small) vfk=$(tid_named "$FIX_PID" vforker)
+small=$(tid_of "$FIX_PID" small) vfk=$(tid_of "$FIX_PID" vforker)
 at_once "stats --tid of a thread with a 16 KiB stack answers at once" 1 \
 	"thread $small \(small\) cannot be borrowed: less than 16 KiB of its stack" \
 	"$MA" stats "$FIX_PID" --tid "$small" --timeout 600000

@@ -7,11 +7,6 @@
 plan 5
 CYCLES=${CYCLES:-200}
 
-tid_of() {
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 
 fix_start regs -i 2000000 || { fail "regs: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT

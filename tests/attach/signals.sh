@@ -16,7 +16,7 @@ for mode in restart no-restart; do
 args=(); [ "$mode" = no-restart ] && args=(-n)
 fix_start sigs "${args[@]}" || { fail "sigs ($mode): start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
-tid=$(for t in /proc/"$pid"/task/*; do [ "$(cat "$t/comm")" = sig_rx ] && basename "$t"; done)
+tid=$(tid_of "$pid" sig_rx)
 ok=0 held=0
 for _ in $(seq "$CYCLES"); do
 	if "$MA" stats "$pid" --tid "$tid" --json >"$TMP/s.json" 2>>"$TMP/err"; then

@@ -6,11 +6,6 @@
 plan 18
 CYCLES=${CYCLES:-200}
 
-tid_of() { # tid_of PID NAME
-	for t in /proc/"$1"/task/*; do
-		[ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { basename "$t"; return; }
-	done
-}
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
