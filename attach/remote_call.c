@@ -682,20 +682,16 @@ static void release_untouched(struct ma_session *s, int sig)
 }
 
 /* Is there room on the thread's stack for the state area and a signal frame below? */
-/* Is the whole stack mapping smaller than the room a call needs? */
-static bool stack_too_small(const struct ma_session *s)
+/*
+ * Is there room for a call below the stack pointer?  When not, *NEVER says
+ * whether the whole stack mapping is smaller than that (waiting cannot help).
+ */
+static bool stack_has_room(const struct ma_session *s, bool *never)
 {
 	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
 	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
 
-	return m && m->end - m->start <= need;
-}
-
-static bool stack_has_room(const struct ma_session *s)
-{
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
-	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
-
+	*never = m && m->end - m->start <= need;
 	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && s->saved.regs.rsp - m->start > need;
 }
 
@@ -879,11 +875,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 "handler on another stack): what it interrupted cannot be seen");
 		goto unsafe;
 	}
-	if (!stack_has_room(s)) {
+	if (!stack_has_room(s, &s->hopeless)) {
 		snprintf(why, whylen, "less than %lu KiB of its stack below the stack pointer",
 			 STACK_ROOM >> 10);
-		/* A stack smaller than that in all never has the room: no waiting. */
-		s->hopeless = stack_too_small(s);
 		goto unsafe;
 	}
 	/* A call would create allocator state in a thread that has none. */

@@ -623,21 +623,25 @@ static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 	return 0;
 }
 
-int ma_thread_has_je_state(const struct ma_target *t, pid_t tid, uint64_t tp)
+int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 {
-	const struct ma_jemalloc *je = &t->je;
+	struct ma_jemalloc *je = &t->je;
 	unsigned char *now;
-	int64_t tpoff;
 	int same;
 
 	if (!je->tls_slot)
 		return -1;
 	/* The thread's memory is the process's: read it through the thread. */
-	if (ma_mem_read(tid, je->tls_slot, &tpoff, sizeof(tpoff)) != 0 || !(now = malloc(je->tls_len))) {
-		ma_err_clear();
-		return -1;
+	if (!je->have_tpoff) {
+		if (ma_mem_read(tid, je->tls_slot, &je->tls_tpoff, sizeof(je->tls_tpoff)) != 0) {
+			ma_err_clear();
+			return -1;
+		}
+		je->have_tpoff = true;
 	}
-	if (ma_mem_read(tid, tp + (uint64_t)tpoff, now, je->tls_len) != 0) {
+	if (!(now = malloc(je->tls_len)))
+		return -1;
+	if (ma_mem_read(tid, tp + (uint64_t)je->tls_tpoff, now, je->tls_len) != 0) {
 		ma_err_clear();
 		free(now);
 		return -1;

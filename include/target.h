@@ -45,6 +45,8 @@ struct ma_jemalloc {
 	 * jemalloc, and has no allocator state for a call to create.
 	 */
 	uint64_t tls_slot; /* runtime address of its TP-offset slot, or 0: cannot tell */
+	int64_t tls_tpoff; /* the slot's value, once read (the same for every thread) */
+	bool have_tpoff;
 	unsigned char *tls_image; /* the initial image */
 	size_t tls_len;
 	uint64_t code_addr[MA_CODE_CHECKS]; /* mallctl & co., 0 if not checked */
@@ -110,7 +112,7 @@ int ma_target_find_jemalloc(struct ma_target *t);
  * jemalloc?  1 yes, 0 no (its jemalloc TLS is still the initial image), -1
  * cannot tell (jemalloc linked statically, or unreadable): count as yes.
  */
-int ma_thread_has_je_state(const struct ma_target *t, pid_t tid, uint64_t tp);
+int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp);
 
 /* A process found by ma_jemalloc_processes. */
 struct ma_je_process {

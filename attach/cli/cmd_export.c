@@ -75,11 +75,6 @@ static uint64_t *failures_of(struct exporter *e, pid_t pid)
 	return &e->fail_n[e->nfail++];
 }
 
-static bool name_matches(void *ctx, const char *comm)
-{
-	return regexec(ctx, comm, 0, NULL, 0) == 0;
-}
-
 /* The targets of this scrape: --pid as given, or --match resolved now. */
 static size_t resolve(struct exporter *e, pid_t *out)
 {
@@ -90,7 +85,7 @@ static size_t resolve(struct exporter *e, pid_t *out)
 		memcpy(out, e->pids, e->npids * sizeof(pid_t));
 		return e->npids;
 	}
-	n = ma_jemalloc_processes(name_matches, &e->re, found, MAX_TARGETS);
+	n = ma_jemalloc_processes(ma_comm_matches, &e->re, found, MAX_TARGETS);
 	for (size_t i = 0; i < n; i++)
 		out[i] = found[i].pid;
 	return n;

@@ -30,11 +30,6 @@ static const char usage_text[] =
 
 #define MAX_PROCESSES 4096
 
-static bool name_matches(void *ctx, const char *comm)
-{
-	return regexec(ctx, comm, 0, NULL, 0) == 0;
-}
-
 static void print_json(const struct ma_je_process *p, size_t n)
 {
 	struct ma_json j;
@@ -99,7 +94,7 @@ int cmd_ps(int argc, char **argv)
 			regfree(&re);
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "out of memory");
 	}
-	n = ma_jemalloc_processes(pattern ? name_matches : NULL, pattern ? &re : NULL, found,
+	n = ma_jemalloc_processes(pattern ? ma_comm_matches : NULL, pattern ? &re : NULL, found,
 				  MAX_PROCESSES);
 	if (json)
 		print_json(found, n);

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
@@ -25,6 +26,11 @@ int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 int ma_is_help(const char *arg)
 {
 	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+bool ma_comm_matches(void *re, const char *comm)
+{
+	return regexec(re, comm, 0, NULL, 0) == 0;
 }
 
 bool ma_parse_long(const char *arg, long *out)

@@ -16,6 +16,9 @@ bool ma_parse_pid(const char *arg, pid_t *pid);
 /* Parse a non-negative integer option value; false if malformed. */
 bool ma_parse_long(const char *arg, long *out);
 
+/* Does the process name COMM match RE (a compiled regex_t)?  For ma_jemalloc_processes. */
+bool ma_comm_matches(void *re, const char *comm);
+
 /* A usage error: one line on stderr pointing at --help; returns exit 2. */
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
