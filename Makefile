@@ -23,7 +23,7 @@ ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
 CORE_SRC     := $(sort $(wildcard attach/*.c))
 CLI_SRC      := $(sort $(wildcard attach/cli/*.c))
 ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
-CORE_OBJ     := $(CORE_SRC:%.c=$(B)/%.o)
+CORE_OBJ     := $(CORE_SRC:%.c=$(B)/%.o) $(B)/agent/agent_blob.o
 CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
@@ -46,6 +46,26 @@ deps:
 $(B)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The frag agent (attach/agent/): a small shared object dlopen'ed inside the
+# target, embedded in memattach as a byte array, with the offsets of its
+# entry points as a generated header.  It needs nothing but libc and
+# libgcc_s (which Debian's libjemalloc already links) and never calls malloc.
+AGENT_SO := $(B)/agent/memattach-agent.so
+$(AGENT_SO): attach/agent/agent.c include/agent_abi.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fvisibility=hidden \
+	  -shared -s -Wl,-z,now -Wl,--no-undefined -o $@ $< -lgcc_s
+$(B)/agent/agent_syms.h: $(AGENT_SO)
+	nm -D --defined-only $< | awk '$$3 ~ /^ma_agent_/ { sub(/^ma_agent_/, "", $$3); \
+	  printf "#define MA_AGENT_OFF_%s 0x%sULL\n", $$3, $$1 }' > $@.tmp && mv $@.tmp $@
+$(B)/agent/agent_blob.c: $(AGENT_SO)
+	{ echo 'const unsigned char ma_agent_so[] = {'; od -An -v -tx1 $< | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; echo 'const unsigned long ma_agent_so_len = sizeof(ma_agent_so);'; } > $@.tmp && mv $@.tmp $@
+$(B)/agent/agent_blob.o: $(B)/agent/agent_blob.c
+	$(CC) -c -o $@ $<
+$(B)/attach/fragctl.o: $(B)/agent/agent_syms.h
+$(B)/attach/fragctl.o: CFLAGS += -I$(B)/agent
 
 $(B)/memattach: $(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -37,6 +37,7 @@
 
 #include "ma_error.h"
 #include "remote.h"
+#include "agent_abi.h"
 #include "runlock.h"
 #include "safepoint.h"
 #include "seccomp.h"
@@ -1234,7 +1235,9 @@ static void close_leftover_memfds(struct ma_session *s)
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (strcmp(link, "/memfd:" MA_MEMFD_NAME " (deleted)") != 0)
+		/* heap-dump's memfd, or the frag agent's before its dlopen finished */
+		if (strcmp(link, "/memfd:" MA_MEMFD_NAME " (deleted)") != 0 &&
+		    strcmp(link, "/memfd:" MA_AGENT_MEMFD_NAME " (deleted)") != 0)
 			continue;
 		args[0] = (uint64_t)atoi(d->d_name);
 		if (ma_session_syscall(s, SYS_close, args, 1, &ret) == 0 && ret == 0)
@@ -1514,6 +1517,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	memset(s, 0, sizeof(*s));
 	s->t = t;
 	s->lock_fd = -1;
+	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
 	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))

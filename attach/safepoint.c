@@ -240,6 +240,17 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			 "loading or relocating (jemalloc may not be ready)", i, (unsigned long long)bt->ip[i]);
 		return false;
 	}
+	for (size_t i = 0; t->for_dlopen && i < bt->n; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		for (size_t k = 0; k < t->ndl_fns; k++)
+			if (pc >= t->dl_fns[k].lo && pc < t->dl_fns[k].hi) {
+				snprintf(why, whylen, "frame #%zu (0x%llx) is in a libc function that holds "
+					 "the dynamic loader's locks: no dlopen from it", i,
+					 (unsigned long long)bt->ip[i]);
+				return false;
+			}
+	}
 	if (bt->in_signal_handler) {
 		/* Its stack may be a small sigaltstack: no room for our state area. */
 		snprintf(why, whylen, "it is running a signal handler");

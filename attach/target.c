@@ -678,6 +678,7 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		SIBLING(mallctlnametomib, "mallctlnametomib");
 		SIBLING(mallctlbymib, "mallctlbymib");
 		SIBLING(malloc_stats_print, "malloc_stats_print");
+		SIBLING(malloc_usable_size, "malloc_usable_size");
 #undef SIBLING
 		record_code_bytes(je, e);
 		if (!je->is_static && find_tls(je, e))
@@ -720,6 +721,26 @@ static bool is_libc(const char *path)
 	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
 }
 
+/* libc's dlopen/dlerror, and the functions that hold the loader's locks (target.h). */
+static void find_dl_functions(struct ma_target *t, struct ma_elf *e, uint64_t bias)
+{
+	static const char *const locked[] = { "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym",
+					       "dladdr", "dladdr1", "dlinfo", "dl_iterate_phdr",
+					       "__libc_dlopen_mode" };
+	const struct ma_sym *s;
+
+	if (!t->dlopen_fn && (s = ma_elf_sym_by_name(e, "dlopen")) && s->type == 2)
+		t->dlopen_fn = s->addr + bias;
+	if (!t->dlerror_fn && (s = ma_elf_sym_by_name(e, "dlerror")) && s->type == 2)
+		t->dlerror_fn = s->addr + bias;
+	for (size_t k = 0; k < sizeof(locked) / sizeof(locked[0]) && t->ndl_fns < MA_MAX_DL_FNS; k++)
+		if ((s = ma_elf_sym_by_name(e, locked[k])) && s->size) {
+			t->dl_fns[t->ndl_fns].lo = s->addr + bias;
+			t->dl_fns[t->ndl_fns].hi = s->addr + bias + s->size;
+			t->ndl_fns++;
+		}
+}
+
 /*
  * libc's fork(): between the atfork prepare and parent handlers a thread
  * holds every allocator lock (jemalloc's prefork handler took them) with
@@ -749,6 +770,7 @@ static void find_fork(struct ma_target *t)
 				t->fork_fn.lo = s->addr + ma_target_load_bias(first, &e);
 				t->fork_fn.hi = t->fork_fn.lo + (s->size ? s->size : 1);
 			}
+			find_dl_functions(t, &e, ma_target_load_bias(first, &e));
 			/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
 			for (int k = 0; k < 2; k++)
 				if ((s = ma_elf_sym_by_name(&e, k ? "epoll_pwait" : "epoll_wait")) && s->size) {

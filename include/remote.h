@@ -111,6 +111,8 @@ struct ma_session_opts {
 	 * skipped, and a --tid of one fails with MA_E_NOSTATE.
 	 */
 	bool fresh_ok;
+	/* The calls will dlopen: also refuse threads inside libc's loader functions (target.h). */
+	bool for_dlopen;
 	int deadline_ms; /* for finding a safe thread */
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */

@@ -35,6 +35,7 @@ struct ma_jemalloc {
 	const char *prefix; /* "", "je_" or "_rjem_" */
 	uint64_t bias; /* runtime = link-time vaddr + bias */
 	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_stats_print;
+	uint64_t malloc_usable_size; /* 0 if not found */
 	struct ma_range *text; /* jemalloc's code, sorted, merged */
 	size_t ntext;
 #define MA_CODE_CHECKS 4
@@ -87,6 +88,17 @@ struct ma_target {
 	struct ma_range fork_fn; /* libc's fork(), {0,0} if not found */
 	struct ma_range epoll_fn[2]; /* libc's epoll_wait(), epoll_pwait() */
 	struct ma_range loader; /* the dynamic loader's code (ld-*.so) */
+	/* libc's dlopen and dlerror (glibc >= 2.34 has them in libc), 0 if absent */
+	uint64_t dlopen_fn, dlerror_fn;
+	/*
+	 * libc functions that run with the loader's locks held (dlopen,
+	 * dl_iterate_phdr...): a thread inside one is not borrowed for a
+	 * dlopen (for_dlopen set), since ours would nest in its work.
+	 */
+#define MA_MAX_DL_FNS 10
+	struct ma_range dl_fns[MA_MAX_DL_FNS];
+	size_t ndl_fns;
+	bool for_dlopen;
 	size_t nstub_sites;
 };
 

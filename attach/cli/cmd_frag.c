@@ -1,26 +1,728 @@
 /*
- * cmd_frag.c - memattach frag start|report|stop PID: attribution of slab
- * fragmentation to allocation sites.  Not built yet: it needs an agent in
- * the target (allocation hooks), planned in a later issue.
+ * cmd_frag.c - memattach frag start|report|status|stop: attribute slab
+ * waste (active - allocated) of a running process to the allocation sites
+ * whose survivors pin half-empty slabs, through an agent loaded into the
+ * target (fragctl.h); the numbers come from analysis/frag.c.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
+#include "bins.h"
+#include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
+#include "flush.h"
+#include "format.h"
+#include "frag.h"
+#include "fragctl.h"
+#include "jectl.h"
+#include "livesym.h"
+#include "ma_error.h"
+#include "safepoint.h"
 
 static const char usage_text[] =
-	"usage: memattach frag start PID [--shift N | --focus SIZE]\n"
-	"       memattach frag report PID [--top N] [--json] [-o FILE]\n"
-	"       memattach frag stop PID\n\n"
-	"Attribute half-empty slabs to the allocation sites whose survivors pin\n"
-	"them.  Not available in this version.\n";
+	"usage: memattach frag start PID [--shift N | --focus SIZE] [--max-samples N] [--json]\n"
+	"       memattach frag report (PID | --from FILE) [--top N] [--json] [-o FILE]\n"
+	"                             [--no-flush]\n"
+	"       memattach frag status PID [--json]\n"
+	"       memattach frag stop PID [--json]\n"
+	"   (live forms also take --timeout MS and --tid TID)\n\n"
+	"Attribute the slab waste of a running process (active - allocated: free\n"
+	"regions in partly used slabs) to the allocation sites whose surviving\n"
+	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
+	"small agent into the process (dlopen of a memfd; nothing on disk) that\n"
+	"installs jemalloc allocation hooks and samples live allocations with their\n"
+	"stacks; 'report' asks jemalloc (experimental.utilization.batch_query) how\n"
+	"full each sampled object's slab is and estimates, per stack, the waste its\n"
+	"survivors pin; 'stop' removes the hooks and frees the agent's memory.\n"
+	"Reports cover allocations made since 'frag start'.\n\n"
+	"  start:\n"
+	"  --shift N        sample each allocation with probability 1/2^N (default 8;\n"
+	"                   0 records every allocation).  Costs: hooks put every\n"
+	"                   malloc/free on jemalloc's slow path; sampled ones unwind\n"
+	"  --focus SIZE     record every allocation of one small size class (and\n"
+	"                   nothing else): the report then says, per 4 KiB page,\n"
+	"                   whether its survivors come from one leaf (cohort) or\n"
+	"                   several (mixed), exactly\n"
+	"  --max-samples N  bound of the sample table (default: 4x the live objects\n"
+	"                   the mode would sample now, at least 65536); samples beyond\n"
+	"                   it are dropped and counted\n"
+	"  report:\n"
+	"  --from FILE      recompute a report saved with -o (no process needed)\n"
+	"  -o FILE          also save the samples, stacks (with names) and slab answers\n"
+	"  --top N          rows per table (default 15, 0 = all)\n"
+	"  --no-flush       do not flush the threads' tcaches first (cached regions\n"
+	"                   then count as live and the waste is a lower bound)\n"
+	"  all:\n"
+	"  --json           machine-readable output (sizes in bytes)\n"
+	"  --timeout MS     give up finding a thread safe to borrow after MS (2000)\n"
+	"  --tid TID        borrow this thread (still refused if unsafe)\n"
+	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+
+#define DEFAULT_SHIFT 8
+#define MIN_CAPACITY (1ULL << 16)
+#define MAX_CAPACITY (1ULL << 26)
+#define STACK_CAP (1ULL << 16)
+#define FRAME_CAP (1ULL << 21)
+
+struct frag_args {
+	const char *sub;
+	pid_t pid;
+	const char *from, *out;
+	bool json, no_flush, have_shift, have_focus;
+	long shift, focus, top, max_samples;
+	struct ma_session_opts o;
+};
+
+static int parse_args(int argc, char **argv, struct frag_args *a)
+{
+	const char *cmd = "frag";
+
+	for (int i = 1; i < argc; i++)
+		if (ma_is_help(argv[i])) {
+			fputs(usage_text, stdout);
+			return -1;
+		}
+	if (argc < 2)
+		return ma_usage_error(cmd, "missing subcommand: start, report, status or stop");
+	a->sub = argv[1];
+	if (strcmp(a->sub, "start") && strcmp(a->sub, "report") && strcmp(a->sub, "status") &&
+	    strcmp(a->sub, "stop"))
+		return ma_usage_error(cmd, "unknown subcommand '%s': start, report, status or stop",
+				      a->sub);
+	for (int i = 2; i < argc; i++) {
+		const char *s = argv[i];
+		bool start = strcmp(a->sub, "start") == 0, report = strcmp(a->sub, "report") == 0;
+
+		if (strcmp(s, "--json") == 0) {
+			a->json = true;
+		} else if (start && strcmp(s, "--shift") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &a->shift) && a->shift <= 20) {
+			a->have_shift = true;
+			i++;
+		} else if (start && strcmp(s, "--focus") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &a->focus) && a->focus > 0) {
+			a->have_focus = true;
+			i++;
+		} else if (start && strcmp(s, "--max-samples") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &a->max_samples) && a->max_samples > 0) {
+			i++;
+		} else if (report && strcmp(s, "--from") == 0 && i + 1 < argc) {
+			a->from = argv[++i];
+		} else if (report && strcmp(s, "-o") == 0 && i + 1 < argc) {
+			a->out = argv[++i];
+		} else if (report && strcmp(s, "--top") == 0 && i + 1 < argc &&
+			   ma_parse_long(argv[i + 1], &a->top)) {
+			i++;
+		} else if (report && strcmp(s, "--no-flush") == 0) {
+			a->no_flush = true;
+		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
+			continue;
+		} else {
+			return ma_arg_error(cmd, usage_text, argc, argv, i);
+		}
+	}
+	if (a->have_shift && a->have_focus)
+		return ma_usage_error(cmd, "--shift and --focus exclude each other");
+	if (a->from && a->pid)
+		return ma_usage_error(cmd, "give either a PID or --from FILE");
+	if (!a->from && !a->pid)
+		return ma_usage_error(cmd, "frag %s needs a PID%s", a->sub,
+				      strcmp(a->sub, "report") == 0 ? " or --from FILE" : "");
+	if (a->from && a->out)
+		return ma_usage_error(cmd, "-o saves a live report; with --from the file is already saved");
+	return 0;
+}
+
+static uint64_t next_pow2(uint64_t v)
+{
+	uint64_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* Sample table size: room for 4x the live objects the mode would sample now. */
+static uint64_t choose_capacity(const struct frag_args *a, const struct ma_bin_table *bt)
+{
+	uint64_t live = 0;
+
+	if (a->max_samples)
+		return next_pow2((uint64_t)a->max_samples + (uint64_t)a->max_samples / 7 + 1) <
+				       MIN_CAPACITY / 16
+			       ? MIN_CAPACITY / 16
+			       : next_pow2((uint64_t)a->max_samples + (uint64_t)a->max_samples / 7 + 1);
+	for (size_t i = 0; i < bt->nbins; i++)
+		if (!a->have_focus || bt->bins[i].size == (uint64_t)a->focus)
+			live += bt->bins[i].curregs;
+	if (!a->have_focus)
+		live >>= a->shift;
+	live *= 4;
+	if (live < MIN_CAPACITY)
+		live = MIN_CAPACITY;
+	return live > MAX_CAPACITY ? MAX_CAPACITY : next_pow2(live);
+}
+
+/* The small size classes, for a message about a --focus SIZE that is not one. */
+static void class_list(const struct ma_bin_table *bt, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < bt->nbins && used + 16 < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? " " : "",
+					 (unsigned long long)bt->bins[i].size);
+}
+
+static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
+{
+	for (size_t i = 0; i < bt->nbins; i++)
+		if (bt->bins[i].size == size)
+			return true;
+	return false;
+}
+
+static int do_start(struct frag_args *a)
+{
+	const char *cmd = "frag start";
+	struct ma_agent_start_opts so = { 0 };
+	struct ma_bin_table bt = { 0 };
+	struct ma_agent_view v;
+	struct ma_je_stats st;
+	struct ma_target t;
+	struct ma_session s;
+	char b[32];
+	int rc;
+
+	a->o.for_dlopen = true;
+	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+		return rc;
+	if ((rc = ma_collect_stats(&s, &st)) || (rc = ma_je_read_bins(&s, &bt))) {
+		rc = ma_fail_and_detach(cmd, &s, NULL);
+		ma_target_release(&t);
+		return rc;
+	}
+	if (a->have_focus && !is_small_class(&bt, (uint64_t)a->focus)) {
+		char list[512];
+
+		class_list(&bt, list, sizeof(list));
+		ma_fail(MA_E_USAGE, "--focus %ld is not a small size class of this jemalloc; the "
+			"classes are: %s", a->focus, list);
+		rc = ma_fail_and_detach(cmd, &s, NULL);
+		ma_bin_table_release(&bt);
+		ma_target_release(&t);
+		return rc;
+	}
+	so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
+	so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
+	so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
+	so.capacity = choose_capacity(a, &bt);
+	so.stack_cap = STACK_CAP;
+	so.frame_cap = FRAME_CAP;
+	ma_bin_table_release(&bt);
+	if ((rc = ma_agent_start_in(&s, &so))) {
+		rc = ma_fail_and_detach(cmd, &s, NULL);
+		ma_target_release(&t);
+		return rc;
+	}
+	if ((rc = ma_detach(cmd, &s))) {
+		ma_target_release(&t);
+		return rc;
+	}
+	if (ma_agent_find(&t, &v)) {
+		ma_target_release(&t);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	ma_target_release(&t);
+	if (a->json) {
+		struct ma_json j;
+
+		ma_json_init(&j, stdout);
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", a->pid);
+		ma_json_str(&j, "mode", a->have_focus ? "focus" : "shift");
+		ma_json_u64(&j, "shift", so.shift);
+		ma_json_u64(&j, "focus_size", so.focus_size);
+		ma_json_u64(&j, "capacity", so.capacity);
+		ma_json_u64(&j, "table_bytes", v.table_bytes);
+		ma_json_u64(&j, "agent_base", v.base);
+		ma_json_obj_close(&j);
+		ma_json_end(&j);
+	} else {
+		if (a->have_focus)
+			printf("frag agent started in process %d: every allocation of the %ld B class "
+			       "is recorded\n", a->pid, a->focus);
+		else
+			printf("frag agent started in process %d: 1 in %llu allocations sampled "
+			       "(--shift %u)\n", a->pid, 1ULL << so.shift, so.shift);
+		printf("sample table: up to %llu samples, %s reserved (touched as it fills)\n",
+		       (unsigned long long)(so.capacity - so.capacity / 8),
+		       ma_fmt_bytes(b, sizeof(b), v.table_bytes));
+		printf("every malloc/free now goes through jemalloc's hooks; 'memattach frag report "
+		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
+		       "stop %d' removes the hooks\n", a->pid, a->pid);
+	}
+	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+}
+
+static int do_stop(struct frag_args *a)
+{
+	const char *cmd = "frag stop";
+	struct ma_agent_view before, after;
+	struct ma_target t;
+	struct ma_session s;
+	char b[32];
+	int rc;
+
+	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+		return rc;
+	if ((rc = ma_agent_find(&t, &before)) || (rc = ma_agent_stop_in(&s))) {
+		rc = ma_fail_and_detach(cmd, &s, NULL);
+		ma_target_release(&t);
+		return rc;
+	}
+	if ((rc = ma_detach(cmd, &s))) {
+		ma_target_release(&t);
+		return rc;
+	}
+	rc = ma_agent_find(&t, &after);
+	ma_target_release(&t);
+	if (rc)
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (a->json) {
+		struct ma_json j;
+
+		ma_json_init(&j, stdout);
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", a->pid);
+		ma_json_u64(&j, "released_bytes", before.table_bytes);
+		ma_json_u64(&j, "samples_dropped", before.live);
+		ma_json_bool(&j, "code_mapped", after.loaded);
+		ma_json_obj_close(&j);
+		ma_json_end(&j);
+	} else {
+		printf("frag agent stopped in process %d: hooks removed, %s of tables released "
+		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before.table_bytes),
+		       (unsigned long long)before.live);
+		if (after.loaded)
+			printf("its code (%llu KiB) stays mapped: a thread may still be about to enter a "
+			       "hook it loaded before the removal, so unmapping it is not provably safe; "
+			       "the next 'frag start' reuses it\n",
+			       (unsigned long long)((after.hi - after.lo) >> 10));
+	}
+	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+}
+
+static const char *state_name(uint32_t s)
+{
+	switch (s) {
+	case MA_AGENT_IDLE: return "stopped";
+	case MA_AGENT_RUNNING: return "running";
+	case MA_AGENT_STOPPING: return "stopping";
+	case MA_AGENT_FORKED: return "inherited through fork (records nothing)";
+	default: return "unknown";
+	}
+}
+
+static int do_status(struct frag_args *a)
+{
+	const char *cmd = "frag status";
+	struct ma_agent_view v;
+	struct ma_target t;
+	int rc;
+
+	ma_err_clear();
+	if ((rc = ma_target_open(&t, a->pid)) || (rc = ma_agent_find(&t, &v))) {
+		if (!rc)
+			ma_target_release(&t);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	ma_target_release(&t);
+	if (a->json) {
+		struct ma_json j;
+
+		ma_json_init(&j, stdout);
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", a->pid);
+		ma_json_bool(&j, "loaded", v.loaded);
+		ma_json_str(&j, "state", v.loaded ? (v.foreign ? "foreign" : state_name(v.ctl.state))
+						  : "absent");
+		if (v.loaded && !v.foreign && v.ctl.state != MA_AGENT_IDLE) {
+			ma_json_str(&j, "mode", v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift");
+			ma_json_u64(&j, "shift", v.ctl.shift);
+			ma_json_u64(&j, "focus_size", v.ctl.focus_size);
+			ma_json_u64(&j, "samples", v.live);
+			ma_json_u64(&j, "recorded", v.recorded);
+			ma_json_u64(&j, "removed", v.removed);
+			ma_json_u64(&j, "dropped_full", v.dropped_full);
+			ma_json_u64(&j, "dropped_stacks", v.ctl.dropped_stacks);
+			ma_json_u64(&j, "stacks", v.ctl.nstacks);
+			ma_json_u64(&j, "memory_bytes", v.table_bytes);
+			ma_json_u64(&j, "started_unix_ns", v.ctl.started_unix_ns);
+		}
+		ma_json_obj_close(&j);
+		ma_json_end(&j);
+	} else if (!v.loaded) {
+		printf("process %d: no frag agent\n", a->pid);
+	} else if (v.foreign) {
+		printf("process %d: an agent of another memattach version is loaded\n", a->pid);
+	} else {
+		char b[32];
+
+		printf("process %d: frag agent %s", a->pid, state_name(v.ctl.state));
+		if (v.ctl.state == MA_AGENT_IDLE) {
+			printf(" (code mapped, no hooks, no tables)\n");
+		} else {
+			if (v.ctl.mode == MA_AGENT_MODE_FOCUS)
+				printf(", focus on the %llu B class\n", (unsigned long long)v.ctl.focus_size);
+			else
+				printf(", 1 in %llu allocations sampled (--shift %u)\n",
+				       1ULL << v.ctl.shift, v.ctl.shift);
+			printf("samples held %llu (recorded %llu, removed %llu), %llu stacks, "
+			       "tables %s\n", (unsigned long long)v.live, (unsigned long long)v.recorded,
+			       (unsigned long long)v.removed, (unsigned long long)v.ctl.nstacks,
+			       ma_fmt_bytes(b, sizeof(b), v.table_bytes));
+			if (v.dropped_full || v.ctl.dropped_stacks)
+				printf("bounds hit: %llu samples dropped (table full), %llu recorded without "
+				       "a stack (stack table full)\n", (unsigned long long)v.dropped_full,
+				       (unsigned long long)v.ctl.dropped_stacks);
+		}
+	}
+	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+}
+
+/* Names and allocator flags of every frame, from the live target's files. */
+static int name_frames(const struct ma_target *t, struct ma_frag_data *d)
+{
+	struct ma_livesym ls;
+
+	d->frame_name = calloc(d->nframes + 1, sizeof(*d->frame_name));
+	d->frame_alloc = calloc(d->nframes + 1, sizeof(*d->frame_alloc));
+	if (!d->frame_name || !d->frame_alloc || ma_livesym_init(&ls, t))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < d->nframes; i++) {
+		uint64_t ip = d->frames[i];
+		const struct ma_frame *f = ma_livesym_frame(&ls, ip, true);
+		const char *name = f ? ma_sym_func_name(&ls.sym, f->func) : NULL;
+
+		d->frame_alloc[i] = ma_target_in_jemalloc(t, ip - 1) || (f && ls.sym.funcs[f->func].allocator);
+		d->frame_name[i] = strdup(name ? name : "?");
+		if (!d->frame_name[i]) {
+			ma_livesym_release(&ls);
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		}
+	}
+	ma_livesym_release(&ls);
+	return 0;
+}
+
+/* Flush tcaches, then query the agent and read the bins in one session. */
+static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_flush_result *fr)
+{
+	const char *cmd = "frag report";
+	struct ma_bin_table bt = { 0 };
+	struct ma_je_stats st;
+	struct ma_target t;
+	struct ma_session s;
+	int rc;
+
+	if (!a->no_flush) {
+		ma_err_clear();
+		ma_install_signal_guards();
+		if ((rc = ma_target_open(&t, a->pid)) || (rc = ma_target_find_jemalloc(&t)) ||
+		    (rc = ma_flush_all_tcaches(&t, 300, fr))) {
+			ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+			if (rc != ma_errcode() || t.pid)
+				ma_target_release(&t);
+			return MA_EXIT_FAIL;
+		}
+		ma_target_release(&t);
+	}
+	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+		return rc;
+	rc = ma_agent_query_in(&s, d);
+	if (!rc && !(rc = ma_collect_stats(&s, &st)) && !(rc = ma_je_read_bins(&s, &bt))) {
+		struct ma_bin_summary sum;
+
+		ma_bins_summary(&bt, &st, &sum);
+		d->bins_waste = sum.small_waste;
+		d->have_bins = true;
+	}
+	ma_bin_table_release(&bt);
+	if (rc) {
+		rc = ma_fail_and_detach(cmd, &s, NULL);
+		ma_target_release(&t);
+		return rc;
+	}
+	if ((rc = ma_detach(cmd, &s))) {
+		ma_target_release(&t);
+		return rc;
+	}
+	rc = name_frames(&t, d);
+	ma_target_release(&t);
+	return rc ? ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : 0;
+}
+
+static uint64_t round_bytes(double v)
+{
+	return v <= 0 ? 0 : (uint64_t)(v + 0.5);
+}
+
+static size_t shown(long top, size_t n)
+{
+	return top > 0 && (size_t)top < n ? (size_t)top : n;
+}
+
+static void emit_json(const struct frag_args *a, const struct ma_frag_data *d,
+		      const struct ma_frag_report *r, const struct ma_flush_result *fr)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	if (d->pid)
+		ma_json_u64(&j, "pid", d->pid);
+	ma_json_str(&j, "mode", d->mode == 1 ? "focus" : "shift");
+	ma_json_u64(&j, "shift", d->shift);
+	ma_json_u64(&j, "samples", d->n);
+	ma_json_u64(&j, "attributed_waste", round_bytes(r->attributed));
+	if (d->have_bins)
+		ma_json_u64(&j, "bins_waste", d->bins_waste);
+	else
+		ma_json_null(&j, "bins_waste");
+	ma_json_u64(&j, "started_unix_ns", d->started_unix_ns);
+	ma_json_u64(&j, "captured_unix_ns", d->captured_unix_ns);
+	ma_json_u64(&j, "recorded", d->recorded);
+	ma_json_u64(&j, "removed", d->removed);
+	ma_json_u64(&j, "dropped_full", d->dropped_full);
+	ma_json_u64(&j, "dropped_stacks", d->dropped_stacks);
+	ma_json_u64(&j, "query_failed", d->query_failed);
+	if (fr && fr->done) {
+		ma_json_obj_open(&j, "tcache_flush");
+		ma_json_u64(&j, "threads", fr->threads);
+		ma_json_u64(&j, "flushed", fr->flushed);
+		ma_json_u64(&j, "skipped", fr->skipped);
+		ma_json_u64(&j, "no_tcache", fr->no_tcache);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_open(&j, "sites");
+	for (size_t i = 0; i < shown(a->top, r->nsites); i++) {
+		const struct ma_frag_site *s = &r->sites[i];
+
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "leaf", s->leaf);
+		ma_json_arr_open(&j, "stack");
+		for (uint32_t k = 0; k < s->nframes; k++)
+			ma_json_str(&j, NULL, d->frame_name[s->first + k]);
+		ma_json_arr_close(&j);
+		ma_json_u64(&j, "waste", round_bytes(s->waste));
+		ma_json_u64(&j, "samples", s->samples);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_arr_open(&j, "leaves_by_waste");
+	for (size_t i = 0; i < shown(a->top, r->nleaves); i++) {
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "leaf", r->leaves[i].name);
+		ma_json_u64(&j, "waste", round_bytes(r->leaves[i].waste));
+		ma_json_u64(&j, "samples", r->leaves[i].samples);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_arr_open(&j, "classes");
+	for (size_t i = 0; i < r->nclasses; i++) {
+		const struct ma_frag_class *c = &r->classes[i];
+
+		ma_json_obj_open(&j, NULL);
+		ma_json_u64(&j, "size", c->size);
+		ma_json_u64(&j, "nregs", c->nregs);
+		ma_json_u64(&j, "samples", c->samples);
+		ma_json_double(&j, "surv_per_slab", c->surv_per_slab);
+		ma_json_double(&j, "fill", c->fill);
+		ma_json_u64(&j, "waste", round_bytes(c->waste));
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	if (d->mode == 1) {
+		ma_json_u64(&j, "focus_size", d->focus_size);
+		ma_json_u64(&j, "pages", r->pages);
+		ma_json_u64(&j, "cohort_pages", r->cohort_pages);
+		ma_json_u64(&j, "mixed_pages", r->mixed_pages);
+		ma_json_arr_open(&j, "leaves");
+		for (size_t i = 0; i < r->nfocus_leaves; i++) {
+			const struct ma_frag_focus_leaf *fl = &r->focus_leaves[i];
+
+			ma_json_obj_open(&j, NULL);
+			ma_json_str(&j, "leaf", r->leaves[fl->leaf].name);
+			ma_json_u64(&j, "pages", fl->pages);
+			ma_json_u64(&j, "sole_pages", fl->sole_pages);
+			ma_json_obj_close(&j);
+		}
+		ma_json_arr_close(&j);
+		ma_json_arr_open(&j, "leaf_sets");
+		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
+			ma_json_obj_open(&j, NULL);
+			ma_json_arr_open(&j, "leaves");
+			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
+				ma_json_str(&j, NULL, r->leaves[r->leafsets[i].leaves[k]].name);
+			ma_json_arr_close(&j);
+			ma_json_u64(&j, "pages", r->leafsets[i].pages);
+			ma_json_obj_close(&j);
+		}
+		ma_json_arr_close(&j);
+	}
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static double pct(double part, double whole)
+{
+	return whole > 0 ? 100.0 * part / whole : 0;
+}
+
+static void print_header(const struct frag_args *a, const struct ma_frag_data *d,
+			 const struct ma_frag_report *r, const struct ma_flush_result *fr)
+{
+	char b1[32], b2[32];
+	double age = d->captured_unix_ns > d->started_unix_ns
+			     ? (double)(d->captured_unix_ns - d->started_unix_ns) / 1e9
+			     : 0;
+
+	if (a->from)
+		printf("frag report of %s (process %llu)\n", a->from, (unsigned long long)d->pid);
+	else
+		printf("frag report of process %d\n", a->pid);
+	if (d->mode == 1)
+		printf("covers: every allocation of the %llu B class made since frag start (%.1f s "
+		       "before this report) and still live\n", (unsigned long long)d->focus_size, age);
+	else
+		printf("covers: allocations made since frag start (%.1f s before this report) and "
+		       "still live, 1 in %llu sampled (--shift %u)\n", age, 1ULL << d->shift, d->shift);
+	printf("samples: %zu live (recorded %llu, removed %llu)\n", d->n,
+	       (unsigned long long)d->recorded, (unsigned long long)d->removed);
+	if (d->dropped_full || d->dropped_stacks || d->query_failed)
+		printf("bounds hit: %llu samples dropped (table full), %llu without a stack (stack "
+		       "table full), %llu not answered by batch_query\n",
+		       (unsigned long long)d->dropped_full, (unsigned long long)d->dropped_stacks,
+		       (unsigned long long)d->query_failed);
+	if (fr && fr->done)
+		printf("tcache flush: %u of %u threads flushed, %u without tcache, %u skipped\n",
+		       fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
+	printf("attributed waste: %s", ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed)));
+	if (d->have_bins)
+		printf(" of %s small-bin waste in the process now (%.0f%%; the rest is pinned by "
+		       "objects allocated before frag start or not sampled)\n",
+		       ma_fmt_bytes(b2, sizeof(b2), d->bins_waste), pct(r->attributed, (double)d->bins_waste));
+	else
+		printf("\n");
+}
+
+static void print_report(const struct frag_args *a, const struct ma_frag_data *d,
+			 const struct ma_frag_report *r, const struct ma_flush_result *fr)
+{
+	char b[32];
+
+	print_header(a, d, r, fr);
+	printf("\nleaves by pinned waste (cumulative over their stacks):\n");
+	printf("%12s %6s %8s  %s\n", "waste", "share", "samples", "leaf");
+	for (size_t i = 0; i < shown(a->top, r->nleaves); i++)
+		printf("%12s %5.1f%% %8llu  %s\n",
+		       ma_fmt_bytes(b, sizeof(b), round_bytes(r->leaves[i].waste)),
+		       pct(r->leaves[i].waste, r->attributed), (unsigned long long)r->leaves[i].samples,
+		       r->leaves[i].name);
+	printf("\nsize classes (surv/slab and fill are exact means over the sampled slabs):\n");
+	printf("%7s %6s %8s %10s %6s %12s\n", "size", "nregs", "samples", "surv/slab", "fill",
+	       "waste");
+	for (size_t i = 0; i < r->nclasses; i++) {
+		const struct ma_frag_class *c = &r->classes[i];
+
+		printf("%7llu %6llu %8llu %10.2f %5.1f%% %12s\n", (unsigned long long)c->size,
+		       (unsigned long long)c->nregs, (unsigned long long)c->samples, c->surv_per_slab,
+		       100 * c->fill, ma_fmt_bytes(b, sizeof(b), round_bytes(c->waste)));
+	}
+	if (d->mode == 1) {
+		printf("\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu cohort (%.1f%%: "
+		       "one leaf), %llu mixed (%.1f%%)\n", (unsigned long long)d->focus_size,
+		       (unsigned long long)r->pages, (unsigned long long)r->cohort_pages,
+		       pct((double)r->cohort_pages, (double)r->pages), (unsigned long long)r->mixed_pages,
+		       pct((double)r->mixed_pages, (double)r->pages));
+		printf("leaf sets by pages:\n");
+		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
+			printf("%10llu pages = {", (unsigned long long)r->leafsets[i].pages);
+			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
+				printf("%s%s", k ? ", " : "", r->leaves[r->leafsets[i].leaves[k]].name);
+			printf("}\n");
+		}
+		printf("leaves: pages touched, pages where it is the sole occupant:\n");
+		for (size_t i = 0; i < shown(a->top, r->nfocus_leaves); i++)
+			printf("%10llu %10llu  %s\n", (unsigned long long)r->focus_leaves[i].pages,
+			       (unsigned long long)r->focus_leaves[i].sole_pages,
+			       r->leaves[r->focus_leaves[i].leaf].name);
+	}
+	printf("\ntop stacks by pinned waste:\n");
+	for (size_t i = 0; i < shown(a->top ? a->top : 0, r->nsites) && i < 5; i++) {
+		const struct ma_frag_site *s = &r->sites[i];
+
+		printf("#%zu %s, %llu samples\n", i + 1, ma_fmt_bytes(b, sizeof(b), round_bytes(s->waste)),
+		       (unsigned long long)s->samples);
+		for (uint32_t k = 0; k < s->nframes && k < 12; k++)
+			printf("    %s\n", d->frame_name[s->first + k]);
+		if (!s->nframes)
+			printf("    %s\n", s->leaf);
+	}
+}
+
+static int do_report(struct frag_args *a)
+{
+	const char *cmd = "frag report";
+	struct ma_flush_result fr = { 0 };
+	struct ma_frag_data d = { 0 };
+	struct ma_frag_report r;
+	int rc;
+
+	if (a->from) {
+		if (ma_frag_load(a->from, &d))
+			return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	} else if ((rc = collect_live(a, &d, &fr))) {
+		ma_frag_data_release(&d);
+		return rc;
+	}
+	if (a->out) {
+		FILE *f = fopen(a->out, "w");
+
+		if (!f || ma_frag_save(f, &d) || fclose(f)) {
+			ma_frag_data_release(&d);
+			return ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write %s", a->out);
+		}
+	}
+	if (ma_frag_compute(&d, &r)) {
+		ma_frag_data_release(&d);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	if (a->json)
+		emit_json(a, &d, &r, &fr);
+	else
+		print_report(a, &d, &r, &fr);
+	ma_frag_report_release(&r);
+	ma_frag_data_release(&d);
+	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+}
 
 int cmd_frag(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		}
-	}
-	return ma_cmd_error(argv[0], MA_EXIT_FAIL, "not available in this version");
+	struct frag_args a = { .shift = DEFAULT_SHIFT, .top = 15, .o = { .deadline_ms = 2000 } };
+	int rc;
+
+	if ((rc = parse_args(argc, argv, &a)))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if (strcmp(a.sub, "start") == 0)
+		return do_start(&a);
+	if (strcmp(a.sub, "stop") == 0)
+		return do_stop(&a);
+	if (strcmp(a.sub, "status") == 0)
+		return do_status(&a);
+	return do_report(&a);
 }

@@ -1,0 +1,612 @@
+/*
+ * agent.c - memattach's in-target agent for `memattach frag`.
+ *
+ * Built as a small shared object (build/agent/memattach-agent.so), embedded
+ * in memattach, and dlopen'ed inside the target from a memfd by `frag
+ * start`.  It installs jemalloc allocation hooks and keeps a count-weighted
+ * sample of live allocations: each allocation is sampled with probability
+ * 1/2^shift, decided by a salted hash of its address (so a free finds out
+ * whether its pointer can be in the table without taking any lock), or, in
+ * focus mode, every allocation of one size class.  Each sample is (pointer,
+ * stack id); stacks are unwound with libgcc's _Unwind_Backtrace (DWARF CFI,
+ * no frame pointers needed) and deduplicated.  ma_agent_query copies the
+ * live samples and runs experimental.utilization.batch_query over them.
+ *
+ * Rules, because this code runs inside someone's production process:
+ *   - it never calls malloc: all its memory comes from its own mmap;
+ *   - no thread-local storage (a dlopen'ed library's TLS may allocate);
+ *   - the fast path (an allocation that is not sampled) reads one cache
+ *     line of the control block and writes nothing;
+ *   - every access to the tables happens between an increment and a
+ *     decrement of its stripe's inflight counter, after seeing the state
+ *     RUNNING, so stop can unmap the tables once every counter is 0;
+ *   - the library is never unloaded (a thread may be between jemalloc's
+ *     load of the hook pointer and our first instruction); stop releases
+ *     only the mappings.
+ * jemalloc itself keeps hooks from recursing (a hook's own allocations, or
+ * a signal handler's, do not call the hooks again).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include "agent_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define UNWIND_RAW 72 /* raw frames collected: ours, jemalloc's, then the program's */
+#define QUERY_CHUNK 512
+#define STOP_WAIT_NS 2000000000ULL
+
+/* jemalloc 5.3's hooks_t and hook signatures (include/jemalloc/internal/hook.h). */
+typedef void (*hook_alloc_fn)(void *extra, int type, void *result, uintptr_t result_raw,
+			      uintptr_t args_raw[3]);
+typedef void (*hook_dalloc_fn)(void *extra, int type, void *address, uintptr_t args_raw[3]);
+typedef void (*hook_expand_fn)(void *extra, int type, void *address, size_t old_usize,
+			       size_t new_usize, uintptr_t result_raw, uintptr_t args_raw[4]);
+struct je_hooks {
+	hook_alloc_fn alloc_hook;
+	hook_dalloc_fn dalloc_hook;
+	hook_expand_fn expand_hook;
+	void *extra;
+};
+
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+typedef int (*nametomib_fn)(const char *, size_t *, size_t *);
+typedef int (*bymib_fn)(const size_t *, size_t, void *, size_t *, void *, size_t);
+typedef size_t (*usable_fn)(const void *);
+
+struct sample {
+	uint64_t ptr; /* 0: empty slot */
+	uint32_t stack, size;
+};
+
+/* One stripe's lock and counters, alone on its cache line. */
+struct stripe {
+	uint32_t lock, pad;
+	uint64_t inflight;
+	uint64_t count; /* samples held */
+	uint64_t recorded, removed, dropped;
+	uint64_t pad2[3];
+};
+
+EXPORT struct ma_agent_ctl ma_agent_ctl;
+static bool atfork_registered;
+
+/* ---- small pieces ---- */
+
+static inline uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static inline uint64_t addr_hash(const struct ma_agent_ctl *c, uint64_t p)
+{
+	return mix(p ^ c->seed);
+}
+
+static void spin_lock(uint32_t *l)
+{
+	unsigned spins = 0;
+
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+			if (++spins > 64)
+				sched_yield();
+			else
+				__builtin_ia32_pause();
+		}
+	}
+}
+
+static void spin_unlock(uint32_t *l)
+{
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+static inline struct stripe *stripes(const struct ma_agent_ctl *c)
+{
+	return (struct stripe *)(uintptr_t)(c->tables + c->locks_off);
+}
+
+/* The stack table's lock: the slot after the stripes. */
+static inline struct stripe *stack_lock(const struct ma_agent_ctl *c)
+{
+	return stripes(c) + MA_AGENT_STRIPES;
+}
+
+static inline struct sample *stripe_slots(const struct ma_agent_ctl *c, uint64_t s)
+{
+	uint64_t per = c->capacity / MA_AGENT_STRIPES;
+
+	return (struct sample *)(uintptr_t)(c->tables + c->samples_off) + s * per;
+}
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Enter the tables through stripe S: false if the agent is not running
+ * (then nothing may be touched).  Paired with leave().
+ */
+static bool enter(struct ma_agent_ctl *c, struct stripe **sp, uint64_t h)
+{
+	struct stripe *s;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_SEQ_CST) != MA_AGENT_RUNNING)
+		return false;
+	s = stripes(c) + ((h >> 20) & (MA_AGENT_STRIPES - 1));
+	__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->state, __ATOMIC_SEQ_CST) != MA_AGENT_RUNNING) {
+		__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+		return false;
+	}
+	*sp = s;
+	return true;
+}
+
+static void leave(struct stripe *s)
+{
+	__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+/* ---- stacks ---- */
+
+struct unwind_buf {
+	uint64_t ip[UNWIND_RAW];
+	unsigned n;
+};
+
+static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
+{
+	struct unwind_buf *b = arg;
+	uint64_t ip = (uint64_t)_Unwind_GetIP(ctx);
+
+	if (!ip)
+		return _URC_END_OF_STACK;
+	b->ip[b->n++] = ip;
+	return b->n == UNWIND_RAW ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* Id of the stack FRAMES[0..N), added if new; 0 ("not recorded") if the table is full. */
+static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, unsigned n)
+{
+	struct ma_agent_stack *st = (struct ma_agent_stack *)(uintptr_t)(c->tables + c->stacks_off);
+	uint64_t *fr = (uint64_t *)(uintptr_t)(c->tables + c->frames_off);
+	uint32_t *buckets = (uint32_t *)(uintptr_t)(c->tables + c->buckets_off);
+	uint64_t nb = 2 * c->stack_cap, h = 0x9e3779b97f4a7c15ULL ^ n;
+	struct stripe *l = stack_lock(c);
+	uint32_t id = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		h = mix(h ^ frames[i]) + i;
+	spin_lock(&l->lock);
+	for (uint64_t b = h & (nb - 1);; b = (b + 1) & (nb - 1)) {
+		uint32_t cand = buckets[b];
+
+		if (!cand) {
+			uint64_t ns = c->nstacks, nf = c->nframes;
+
+			if (ns >= c->stack_cap || nf + n > c->frame_cap) {
+				c->dropped_stacks++;
+				break;
+			}
+			memcpy(fr + nf, frames, n * sizeof(*frames));
+			st[ns].hash = h;
+			st[ns].off = (uint32_t)nf;
+			st[ns].n = n;
+			buckets[b] = (uint32_t)ns + 1;
+			__atomic_store_n(&c->nframes, nf + n, __ATOMIC_RELEASE);
+			__atomic_store_n(&c->nstacks, ns + 1, __ATOMIC_RELEASE);
+			id = (uint32_t)ns;
+			break;
+		}
+		if (st[cand - 1].hash == h && st[cand - 1].n == n &&
+		    memcmp(fr + st[cand - 1].off, frames, n * sizeof(*frames)) == 0) {
+			id = cand - 1;
+			break;
+		}
+	}
+	spin_unlock(&l->lock);
+	return id;
+}
+
+/* The caller's stack, without the agent's own frames, as a stack id. */
+static uint32_t current_stack(struct ma_agent_ctl *c)
+{
+	struct unwind_buf b;
+	unsigned start = 0, n;
+
+	b.n = 0;
+	_Unwind_Backtrace(unwind_cb, &b);
+	/* Skip up to and including the last of our own frames (and libgcc's before them). */
+	for (unsigned i = 0; i < b.n && i < 12; i++)
+		if (b.ip[i] >= c->self_lo && b.ip[i] < c->self_hi)
+			start = i + 1;
+	n = b.n > start ? b.n - start : 0;
+	if (n > MA_AGENT_MAX_FRAMES) {
+		n = MA_AGENT_MAX_FRAMES;
+		__atomic_add_fetch(&c->truncated_stacks, 1, __ATOMIC_RELAXED);
+	}
+	return intern_stack(c, b.ip + start, n);
+}
+
+/* ---- the sample table: per stripe, linear probing, backward-shift deletion ---- */
+
+static inline uint64_t home_slot(const struct ma_agent_ctl *c, uint64_t h)
+{
+	return (h >> 26) & (c->capacity / MA_AGENT_STRIPES - 1);
+}
+
+static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size)
+{
+	uint64_t per = c->capacity / MA_AGENT_STRIPES;
+	struct sample *slots;
+	struct stripe *s;
+	uint32_t stack;
+
+	if (!enter(c, &s, h))
+		return;
+	stack = current_stack(c);
+	slots = stripe_slots(c, (uint64_t)(s - stripes(c)));
+	spin_lock(&s->lock);
+	if (s->count >= per - per / 8) {
+		s->dropped++;
+	} else {
+		uint64_t i = home_slot(c, h);
+
+		while (slots[i].ptr && slots[i].ptr != p)
+			i = (i + 1) & (per - 1);
+		if (!slots[i].ptr)
+			s->count++;
+		slots[i].ptr = p;
+		slots[i].stack = stack;
+		slots[i].size = size;
+		s->recorded++;
+	}
+	spin_unlock(&s->lock);
+	leave(s);
+}
+
+static void forget(struct ma_agent_ctl *c, uint64_t p, uint64_t h)
+{
+	uint64_t per = c->capacity / MA_AGENT_STRIPES, m = per - 1, i, j;
+	struct sample *slots;
+	struct stripe *s;
+
+	if (!enter(c, &s, h))
+		return;
+	slots = stripe_slots(c, (uint64_t)(s - stripes(c)));
+	spin_lock(&s->lock);
+	for (i = home_slot(c, h); slots[i].ptr && slots[i].ptr != p; i = (i + 1) & m)
+		;
+	if (slots[i].ptr == p) {
+		/* Move later entries of the run back so no lookup stops at a hole. */
+		for (j = (i + 1) & m; slots[j].ptr; j = (j + 1) & m) {
+			uint64_t k = home_slot(c, addr_hash(c, slots[j].ptr));
+			bool movable = i <= j ? (k <= i || k > j) : (k <= i && k > j);
+
+			if (movable) {
+				slots[i] = slots[j];
+				i = j;
+			}
+		}
+		slots[i].ptr = 0;
+		s->count--;
+		s->removed++;
+	}
+	spin_unlock(&s->lock);
+	leave(s);
+}
+
+/* ---- the hooks ---- */
+
+static inline bool running(const struct ma_agent_ctl *c)
+{
+	return __atomic_load_n(&c->state, __ATOMIC_RELAXED) == MA_AGENT_RUNNING;
+}
+
+/* Is P one of ours: sampled by address, or of the focus class (size in *SIZE)? */
+static inline bool wanted(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t *size)
+{
+	if (c->mode == MA_AGENT_MODE_FOCUS) {
+		size_t u = ((usable_fn)(uintptr_t)c->malloc_usable_size)((void *)(uintptr_t)p);
+
+		*size = (uint32_t)u;
+		return u == c->focus_size;
+	}
+	*size = 0;
+	return (h & c->mask) == 0;
+}
+
+static void alloc_hook(void *extra, int type, void *result, uintptr_t result_raw,
+		       uintptr_t args_raw[3])
+{
+	struct ma_agent_ctl *c = extra;
+	uint64_t p = (uint64_t)(uintptr_t)result, h;
+	uint32_t size;
+
+	(void)type, (void)result_raw, (void)args_raw;
+	if (!p || !running(c))
+		return;
+	h = addr_hash(c, p);
+	if (wanted(c, p, h, &size))
+		record(c, p, h, size);
+}
+
+static void dalloc_hook(void *extra, int type, void *address, uintptr_t args_raw[3])
+{
+	struct ma_agent_ctl *c = extra;
+	uint64_t p = (uint64_t)(uintptr_t)address, h;
+	uint32_t size;
+
+	(void)type, (void)args_raw;
+	if (!p || !running(c))
+		return;
+	h = addr_hash(c, p);
+	if (wanted(c, p, h, &size))
+		forget(c, p, h);
+}
+
+/* In-place resize: the pointer stays; in focus mode it may leave or join the class. */
+static void expand_hook(void *extra, int type, void *address, size_t old_usize, size_t new_usize,
+			uintptr_t result_raw, uintptr_t args_raw[4])
+{
+	struct ma_agent_ctl *c = extra;
+	uint64_t p = (uint64_t)(uintptr_t)address, h;
+
+	(void)type, (void)result_raw, (void)args_raw;
+	if (!p || !running(c) || c->mode != MA_AGENT_MODE_FOCUS)
+		return;
+	h = addr_hash(c, p);
+	if (old_usize == c->focus_size && new_usize != c->focus_size)
+		forget(c, p, h);
+	else if (old_usize != c->focus_size && new_usize == c->focus_size)
+		record(c, p, h, (uint32_t)new_usize);
+}
+
+/* A fork child's copy records nothing: another thread may have held a lock at the fork. */
+static void atfork_child(void)
+{
+	if (ma_agent_ctl.state == MA_AGENT_RUNNING || ma_agent_ctl.state == MA_AGENT_STOPPING)
+		ma_agent_ctl.state = MA_AGENT_FORKED;
+}
+
+/* ---- entry points, called by memattach in a borrowed thread ---- */
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+static bool pow2(uint64_t v)
+{
+	return v && !(v & (v - 1));
+}
+
+static void unmap_out(struct ma_agent_ctl *c)
+{
+	if (c->out)
+		munmap((void *)(uintptr_t)c->out, c->out_len);
+	c->out = c->out_len = c->nout = 0;
+}
+
+/*
+ * Remove the hooks, wait until no hook touches the tables, unmap them.
+ * The state goes to STOPPING first: a hook that starts after that sees it
+ * and returns without touching anything.
+ */
+static int stop_impl(struct ma_agent_ctl *c)
+{
+	uint64_t deadline;
+
+	__atomic_store_n(&c->state, MA_AGENT_STOPPING, __ATOMIC_SEQ_CST);
+	if (c->hook_handle) {
+		void *handle = (void *)(uintptr_t)c->hook_handle;
+
+		if (((mallctl_fn)(uintptr_t)c->mallctl)("experimental.hooks.remove", NULL, NULL,
+							   &handle, sizeof(handle)))
+			return -MA_AGENT_EHOOK;
+		c->hook_handle = 0;
+	}
+	deadline = now_ns(CLOCK_MONOTONIC) + STOP_WAIT_NS;
+	for (unsigned s = 0; c->tables && s < MA_AGENT_STRIPES; s++)
+		while (__atomic_load_n(&stripes(c)[s].inflight, __ATOMIC_SEQ_CST)) {
+			if (now_ns(CLOCK_MONOTONIC) > deadline)
+				return -MA_AGENT_EINFLIGHT;
+			sched_yield();
+		}
+	unmap_out(c);
+	if (c->tables)
+		munmap((void *)(uintptr_t)c->tables, c->tables_len);
+	c->tables = c->tables_len = 0;
+	c->nstacks = c->nframes = 0;
+	__atomic_store_n(&c->state, MA_AGENT_IDLE, __ATOMIC_SEQ_CST);
+	return MA_AGENT_OK;
+}
+
+EXPORT int ma_agent_stop(void)
+{
+	struct ma_agent_ctl *c = &ma_agent_ctl;
+
+	if (c->state == MA_AGENT_IDLE)
+		return -MA_AGENT_EIDLE;
+	return stop_impl(c);
+}
+
+/* Lay the tables out in one mapping. */
+static int map_tables(struct ma_agent_ctl *c)
+{
+	uint64_t off = 0;
+	void *m;
+
+	c->samples_off = off;
+	off = align_up(off + c->capacity * sizeof(struct sample), 64);
+	c->locks_off = off;
+	off = align_up(off + (MA_AGENT_STRIPES + 1) * sizeof(struct stripe), 64);
+	c->buckets_off = off;
+	off = align_up(off + 2 * c->stack_cap * sizeof(uint32_t), 64);
+	c->stacks_off = off;
+	off = align_up(off + c->stack_cap * sizeof(struct ma_agent_stack), 64);
+	c->frames_off = off;
+	off = align_up(off + c->frame_cap * sizeof(uint64_t), 4096);
+	m = mmap(NULL, off, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -MA_AGENT_ENOMEM;
+	c->tables = (uint64_t)(uintptr_t)m;
+	c->tables_len = off;
+	/* Stack 0: "not recorded" (the stack table was full), no frames. */
+	c->nstacks = 1;
+	c->nframes = 0;
+	return MA_AGENT_OK;
+}
+
+EXPORT int ma_agent_start(const struct ma_agent_params *p)
+{
+	struct ma_agent_ctl *c = &ma_agent_ctl;
+	struct je_hooks hooks = { alloc_hook, dalloc_hook, expand_hook, c };
+	void *handle = NULL;
+	size_t hlen = sizeof(handle);
+	int rc;
+
+	if (p->magic != MA_AGENT_MAGIC || p->version != MA_AGENT_VERSION || p->shift > 30 ||
+	    !pow2(p->capacity) || p->capacity < MA_AGENT_STRIPES * 64 || !pow2(p->stack_cap) ||
+	    p->stack_cap < 2 || !p->frame_cap || !p->mallctl || !p->mallctlnametomib ||
+	    !p->mallctlbymib || (p->mode == MA_AGENT_MODE_FOCUS && !p->malloc_usable_size))
+		return -MA_AGENT_EPARAM;
+	if (c->state == MA_AGENT_RUNNING || c->state == MA_AGENT_STOPPING)
+		return -MA_AGENT_EBUSY;
+	if (c->state == MA_AGENT_FORKED && (rc = stop_impl(c)) != MA_AGENT_OK)
+		return rc; /* a fork child's inherited hooks and tables */
+	c->magic = MA_AGENT_MAGIC;
+	c->version = MA_AGENT_VERSION;
+	c->mode = p->mode;
+	c->shift = p->shift;
+	c->focus_size = p->focus_size;
+	c->seed = p->seed;
+	c->mask = (1ULL << p->shift) - 1;
+	c->mallctl = p->mallctl;
+	c->mallctlnametomib = p->mallctlnametomib;
+	c->mallctlbymib = p->mallctlbymib;
+	c->malloc_usable_size = p->malloc_usable_size;
+	c->capacity = p->capacity;
+	c->stack_cap = p->stack_cap;
+	c->frame_cap = p->frame_cap;
+	c->self_lo = p->self_lo;
+	c->self_hi = p->self_hi;
+	c->started_unix_ns = p->started_unix_ns;
+	c->pid = (uint64_t)getpid();
+	c->dropped_stacks = c->truncated_stacks = c->query_failed = 0;
+	if ((rc = map_tables(c)) != MA_AGENT_OK)
+		return rc;
+	if (!atfork_registered) {
+		pthread_atfork(NULL, NULL, atfork_child);
+		atfork_registered = true;
+	}
+	if (((mallctl_fn)(uintptr_t)c->mallctl)("experimental.hooks.install", &handle, &hlen, &hooks,
+						   sizeof(hooks))) {
+		munmap((void *)(uintptr_t)c->tables, c->tables_len);
+		c->tables = c->tables_len = 0;
+		return -MA_AGENT_EHOOK;
+	}
+	c->hook_handle = (uint64_t)(uintptr_t)handle;
+	__atomic_store_n(&c->state, MA_AGENT_RUNNING, __ATOMIC_SEQ_CST);
+	return MA_AGENT_OK;
+}
+
+/* Utilization of ptr[0..n) into util[3n] ({nfree, nregs, size} each); failures are zeros. */
+static void query_util(struct ma_agent_ctl *c, uint64_t *ptr, uint64_t *util, uint64_t n)
+{
+	size_t mib[4], miblen = 4;
+
+	if (((nametomib_fn)(uintptr_t)c->mallctlnametomib)("experimental.utilization.batch_query", mib,
+							     &miblen)) {
+		memset(util, 0, 24 * n);
+		c->query_failed += n;
+		return;
+	}
+	for (uint64_t i = 0; i < n; i += QUERY_CHUNK) {
+		uint64_t k = n - i < QUERY_CHUNK ? n - i : QUERY_CHUNK;
+		size_t outlen = 24 * k;
+
+		if (((bymib_fn)(uintptr_t)c->mallctlbymib)(mib, miblen, util + 3 * i, &outlen, ptr + i,
+							    8 * k) ||
+		    outlen != 24 * k) {
+			memset(util + 3 * i, 0, 24 * k);
+			c->query_failed += k;
+		}
+	}
+}
+
+/*
+ * Copy the live samples into a fresh output mapping (the previous one is
+ * released) and query each pointer's slab.  Returns the number of samples
+ * or a negative error.  The output stays until the next query or stop.
+ */
+EXPORT int64_t ma_agent_query(void)
+{
+	struct ma_agent_ctl *c = &ma_agent_ctl;
+	uint64_t total = 0, n = 0, cap, per = c->capacity / MA_AGENT_STRIPES;
+	uint64_t *ptr;
+	uint32_t *stack, *size;
+	void *m;
+
+	if (c->state != MA_AGENT_RUNNING)
+		return -MA_AGENT_EIDLE;
+	unmap_out(c);
+	for (unsigned s = 0; s < MA_AGENT_STRIPES; s++)
+		total += __atomic_load_n(&stripes(c)[s].count, __ATOMIC_RELAXED);
+	cap = total + total / 8 + 1024;
+	m = mmap(NULL, ma_agent_out_len(cap), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -MA_AGENT_ENOMEM;
+	ptr = m;
+	stack = (uint32_t *)((char *)m + ma_agent_out_stack_off(cap));
+	size = (uint32_t *)((char *)m + ma_agent_out_size_off(cap));
+	for (unsigned s = 0; s < MA_AGENT_STRIPES && n < cap; s++) {
+		struct stripe *st = stripes(c) + s;
+		struct sample *slots = stripe_slots(c, s);
+
+		spin_lock(&st->lock);
+		for (uint64_t i = 0; i < per && n < cap; i++)
+			if (slots[i].ptr) {
+				ptr[n] = slots[i].ptr;
+				stack[n] = slots[i].stack;
+				size[n] = slots[i].size;
+				n++;
+			}
+		spin_unlock(&st->lock);
+	}
+	/* Compact to the layout for n (the arrays were placed for cap). */
+	memmove((char *)m + ma_agent_out_stack_off(n), stack, 4 * n);
+	memmove((char *)m + ma_agent_out_size_off(n), size, 4 * n);
+	c->out = (uint64_t)(uintptr_t)m;
+	c->out_len = ma_agent_out_len(cap);
+	query_util(c, ptr, (uint64_t *)((char *)m + ma_agent_out_util_off(n)), n);
+	c->nout = n;
+	return (int64_t)n;
+}
+
+/* Release the last query's output (memattach has read it). */
+EXPORT int ma_agent_out_free(void)
+{
+	unmap_out(&ma_agent_ctl);
+	return MA_AGENT_OK;
+}

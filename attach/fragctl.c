@@ -1,0 +1,448 @@
+/*
+ * fragctl.c - load, start, query and stop the frag agent inside a live
+ * target (fragctl.h).  The agent's code is attach/agent/agent.c; its
+ * image is embedded in memattach (build/agent/agent_blob.c) with the
+ * offsets of its entry points (build/agent/agent_syms.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_syms.h"
+#include "fragctl.h"
+#include "jectl.h"
+#include "ma_error.h"
+#include "seccomp.h"
+
+extern const unsigned char ma_agent_so[];
+extern const unsigned long ma_agent_so_len;
+
+#define MFD_CLOEXEC_FLAG 1U
+#define RTLD_NOW_FLAG 2
+#define DLOPEN_TIMEOUT_MS 10000
+#define QUERY_TIMEOUT_MS 30000
+#define STOP_TIMEOUT_MS 5000
+
+/* The stripe record of agent.c (only the counters are read here). */
+struct agent_stripe {
+	uint32_t lock, pad;
+	uint64_t inflight, count, recorded, removed, dropped;
+	uint64_t pad2[3];
+};
+
+static bool is_agent_mapping(const struct ma_mapping *m)
+{
+	return m->path && strcmp(m->path, "/memfd:" MA_AGENT_MEMFD_NAME) == 0;
+}
+
+/* The agent's mappings in T: load base and code range.  False if not loaded. */
+static bool locate(const struct ma_target *t, struct ma_agent_view *v)
+{
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (!is_agent_mapping(m))
+			continue;
+		if (!v->loaded || m->start - m->offset < v->base)
+			v->base = m->start - m->offset;
+		v->loaded = true;
+		if (m->perms[2] == 'x') {
+			v->lo = m->start;
+			v->hi = m->end;
+		}
+	}
+	return v->loaded;
+}
+
+static int read_counters(pid_t pid, struct ma_agent_view *v)
+{
+	struct agent_stripe st[MA_AGENT_STRIPES];
+	int rc;
+
+	if (!v->ctl.tables)
+		return 0;
+	if ((rc = ma_mem_read(pid, v->ctl.tables + v->ctl.locks_off, st, sizeof(st))))
+		return rc;
+	for (unsigned i = 0; i < MA_AGENT_STRIPES; i++) {
+		v->live += st[i].count;
+		v->recorded += st[i].recorded;
+		v->removed += st[i].removed;
+		v->dropped_full += st[i].dropped;
+		v->inflight += st[i].inflight;
+	}
+	v->table_bytes = v->ctl.tables_len;
+	return 0;
+}
+
+int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v)
+{
+	struct ma_target now;
+	int rc;
+
+	memset(v, 0, sizeof(*v));
+	if ((rc = ma_target_maps_now(t, &now)))
+		return rc;
+	locate(&now, v);
+	ma_target_release(&now);
+	if (!v->loaded)
+		return 0;
+	if ((rc = ma_mem_read(t->proc_pid, v->base + MA_AGENT_OFF_ctl, &v->ctl, sizeof(v->ctl))))
+		return rc;
+	if (v->ctl.magic && (v->ctl.magic != MA_AGENT_MAGIC || v->ctl.version != MA_AGENT_VERSION)) {
+		v->foreign = true;
+		return 0;
+	}
+	return read_counters(t->proc_pid, v);
+}
+
+/* Write the embedded agent into a new memfd of the target; *FD gets its number there. */
+static int write_agent_memfd(struct ma_session *s, uint64_t *fd)
+{
+	static const char name[] = MA_AGENT_MEMFD_NAME;
+	char path[64];
+	uint64_t a_name, args[2];
+	size_t done = 0;
+	int rc, ours;
+
+	ma_session_reset(s);
+	if (!(a_name = ma_session_alloc(s, sizeof(name))))
+		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	if ((rc = ma_mem_write(s->t->proc_pid, a_name, name, sizeof(name))))
+		return rc;
+	args[0] = a_name;
+	args[1] = MFD_CLOEXEC_FLAG;
+	if ((rc = ma_session_syscall(s, SYS_memfd_create, args, 2, fd)))
+		return rc;
+	if ((int64_t)*fd < 0)
+		return ma_fail(MA_E_IO, "memfd_create in the target failed: %s",
+			       strerror((int)-(int64_t)*fd));
+	/* The target's descriptor, reopened from here: the same memfd. */
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->t->proc_pid, (int)*fd);
+	if ((ours = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return ma_fail(MA_E_IO, "cannot open the target's memfd (%s): %s", path, strerror(errno));
+	while (done < ma_agent_so_len) {
+		ssize_t w = write(ours, ma_agent_so + done, ma_agent_so_len - done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			close(ours);
+			return ma_fail(MA_E_IO, "writing the agent into the target's memfd: %s",
+				       strerror(errno));
+		}
+		done += (size_t)w;
+	}
+	close(ours);
+	return 0;
+}
+
+/* dlerror()'s message in the target, into MSG. */
+static void target_dlerror(struct ma_session *s, char *msg, size_t len)
+{
+	uint64_t p = 0;
+
+	snprintf(msg, len, "no message");
+	if (!s->t->dlerror_fn || ma_session_call(s, s->t->dlerror_fn, NULL, 0, &p) || !p)
+		return;
+	if (ma_mem_read(s->t->proc_pid, p, msg, len - 1) == 0)
+		msg[len - 1] = '\0';
+	else
+		ma_err_clear();
+}
+
+/* The syscalls dlopen of a memfd makes: a seccomp filter must allow them. */
+static int check_dlopen_syscalls(struct ma_session *s)
+{
+	struct ma_sc_query q[] = {
+		{ SYS_memfd_create, { 0, MFD_CLOEXEC_FLAG, 0, 0, 0, 0 }, 0, "memfd_create (the agent)" },
+		{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC, 0, 0, 0 }, 0,
+		  "openat (dlopen)" },
+		{ SYS_read, { 3, 0, 832, 0, 0, 0 }, 0, "read (dlopen)" },
+		{ SYS_mmap, { 0, 4096, 1, 2, 3, 0 }, 0, "mmap (dlopen)" },
+		{ SYS_mprotect, { 0, 4096, 1, 0, 0, 0 }, 0, "mprotect (dlopen)" },
+		{ SYS_close, { 3, 0, 0, 0, 0, 0 }, 0, "close (dlopen)" },
+	};
+
+	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+		q[i].ip = s->stub + MA_STUB_MARKER_END;
+	return ma_session_check_syscalls(s, q, sizeof(q) / sizeof(q[0]));
+}
+
+/* dlopen the agent in the target (memfd, then /proc/self/fd/N), then close the memfd. */
+static int load_agent(struct ma_session *s)
+{
+	char path[48], msg[256];
+	uint64_t fd = (uint64_t)-1, a_path, handle = 0, ret;
+	uint64_t args[2];
+	int rc;
+
+	if (!s->t->dlopen_fn)
+		return ma_fail(MA_E_INTERNAL, "process %d has no dlopen in its libc (a static or "
+			       "pre-2.34 glibc): the frag agent cannot be loaded", s->t->pid);
+	if ((rc = check_dlopen_syscalls(s)) || (rc = write_agent_memfd(s, &fd)))
+		return rc;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", (int)fd);
+	if (!(a_path = ma_session_alloc(s, sizeof(path))))
+		rc = ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	else if (!(rc = ma_mem_write(s->t->proc_pid, a_path, path, sizeof(path)))) {
+		args[0] = a_path;
+		args[1] = RTLD_NOW_FLAG;
+		rc = ma_session_call_timeout(s, s->t->dlopen_fn, args, 2, &handle, DLOPEN_TIMEOUT_MS);
+	}
+	if (!rc && !handle) {
+		target_dlerror(s, msg, sizeof(msg));
+		rc = ma_fail(MA_E_IO, "dlopen of the agent in process %d failed: %s", s->t->pid, msg);
+	}
+	if (!s->abandoned) {
+		args[0] = fd;
+		if (ma_session_syscall(s, SYS_close, args, 1, &ret) && !rc)
+			rc = MA_E_INTERNAL;
+	}
+	return rc;
+}
+
+static const char *agent_error(int64_t rc)
+{
+	switch (-rc) {
+	case MA_AGENT_EBUSY: return "an agent is already running";
+	case MA_AGENT_EHOOK: return "jemalloc refused experimental.hooks.install/remove "
+				    "(all 4 hook slots in use?)";
+	case MA_AGENT_ENOMEM: return "the agent could not map its tables (mmap failed)";
+	case MA_AGENT_EIDLE: return "no agent is running (memattach frag start PID)";
+	case MA_AGENT_EPARAM: return "the agent refused its parameters";
+	case MA_AGENT_EQUERY: return "experimental.utilization.batch_query failed";
+	case MA_AGENT_EINFLIGHT: return "hooks were still running after 2 s; run frag stop again";
+	default: return "unexpected error";
+	}
+}
+
+/* Call the agent's entry point at OFF with ARGS; *RET its (signed) result. */
+static int call_agent(struct ma_session *s, const struct ma_agent_view *v, uint64_t off,
+		      const uint64_t *args, int nargs, int timeout_ms, int64_t *ret)
+{
+	uint64_t r = 0;
+	int rc = ma_session_call_timeout(s, v->base + off, args, nargs, &r, timeout_ms);
+
+	*ret = (int64_t)r;
+	return rc;
+}
+
+/* The agent's state now, under S (the run lock is held: nobody else changes it). */
+static int current_agent(struct ma_session *s, struct ma_agent_view *v)
+{
+	int rc = ma_agent_find(s->t, v);
+
+	if (!rc && v->foreign)
+		rc = ma_fail(MA_E_INTERNAL, "process %d holds an agent of another memattach version; "
+			     "stop it with that version", s->t->pid);
+	return rc;
+}
+
+static uint64_t unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t random_seed(void)
+{
+	uint64_t seed = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, &seed, sizeof(seed)) != sizeof(seed))
+			seed = 0;
+		close(fd);
+	}
+	return seed ? seed : unix_ns() * 0x9e3779b97f4a7c15ULL;
+}
+
+int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
+{
+	const struct ma_jemalloc *je = &s->t->je;
+	struct ma_agent_params p = { 0 };
+	struct ma_agent_view v;
+	uint64_t a_params;
+	int64_t ret;
+	int rc;
+
+	if ((rc = current_agent(s, &v)))
+		return rc;
+	if (v.ctl.state == MA_AGENT_RUNNING || v.ctl.state == MA_AGENT_STOPPING)
+		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s, "
+			       "%llu samples); memattach frag stop %d first", s->t->pid,
+			       v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift",
+			       (unsigned long long)v.live, s->t->pid);
+	if (o->mode == MA_AGENT_MODE_FOCUS && !je->malloc_usable_size)
+		return ma_fail(MA_E_JEMALLOC, "no %smalloc_usable_size in process %d: focus mode needs it",
+			       je->prefix, s->t->pid);
+	if (!v.loaded) {
+		if ((rc = load_agent(s)) || (rc = current_agent(s, &v)))
+			return rc;
+		if (!v.loaded)
+			return ma_fail(MA_E_INTERNAL, "dlopen succeeded but the agent is not mapped");
+	}
+	p.magic = MA_AGENT_MAGIC;
+	p.version = MA_AGENT_VERSION;
+	p.mode = o->mode;
+	p.shift = o->shift;
+	p.focus_size = o->focus_size;
+	p.seed = random_seed();
+	p.mallctl = je->mallctl;
+	p.mallctlnametomib = je->mallctlnametomib;
+	p.mallctlbymib = je->mallctlbymib;
+	p.malloc_usable_size = je->malloc_usable_size;
+	p.capacity = o->capacity;
+	p.stack_cap = o->stack_cap;
+	p.frame_cap = o->frame_cap;
+	p.self_lo = v.lo;
+	p.self_hi = v.hi;
+	p.started_unix_ns = unix_ns();
+	ma_session_reset(s);
+	if (!(a_params = ma_session_alloc(s, sizeof(p))))
+		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	if ((rc = ma_mem_write(s->t->proc_pid, a_params, &p, sizeof(p))) ||
+	    (rc = call_agent(s, &v, MA_AGENT_OFF_start, &a_params, 1, STOP_TIMEOUT_MS, &ret)))
+		return rc;
+	if (ret != MA_AGENT_OK)
+		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(ret));
+	return 0;
+}
+
+int ma_agent_stop_in(struct ma_session *s)
+{
+	struct ma_agent_view v;
+	int64_t ret;
+	int rc;
+
+	if ((rc = current_agent(s, &v)))
+		return rc;
+	if (!v.loaded || v.ctl.state == MA_AGENT_IDLE)
+		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d", s->t->pid);
+	if ((rc = call_agent(s, &v, MA_AGENT_OFF_stop, NULL, 0, STOP_TIMEOUT_MS, &ret)))
+		return rc;
+	if (ret != MA_AGENT_OK)
+		return ma_fail(MA_E_JEMALLOC, "frag stop: %s", agent_error(ret));
+	return 0;
+}
+
+/* Read N stack records and the frames they use from the agent's tables. */
+static int read_stacks(pid_t pid, const struct ma_agent_ctl *c, struct ma_frag_data *d)
+{
+	struct ma_agent_stack *st;
+	uint64_t ns, nf;
+	int rc;
+
+	/* Every stack a sample refers to was complete before the sample was stored. */
+	ns = c->nstacks;
+	nf = c->nframes;
+	if (ns > c->stack_cap || nf > c->frame_cap)
+		return ma_fail(MA_E_INTERNAL, "agent's stack table is inconsistent");
+	st = calloc(ns ? ns : 1, sizeof(*st));
+	d->stacks = calloc(ns ? ns : 1, sizeof(*d->stacks));
+	d->frames = calloc(nf ? nf : 1, sizeof(*d->frames));
+	if (!st || !d->stacks || !d->frames) {
+		free(st);
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	}
+	rc = ma_mem_read(pid, c->tables + c->stacks_off, st, ns * sizeof(*st));
+	if (!rc && nf)
+		rc = ma_mem_read(pid, c->tables + c->frames_off, d->frames, nf * sizeof(*d->frames));
+	for (uint64_t i = 0; !rc && i < ns; i++) {
+		if ((uint64_t)st[i].off + st[i].n > nf) {
+			rc = ma_fail(MA_E_INTERNAL, "agent's stack %llu is out of range",
+				     (unsigned long long)i);
+			break;
+		}
+		d->stacks[i].off = st[i].off;
+		d->stacks[i].n = st[i].n;
+	}
+	free(st);
+	d->nstacks = ns;
+	d->nframes = nf;
+	return rc;
+}
+
+/* The query output at C->out for N samples into D->s. */
+static int read_samples(pid_t pid, const struct ma_agent_ctl *c, uint64_t n, struct ma_frag_data *d)
+{
+	unsigned char *buf;
+	int rc;
+
+	if (!n)
+		return 0;
+	buf = malloc(ma_agent_out_len(n));
+	d->s = calloc(n, sizeof(*d->s));
+	if (!buf || !d->s) {
+		free(buf);
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	}
+	if ((rc = ma_mem_read(pid, c->out, buf, ma_agent_out_len(n)))) {
+		free(buf);
+		return rc;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		struct ma_frag_sample *x = &d->s[i];
+		const uint64_t *u = (const uint64_t *)(buf + ma_agent_out_util_off(n)) + 3 * i;
+
+		memcpy(&x->ptr, buf + 8 * i, 8);
+		memcpy(&x->stack, buf + ma_agent_out_stack_off(n) + 4 * i, 4);
+		memcpy(&x->size, buf + ma_agent_out_size_off(n) + 4 * i, 4);
+		x->nfree = u[0];
+		x->nregs = u[1];
+		x->extent = u[2];
+		if (x->stack >= d->nstacks)
+			x->stack = 0;
+	}
+	d->n = n;
+	free(buf);
+	return 0;
+}
+
+int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d)
+{
+	struct ma_agent_view v;
+	int64_t n, ret;
+	int rc;
+
+	if ((rc = current_agent(s, &v)))
+		return rc;
+	if (!v.loaded || v.ctl.state != MA_AGENT_RUNNING)
+		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d; start one with "
+			       "memattach frag start %d", s->t->pid, s->t->pid);
+	if ((rc = call_agent(s, &v, MA_AGENT_OFF_query, NULL, 0, QUERY_TIMEOUT_MS, &n)))
+		return rc;
+	if (n < 0)
+		return ma_fail(MA_E_JEMALLOC, "frag report: %s", agent_error(n));
+	/* The control block now names the output mapping and its size. */
+	if ((rc = ma_agent_find(s->t, &v)))
+		return rc;
+	if (v.ctl.nout != (uint64_t)n)
+		return ma_fail(MA_E_INTERNAL, "agent's output changed while being read");
+	d->mode = v.ctl.mode;
+	d->shift = v.ctl.shift;
+	d->focus_size = v.ctl.focus_size;
+	d->pid = (uint64_t)s->t->pid;
+	d->started_unix_ns = v.ctl.started_unix_ns;
+	d->captured_unix_ns = unix_ns();
+	d->recorded = v.recorded;
+	d->removed = v.removed;
+	d->dropped_full = v.dropped_full;
+	d->dropped_stacks = v.ctl.dropped_stacks;
+	d->truncated_stacks = v.ctl.truncated_stacks;
+	d->query_failed = v.ctl.query_failed;
+	rc = read_stacks(s->t->proc_pid, &v.ctl, d);
+	if (!rc)
+		rc = read_samples(s->t->proc_pid, &v.ctl, (uint64_t)n, d);
+	/* Release the output in the target whatever happened here. */
+	if (!s->abandoned && call_agent(s, &v, MA_AGENT_OFF_out_free, NULL, 0, STOP_TIMEOUT_MS, &ret) &&
+	    !rc)
+		rc = MA_E_INTERNAL;
+	return rc;
+}

@@ -1,0 +1,120 @@
+/*
+ * agent_abi.h - what memattach and its in-target agent (attach/agent/)
+ * share: the agent's control block, its start parameters and the layout
+ * of the query output.  Plain fixed-width fields only: memattach reads and
+ * writes these structures in the target's memory.
+ *
+ * Lifetime: the agent library is dlopen'ed once per process and never
+ * unloaded (a thread may still be between jemalloc's load of the hook
+ * pointer and the hook's first instruction); the control block lives in
+ * its .bss.  Everything large (the sample table, stacks, query output) is
+ * in mappings the agent makes with mmap and unmaps on stop.
+ */
+#ifndef MA_AGENT_ABI_H
+#define MA_AGENT_ABI_H
+
+#include <stdint.h>
+
+#define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
+#define MA_AGENT_VERSION 1
+#define MA_AGENT_MEMFD_NAME "memattach-agent"
+
+/* Frames kept per stack (innermost first, after the agent's own frames). */
+#define MA_AGENT_MAX_FRAMES 48
+/* The sample table is split into this many independently locked stripes. */
+#define MA_AGENT_STRIPES 64
+
+enum ma_agent_state {
+	MA_AGENT_IDLE = 0, /* loaded, no hooks, no tables */
+	MA_AGENT_RUNNING = 1, /* hooks installed, sampling */
+	MA_AGENT_STOPPING = 2, /* hooks removed, waiting for hooks in flight */
+	MA_AGENT_FORKED = 3, /* a fork child's copy: records nothing */
+};
+
+enum ma_agent_mode {
+	MA_AGENT_MODE_SHIFT = 0, /* each allocation with probability 1/2^shift */
+	MA_AGENT_MODE_FOCUS = 1, /* every allocation of one size class */
+};
+
+/* Written by memattach into scratch memory; ma_agent_start copies it. */
+struct ma_agent_params {
+	uint64_t magic;
+	uint32_t version, mode;
+	uint32_t shift, pad;
+	uint64_t focus_size;
+	uint64_t seed; /* salts the address hash that picks samples */
+	/* the target's jemalloc entry points (any prefix, shared or static) */
+	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_usable_size;
+	uint64_t capacity; /* sample slots, a power of two >= MA_AGENT_STRIPES * 64 */
+	uint64_t stack_cap; /* distinct stacks */
+	uint64_t frame_cap; /* frames over all distinct stacks */
+	uint64_t self_lo, self_hi; /* the agent's code, skipped when unwinding */
+	uint64_t started_unix_ns;
+};
+
+/* Return codes of the agent's entry points (negative errno otherwise). */
+#define MA_AGENT_OK 0
+#define MA_AGENT_EBUSY 1 /* start: already running */
+#define MA_AGENT_EHOOK 2 /* experimental.hooks.install/remove failed */
+#define MA_AGENT_ENOMEM 3 /* mmap failed */
+#define MA_AGENT_EIDLE 4 /* query/stop: not running */
+#define MA_AGENT_EPARAM 5 /* bad parameters */
+#define MA_AGENT_EQUERY 6 /* experimental.utilization.batch_query failed */
+#define MA_AGENT_EINFLIGHT 7 /* stop: hooks still running after the wait */
+
+/* One distinct stack: frames[off .. off+n) of the frame array. */
+struct ma_agent_stack {
+	uint64_t hash;
+	uint32_t off, n;
+};
+
+/*
+ * The control block (symbol ma_agent_ctl).  Counters are updated with
+ * atomics by the hooks; memattach reads them with process_vm_readv
+ * without stopping anything.
+ */
+struct ma_agent_ctl {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t state; /* enum ma_agent_state */
+	uint32_t mode, shift;
+	uint64_t focus_size;
+	uint64_t seed, mask; /* sampled iff hash(ptr) & mask == 0 */
+	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_usable_size;
+	uint64_t hook_handle;
+	uint64_t self_lo, self_hi;
+	uint64_t pid; /* the process that started the agent (a fork child differs) */
+	uint64_t started_unix_ns;
+	/* the tables: one mapping */
+	uint64_t tables, tables_len;
+	uint64_t capacity, stack_cap, frame_cap;
+	uint64_t samples_off, locks_off, buckets_off, stacks_off, frames_off;
+	uint64_t nstacks, nframes;
+	/* counters */
+	uint64_t inflight; /* hooks between entry and exit that touch the tables */
+	uint64_t live; /* samples held */
+	uint64_t recorded, removed; /* since start */
+	uint64_t dropped_full; /* a stripe was full: sample not recorded */
+	uint64_t dropped_stacks; /* the stack table was full: recorded as stack 0 */
+	uint64_t truncated_stacks; /* deeper than MA_AGENT_MAX_FRAMES */
+	/* the last query's output: one mapping, struct-of-arrays (see below) */
+	uint64_t out, out_len, nout;
+	uint64_t query_failed; /* pointers batch_query refused */
+	uint64_t reserved[8];
+};
+
+/*
+ * Query output, at ctl.out, for nout samples (n = nout):
+ *   uint64_t ptr[n];
+ *   uint32_t stack[n];      stack id (index into the stack array)
+ *   uint32_t size[n];       usable size when recorded (focus mode), else 0
+ *   uint64_t util[3 * n];   {nfree, nregs, extent size} per pointer, as
+ *                           experimental.utilization.batch_query returns
+ * each array starting at a multiple of 8 bytes.
+ */
+static inline uint64_t ma_agent_out_stack_off(uint64_t n) { return 8 * n; }
+static inline uint64_t ma_agent_out_size_off(uint64_t n) { return 8 * n + 4 * n; }
+static inline uint64_t ma_agent_out_util_off(uint64_t n) { return (8 * n + 8 * n + 7) & ~7ULL; }
+static inline uint64_t ma_agent_out_len(uint64_t n) { return ma_agent_out_util_off(n) + 24 * n; }
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * fragctl.h - the frag agent inside a live target: find it, load it, start,
+ * query and stop it (attach/fragctl.c).  The agent itself is
+ * attach/agent/agent.c; what both sides share is agent_abi.h.
+ *
+ * Loading: the agent library (embedded in memattach) is written into a
+ * memfd created in the target and dlopen'ed there as /proc/self/fd/N by a
+ * borrowed thread that has no frame in the dynamic loader or in a libc
+ * function holding the loader's locks (target.h: for_dlopen).  Nothing is
+ * left in the target's file system; it works across mount namespaces.  The
+ * library stays loaded for the life of the process (unloading code a hook
+ * may be about to run is not provably safe); stop releases its memory.
+ */
+#ifndef MA_FRAGCTL_H
+#define MA_FRAGCTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent_abi.h"
+#include "frag.h"
+#include "remote.h"
+#include "target.h"
+
+/* The agent as seen from outside, without stopping anything. */
+struct ma_agent_view {
+	bool loaded; /* the agent library is mapped in the target */
+	uint64_t base; /* its load address */
+	uint64_t lo, hi; /* its code */
+	bool foreign; /* loaded, but its control block is not this version's */
+	struct ma_agent_ctl ctl;
+	/* summed over the stripes */
+	uint64_t live, recorded, removed, dropped_full, inflight;
+	uint64_t table_bytes; /* resident in its tables (mincore is not ours: their size) */
+};
+
+/* Read the agent's state from T's maps and memory; 0 (loaded or not) or MA_E_*. */
+int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v);
+
+/* Options of `frag start`. */
+struct ma_agent_start_opts {
+	uint32_t mode; /* enum ma_agent_mode */
+	uint32_t shift;
+	uint64_t focus_size;
+	uint64_t capacity; /* sample slots, a power of two */
+	uint64_t stack_cap, frame_cap;
+};
+
+/*
+ * Load the agent if it is not loaded (through S, whose target must have
+ * been opened with for_dlopen set), then start it.  MA_E_JEMALLOC with a
+ * message if it is already running.
+ */
+int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o);
+/* Remove the hooks and release the agent's memory. */
+int ma_agent_stop_in(struct ma_session *s);
+/*
+ * Query every live sample's slab (experimental.utilization.batch_query,
+ * run by the agent), read samples and stacks back, release the agent's
+ * output.  D's samples, stacks and frames are filled (names are not).
+ */
+int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d);
+
+#endif
