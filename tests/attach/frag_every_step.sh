@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# frag start / report / stop, memattach SIGKILLed right after each of its
+# steps in turn (MEMATTACH_TEST_KILL_AFTER_STEP=K, as safety_every_step.sh):
+# at no instant may its death harm the target, and the agent must stay
+# manageable: after every kill the target is alive with no thread left
+# stopped, and a normal `frag stop` (or start) brings the agent to a known
+# state.  After each sweep: the fixture's verdict is ok (its heap objects
+# are checked), no thread is traced, the target's descriptors are back to
+# what they were (a killed run's memfd is closed by the next run), and the
+# agent is loaded at most once.
+#   start: a fresh target per kill once the agent got loaded, so every step
+#          of the memfd + dlopen path is a kill point (a later start, with
+#          the agent loaded, makes the same agent call without the loading)
+#   report --no-flush (agent running), stop
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+plan 22
+need_fixtures daemon
+
+# fix_start/fix_quit with 10 ms polls: the first sweep replaces its target ~100 times.
+start_target() {
+	T_DIR=$(mktemp -d "$TMP/daemon.XXXX")
+	mkfifo "$T_DIR/in"
+	"$FIX/daemon" -t 2 -n 512 <"$T_DIR/in" >"$T_DIR/out" 2>"$T_DIR/err" &
+	T_PID=$!
+	track "$T_PID"
+	exec {T_FD}>"$T_DIR/in"
+	T_OUT=$T_DIR/out
+	for _ in $(seq 1000); do
+		grep -q '^READY' "$T_OUT" && return 0
+		bsleep 0.01
+	done
+	return 1
+}
+quit_target() { # -> the fixture's exit status (fixlib: 0 = verdict ok)
+	echo quit >&"$T_FD" 2>/dev/null
+	exec {T_FD}>&-
+	wait "$T_PID"
+}
+# A new target; the old one's exit status is its verdict (fixlib: 0 ok).
+BAD_QUITS=0
+restart_target() {
+	quit_target >/dev/null 2>&1 || BAD_QUITS=$((BAD_QUITS + 1))
+	start_target
+}
+agent_state() { # absent | stopped | running | ...
+	"$MA" frag status "$T_PID" --json 2>/dev/null | sed -n 's/.*"state":"\([^"]*\)".*/\1/p'
+}
+agent_inodes() { awk '/memattach-agent/ { print $5 }' "/proc/$T_PID/maps" | sort -u | wc -l; }
+
+# settle WANT: bring the agent to WANT (stopped|running) with one normal
+# run (a start that finds it running, or a stop that finds none, is fine);
+# true if it is then in that state.
+settle() {
+	local s
+	if [ "$1" = running ]; then
+		"$MA" frag start "$T_PID" >/dev/null 2>"$TMP/settle.err" || grep -q "already running" "$TMP/settle.err"
+	else
+		"$MA" frag stop "$T_PID" >/dev/null 2>"$TMP/settle.err" || grep -q "no agent is running" "$TMP/settle.err"
+	fi || return 1
+	s=$(agent_state)
+	[ "$s" = "$1" ] || { [ "$1" = stopped ] && [ "$s" = absent ]; }
+}
+
+# sweep LABEL BEFORE AFTER FRESH CMD...: for k = 1..steps, bring the agent
+# to BEFORE, run CMD killed after step k, then check the target and that
+# the agent can be brought to AFTER.  FRESH=1: a new target for each k once
+# the agent is loaded (to kill inside the loading itself).
+sweep() {
+	local label=$1 before=$2 after=$3 fresh=$4; shift 4
+	local n k rc killed=0 deaths=0 stuck=0 unsettled=0 t0=$EPOCHREALTIME v0 c0 v1 c1 fd0 fd1
+	settle "$before" || { fail "$label: cannot bring the agent to $before ($(tail -1 "$TMP/settle.err"))"; return; }
+	steps_of frag "$@" "$T_PID"; n=$STEPS_N
+	if [ -z "$n" ]; then
+		fail "$label: no step count (exit $STEPS_RC: $(grep -v '^memattach-test' "$TMP/steps.err" | head -1))"
+		return
+	fi
+	[ "$fresh" = 1 ] && restart_target
+	settle "$before"
+	v0=$(fix_cmd "$T_PID" "$T_FD" "$T_OUT" verdict); c0=$(vfield "$v0" checks)
+	fd0=$(fd_count "$T_PID")
+	for k in $(seq 1 "$n"); do
+		# (the previous kill's settle already left it so when AFTER = BEFORE)
+		[ "$after" = "$before" ] || settle "$before" || unsettled=$((unsettled + 1))
+		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA" frag "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+		rc=$?
+		[ "$rc" -eq 137 ] && killed=$((killed + 1))
+		bsleep 0.002
+		if ! alive "$T_PID"; then
+			fixture_died "$T_PID" "$T_DIR"
+			echo "# $label: target died after step $k: $DIED_WHY"
+			deaths=$((deaths + 1))
+			exec {T_FD}>&-
+			start_target || { fail "$label: could not restart"; return; }
+			continue
+		fi
+		count_stopped "$T_PID"
+		if [ "$STOPPED" -gt 0 ]; then
+			bsleep 0.05; count_stopped "$T_PID"
+			[ "$STOPPED" -eq 0 ] || stuck=$((stuck + 1))
+		fi
+		if [ "$fresh" = 1 ] && [ "$(agent_state)" != absent ]; then
+			# the agent got loaded: a normal stop must work, then a new target
+			settle "$after" || { unsettled=$((unsettled + 1)); echo "# $label: step $k: agent not $after: $(agent_state) $(tail -1 "$TMP/settle.err")"; }
+			restart_target || { fail "$label: restart failed"; return; }
+			fd0=$(fd_count "$T_PID") c0=0
+			continue
+		fi
+		settle "$after" || { unsettled=$((unsettled + 1)); echo "# $label: step $k: agent not $after: $(agent_state) $(tail -1 "$TMP/settle.err")"; }
+	done
+	echo "# $label: $n steps, killed after each; $killed exit 137; $(awk "BEGIN{printf \"%.1f\", $(now_us)/1e6 - $t0}") s"
+	check "$label: killed after each of the $n steps ($killed exit 137)" [ "$killed" -gt 0 ]
+	check "$label: target survived every kill ($deaths deaths; $BAD_QUITS replaced targets quit with a bad verdict)" [ "$deaths" -eq 0 -a "$BAD_QUITS" -eq 0 ]
+	check "$label: no thread left stopped ($stuck times)" [ "$stuck" -eq 0 ]
+	check "$label: the agent could always be brought to $before / $after by normal runs ($unsettled failures)" [ "$unsettled" -eq 0 ]
+	check "$label: no thread traced after the sweep" [ "$(traced_tasks "$T_PID")" -eq 0 ]
+	v1=$(fix_cmd "$T_PID" "$T_FD" "$T_OUT" verdict); c1=$(vfield "$v1" checks)
+	check "$label: verdict ok and progressing (${c0:-?} -> ${c1:-?} checks: $v1)" \
+		eval 'verdict_ok "$v1" && [ "${c1:-0}" -gt "${c0:-0}" ]'
+	# One normal run closes what a killed one left open (its memfd).
+	"$MA" frag status "$T_PID" >/dev/null; "$MA" stats "$T_PID" >/dev/null
+	fd1=$(fd_count "$T_PID")
+	check "$label: descriptors back to $fd0 after a normal run (now $fd1), agent loaded $(agent_inodes) time(s)" \
+		[ "$fd1" -eq "$fd0" -a "$(agent_inodes)" -le 1 ]
+}
+
+start_target || { fail "daemon: start"; exit 1; }
+sweep "frag start (loading the agent)" stopped stopped 1 start
+sweep "frag report --no-flush" running running 0 report --no-flush
+sweep "frag stop" running stopped 0 stop
+quit_target; rc=$?
+check "daemon: exits cleanly after all sweeps (status $rc)" [ "$rc" -eq 0 ]
+report_time
