@@ -31,7 +31,7 @@ extern const unsigned long ma_agent_so_len;
 struct agent_stripe {
 	uint32_t lock, pad;
 	uint64_t inflight, count, recorded, removed, dropped;
-	uint64_t pad2[3];
+	uint64_t slots, cap;
 };
 
 static bool is_agent_mapping(const struct ma_mapping *m)
@@ -73,8 +73,9 @@ static int read_counters(pid_t pid, struct ma_agent_view *v)
 		v->removed += st[i].removed;
 		v->dropped_full += st[i].dropped;
 		v->inflight += st[i].inflight;
+		v->table_bytes += st[i].cap * 16; /* struct sample */
 	}
-	v->table_bytes = v->ctl.tables_len;
+	v->table_bytes += v->ctl.tables_len;
 	return 0;
 }
 

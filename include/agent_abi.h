@@ -45,7 +45,7 @@ struct ma_agent_params {
 	uint64_t seed; /* salts the address hash that picks samples */
 	/* the target's jemalloc entry points (any prefix, shared or static) */
 	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_usable_size;
-	uint64_t capacity; /* sample slots, a power of two >= MA_AGENT_STRIPES * 64 */
+	uint64_t capacity; /* bound of sample slots over all stripes, a power of two >= MA_AGENT_STRIPES * 64 */
 	uint64_t stack_cap; /* distinct stacks */
 	uint64_t frame_cap; /* frames over all distinct stacks */
 	uint64_t self_lo, self_hi; /* the agent's code, skipped when unwinding */

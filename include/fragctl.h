@@ -31,7 +31,7 @@ struct ma_agent_view {
 	struct ma_agent_ctl ctl;
 	/* summed over the stripes */
 	uint64_t live, recorded, removed, dropped_full, inflight;
-	uint64_t table_bytes; /* resident in its tables (mincore is not ours: their size) */
+	uint64_t table_bytes; /* mapped for its tables (stack tables are touched as they fill) */
 };
 
 /* Read the agent's state from T's maps and memory; 0 (loaded or not) or MA_E_*. */
@@ -42,7 +42,7 @@ struct ma_agent_start_opts {
 	uint32_t mode; /* enum ma_agent_mode */
 	uint32_t shift;
 	uint64_t focus_size;
-	uint64_t capacity; /* sample slots, a power of two */
+	uint64_t capacity; /* bound of sample slots, a power of two (the table grows to it) */
 	uint64_t stack_cap, frame_cap;
 };
 

@@ -67,14 +67,20 @@ struct sample {
 	uint32_t stack, size;
 };
 
-/* One stripe's lock and counters, alone on its cache line. */
+/*
+ * One stripe: its lock, counters and slot array, alone on a cache line.
+ * The array starts small and doubles (a new mapping, rehashed under the
+ * lock) up to the bound; beyond it samples are dropped and counted.
+ */
 struct stripe {
 	uint32_t lock, pad;
 	uint64_t inflight;
 	uint64_t count; /* samples held */
 	uint64_t recorded, removed, dropped;
-	uint64_t pad2[3];
+	uint64_t slots, cap; /* struct sample[cap], cap a power of two */
 };
+
+#define STRIPE_INITIAL_SLOTS 1024
 
 EXPORT struct ma_agent_ctl ma_agent_ctl;
 static bool atfork_registered;
@@ -126,11 +132,9 @@ static inline struct stripe *stack_lock(const struct ma_agent_ctl *c)
 	return stripes(c) + MA_AGENT_STRIPES;
 }
 
-static inline struct sample *stripe_slots(const struct ma_agent_ctl *c, uint64_t s)
+static inline struct sample *slots_of(const struct stripe *s)
 {
-	uint64_t per = c->capacity / MA_AGENT_STRIPES;
-
-	return (struct sample *)(uintptr_t)(c->tables + c->samples_off) + s * per;
+	return (struct sample *)(uintptr_t)s->slots;
 }
 
 static uint64_t now_ns(clockid_t clk)
@@ -249,35 +253,65 @@ static uint32_t current_stack(struct ma_agent_ctl *c)
 
 /* ---- the sample table: per stripe, linear probing, backward-shift deletion ---- */
 
-static inline uint64_t home_slot(const struct ma_agent_ctl *c, uint64_t h)
+static inline uint64_t home_slot(uint64_t h, uint64_t cap)
 {
-	return (h >> 26) & (c->capacity / MA_AGENT_STRIPES - 1);
+	return (h >> 26) & (cap - 1);
+}
+
+static void put(struct sample *slots, uint64_t cap, uint64_t h, const struct sample *x)
+{
+	uint64_t i = home_slot(h, cap);
+
+	while (slots[i].ptr && slots[i].ptr != x->ptr)
+		i = (i + 1) & (cap - 1);
+	slots[i] = *x;
+}
+
+/* Double stripe S's array (its lock held); false if at the bound or mmap fails. */
+static bool grow(struct ma_agent_ctl *c, struct stripe *s)
+{
+	uint64_t ncap = 2 * s->cap;
+	struct sample *old = slots_of(s), *nw;
+	void *m;
+
+	if (ncap > c->capacity / MA_AGENT_STRIPES)
+		return false;
+	m = mmap(NULL, ncap * sizeof(*nw), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return false;
+	nw = m;
+	for (uint64_t i = 0; i < s->cap; i++)
+		if (old[i].ptr)
+			put(nw, ncap, addr_hash(c, old[i].ptr), &old[i]);
+	munmap(old, s->cap * sizeof(*old));
+	s->slots = (uint64_t)(uintptr_t)nw;
+	s->cap = ncap;
+	return true;
 }
 
 static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size)
 {
-	uint64_t per = c->capacity / MA_AGENT_STRIPES;
-	struct sample *slots;
 	struct stripe *s;
-	uint32_t stack;
+	struct sample x;
 
 	if (!enter(c, &s, h))
 		return;
-	stack = current_stack(c);
-	slots = stripe_slots(c, (uint64_t)(s - stripes(c)));
+	x.ptr = p;
+	x.stack = current_stack(c);
+	x.size = size;
 	spin_lock(&s->lock);
-	if (s->count >= per - per / 8) {
+	if (s->count >= s->cap - s->cap / 8 && !grow(c, s)) {
 		s->dropped++;
 	} else {
-		uint64_t i = home_slot(c, h);
+		uint64_t i = home_slot(h, s->cap);
+		struct sample *slots = slots_of(s);
 
 		while (slots[i].ptr && slots[i].ptr != p)
-			i = (i + 1) & (per - 1);
+			i = (i + 1) & (s->cap - 1);
 		if (!slots[i].ptr)
 			s->count++;
-		slots[i].ptr = p;
-		slots[i].stack = stack;
-		slots[i].size = size;
+		slots[i] = x;
 		s->recorded++;
 	}
 	spin_unlock(&s->lock);
@@ -286,20 +320,21 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size
 
 static void forget(struct ma_agent_ctl *c, uint64_t p, uint64_t h)
 {
-	uint64_t per = c->capacity / MA_AGENT_STRIPES, m = per - 1, i, j;
 	struct sample *slots;
 	struct stripe *s;
+	uint64_t m, i, j;
 
 	if (!enter(c, &s, h))
 		return;
-	slots = stripe_slots(c, (uint64_t)(s - stripes(c)));
 	spin_lock(&s->lock);
-	for (i = home_slot(c, h); slots[i].ptr && slots[i].ptr != p; i = (i + 1) & m)
+	slots = slots_of(s);
+	m = s->cap - 1;
+	for (i = home_slot(h, s->cap); slots[i].ptr && slots[i].ptr != p; i = (i + 1) & m)
 		;
 	if (slots[i].ptr == p) {
 		/* Move later entries of the run back so no lookup stops at a hole. */
 		for (j = (i + 1) & m; slots[j].ptr; j = (j + 1) & m) {
-			uint64_t k = home_slot(c, addr_hash(c, slots[j].ptr));
+			uint64_t k = home_slot(addr_hash(c, slots[j].ptr), s->cap);
 			bool movable = i <= j ? (k <= i || k > j) : (k <= i && k > j);
 
 			if (movable) {
@@ -433,6 +468,10 @@ static int stop_impl(struct ma_agent_ctl *c)
 			sched_yield();
 		}
 	unmap_out(c);
+	for (unsigned s = 0; c->tables && s < MA_AGENT_STRIPES; s++)
+		if (stripes(c)[s].slots)
+			munmap((void *)(uintptr_t)stripes(c)[s].slots,
+			       stripes(c)[s].cap * sizeof(struct sample));
 	if (c->tables)
 		munmap((void *)(uintptr_t)c->tables, c->tables_len);
 	c->tables = c->tables_len = 0;
@@ -456,8 +495,7 @@ static int map_tables(struct ma_agent_ctl *c)
 	uint64_t off = 0;
 	void *m;
 
-	c->samples_off = off;
-	off = align_up(off + c->capacity * sizeof(struct sample), 64);
+	c->samples_off = 0; /* each stripe has its own mapping */
 	c->locks_off = off;
 	off = align_up(off + (MA_AGENT_STRIPES + 1) * sizeof(struct stripe), 64);
 	c->buckets_off = off;
@@ -471,6 +509,25 @@ static int map_tables(struct ma_agent_ctl *c)
 		return -MA_AGENT_ENOMEM;
 	c->tables = (uint64_t)(uintptr_t)m;
 	c->tables_len = off;
+	for (unsigned i = 0; i < MA_AGENT_STRIPES; i++) {
+		struct stripe *s = stripes(c) + i;
+		uint64_t cap = STRIPE_INITIAL_SLOTS;
+
+		if (cap > c->capacity / MA_AGENT_STRIPES)
+			cap = c->capacity / MA_AGENT_STRIPES;
+		m = mmap(NULL, cap * sizeof(struct sample), PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m == MAP_FAILED) {
+			for (unsigned k = 0; k < i; k++)
+				munmap((void *)(uintptr_t)stripes(c)[k].slots,
+				       stripes(c)[k].cap * sizeof(struct sample));
+			munmap((void *)(uintptr_t)c->tables, c->tables_len);
+			c->tables = c->tables_len = 0;
+			return -MA_AGENT_ENOMEM;
+		}
+		s->slots = (uint64_t)(uintptr_t)m;
+		s->cap = cap;
+	}
 	/* Stack 0: "not recorded" (the stack table was full), no frames. */
 	c->nstacks = 1;
 	c->nframes = 0;
@@ -562,7 +619,7 @@ static void query_util(struct ma_agent_ctl *c, uint64_t *ptr, uint64_t *util, ui
 EXPORT int64_t ma_agent_query(void)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
-	uint64_t total = 0, n = 0, cap, per = c->capacity / MA_AGENT_STRIPES;
+	uint64_t total = 0, n = 0, cap;
 	uint64_t *ptr;
 	uint32_t *stack, *size;
 	void *m;
@@ -582,10 +639,11 @@ EXPORT int64_t ma_agent_query(void)
 	size = (uint32_t *)((char *)m + ma_agent_out_size_off(cap));
 	for (unsigned s = 0; s < MA_AGENT_STRIPES && n < cap; s++) {
 		struct stripe *st = stripes(c) + s;
-		struct sample *slots = stripe_slots(c, s);
+		struct sample *slots;
 
 		spin_lock(&st->lock);
-		for (uint64_t i = 0; i < per && n < cap; i++)
+		slots = slots_of(st);
+		for (uint64_t i = 0; i < st->cap && n < cap; i++)
 			if (slots[i].ptr) {
 				ptr[n] = slots[i].ptr;
 				stack[n] = slots[i].stack;

@@ -46,9 +46,9 @@ static const char usage_text[] =
 	"                   nothing else): the report then says, per 4 KiB page,\n"
 	"                   whether its survivors come from one leaf (cohort) or\n"
 	"                   several (mixed), exactly\n"
-	"  --max-samples N  bound of the sample table (default: 4x the live objects\n"
-	"                   the mode would sample now, at least 65536); samples beyond\n"
-	"                   it are dropped and counted\n"
+	"  --max-samples N  bound of the sample table, which grows as needed (default\n"
+	"                   4000000, 16 bytes each); samples beyond it are dropped and\n"
+	"                   counted (status and report say so)\n"
 	"  report:\n"
 	"  --from FILE      recompute a report saved with -o (no process needed)\n"
 	"  -o FILE          also save the samples, stacks (with names) and slab answers\n"
@@ -62,8 +62,8 @@ static const char usage_text[] =
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8
-#define MIN_CAPACITY (1ULL << 16)
-#define MAX_CAPACITY (1ULL << 26)
+#define MIN_CAPACITY (1ULL << 16) /* 64 stripes of 1024 slots */
+#define DEFAULT_MAX_SAMPLES 4000000
 #define STACK_CAP (1ULL << 16)
 #define FRAME_CAP (1ULL << 21)
 
@@ -145,25 +145,13 @@ static uint64_t next_pow2(uint64_t v)
 	return p;
 }
 
-/* Sample table size: room for 4x the live objects the mode would sample now. */
-static uint64_t choose_capacity(const struct frag_args *a, const struct ma_bin_table *bt)
+/* The bound of the sample table: slots for max_samples at a 7/8 load. */
+static uint64_t choose_capacity(const struct frag_args *a)
 {
-	uint64_t live = 0;
+	uint64_t n = (uint64_t)(a->max_samples ? a->max_samples : DEFAULT_MAX_SAMPLES);
+	uint64_t slots = next_pow2(n + n / 7 + 1);
 
-	if (a->max_samples)
-		return next_pow2((uint64_t)a->max_samples + (uint64_t)a->max_samples / 7 + 1) <
-				       MIN_CAPACITY / 16
-			       ? MIN_CAPACITY / 16
-			       : next_pow2((uint64_t)a->max_samples + (uint64_t)a->max_samples / 7 + 1);
-	for (size_t i = 0; i < bt->nbins; i++)
-		if (!a->have_focus || bt->bins[i].size == (uint64_t)a->focus)
-			live += bt->bins[i].curregs;
-	if (!a->have_focus)
-		live >>= a->shift;
-	live *= 4;
-	if (live < MIN_CAPACITY)
-		live = MIN_CAPACITY;
-	return live > MAX_CAPACITY ? MAX_CAPACITY : next_pow2(live);
+	return slots < MIN_CAPACITY ? MIN_CAPACITY : slots;
 }
 
 /* The small size classes, for a message about a --focus SIZE that is not one. */
@@ -219,7 +207,7 @@ static int do_start(struct frag_args *a)
 	so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
 	so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
 	so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
-	so.capacity = choose_capacity(a, &bt);
+	so.capacity = choose_capacity(a);
 	so.stack_cap = STACK_CAP;
 	so.frame_cap = FRAME_CAP;
 	ma_bin_table_release(&bt);
@@ -258,9 +246,9 @@ static int do_start(struct frag_args *a)
 		else
 			printf("frag agent started in process %d: 1 in %llu allocations sampled "
 			       "(--shift %u)\n", a->pid, 1ULL << so.shift, so.shift);
-		printf("sample table: up to %llu samples, %s reserved (touched as it fills)\n",
-		       (unsigned long long)(so.capacity - so.capacity / 8),
-		       ma_fmt_bytes(b, sizeof(b), v.table_bytes));
+		printf("tables: %s now, growing as samples come, up to %llu samples\n",
+		       ma_fmt_bytes(b, sizeof(b), v.table_bytes),
+		       (unsigned long long)(so.capacity - so.capacity / 8));
 		printf("every malloc/free now goes through jemalloc's hooks; 'memattach frag report "
 		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
 		       "stop %d' removes the hooks\n", a->pid, a->pid);
