@@ -16,6 +16,7 @@
 #include "fragctl.h"
 #include "jectl.h"
 #include "ma_error.h"
+#include "safepoint.h"
 #include "seccomp.h"
 
 extern const unsigned char ma_agent_so[];
@@ -98,6 +99,37 @@ int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v)
 		return 0;
 	}
 	return read_counters(t->proc_pid, v);
+}
+
+int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
+{
+	struct ma_thread_info *ti = NULL;
+	struct ma_backtrace bt;
+	size_t n = 0, frame;
+	int rc, busy = 0;
+	char v[400];
+	bool safe;
+
+	if ((rc = ma_list_threads(t->pid, &ti, &n)))
+		return rc;
+	for (size_t i = 0; i < n && !busy; i++) {
+		if (ma_inspect_thread(t, &ti[i], &bt, v, sizeof(v), &safe)) {
+			ma_err_clear(); /* gone meanwhile, or not stoppable: nothing to see */
+			continue;
+		}
+		if (ma_backtrace_in_loader(t, &bt, &frame))
+			snprintf(why, whylen, "thread %d (%s) is inside the dynamic loader (frame #%zu): a "
+				 "dlopen now would wait for its lock", ti[i].tid, ti[i].name, frame);
+		else if (ma_backtrace_in_dl_locked(t, &bt, &frame))
+			snprintf(why, whylen, "thread %d (%s) is in a libc function that holds the dynamic "
+				 "loader's locks (frame #%zu): a dlopen now would wait for it", ti[i].tid,
+				 ti[i].name, frame);
+		else
+			continue;
+		busy = 1;
+	}
+	free(ti);
+	return busy;
 }
 
 /* Write the embedded agent into a new memfd of the target; *FD gets its number there. */

@@ -202,9 +202,39 @@ bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti)
  * from that same thread would then wait for itself for ever.  They are
  * tried last, and refused like any thread with a frame in jemalloc.
  */
+bool ma_backtrace_in_dl_locked(const struct ma_target *t, const struct ma_backtrace *bt,
+			       size_t *frame)
+{
+	for (size_t i = 0; i < bt->n; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		for (size_t k = 0; k < t->ndl_fns; k++)
+			if (pc >= t->dl_fns[k].lo && pc < t->dl_fns[k].hi) {
+				*frame = i;
+				return true;
+			}
+	}
+	return false;
+}
+
+bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame)
+{
+	for (size_t i = 0; i < bt->n && t->loader.hi; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		if (pc >= t->loader.lo && pc < t->loader.hi) {
+			*frame = i;
+			return true;
+		}
+	}
+	return false;
+}
+
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen)
 {
+	size_t frame;
+
 	if (bt->n == 0) {
 		snprintf(why, whylen, "stack could not be unwound");
 		return false;
@@ -231,25 +261,17 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			 "it holds every allocator lock", i, (unsigned long long)bt->ip[i]);
 		return false;
 	}
-	for (size_t i = 0; i < bt->n && t->loader.hi; i++) {
-		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
-
-		if (pc < t->loader.lo || pc >= t->loader.hi)
-			continue;
+	if (ma_backtrace_in_loader(t, bt, &frame)) {
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in the dynamic loader: it may be "
-			 "loading or relocating (jemalloc may not be ready)", i, (unsigned long long)bt->ip[i]);
+			 "loading or relocating (jemalloc may not be ready)", frame,
+			 (unsigned long long)bt->ip[frame]);
 		return false;
 	}
-	for (size_t i = 0; t->for_dlopen && i < bt->n; i++) {
-		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
-
-		for (size_t k = 0; k < t->ndl_fns; k++)
-			if (pc >= t->dl_fns[k].lo && pc < t->dl_fns[k].hi) {
-				snprintf(why, whylen, "frame #%zu (0x%llx) is in a libc function that holds "
-					 "the dynamic loader's locks: no dlopen from it", i,
-					 (unsigned long long)bt->ip[i]);
-				return false;
-			}
+	if (t->for_dlopen && ma_backtrace_in_dl_locked(t, bt, &frame)) {
+		snprintf(why, whylen, "frame #%zu (0x%llx) is in a libc function that holds "
+			 "the dynamic loader's locks: no dlopen from it", frame,
+			 (unsigned long long)bt->ip[frame]);
+		return false;
 	}
 	if (bt->in_signal_handler) {
 		/* Its stack may be a small sigaltstack: no room for our state area. */

@@ -37,6 +37,16 @@ struct ma_agent_view {
 /* Read the agent's state from T's maps and memory; 0 (loaded or not) or MA_E_*. */
 int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v);
 
+/*
+ * Before the first load: look at every thread of T (each stopped only to
+ * unwind it) for one inside the dynamic loader or in a libc function that
+ * holds its locks (dlopen, dlclose, dl_iterate_phdr...).  Our dlopen would
+ * wait for that thread's lock, perhaps for ever (a library constructor
+ * that blocks), so the load is refused: 1 with WHY set, 0 if none, or
+ * MA_E_*.  Call without a session open (each look takes the run lock).
+ */
+int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen);
+
 /* Options of `frag start`. */
 struct ma_agent_start_opts {
 	uint32_t mode; /* enum ma_agent_mode */

@@ -45,6 +45,11 @@ const char *ma_thread_rank_class(const struct ma_thread_info *ti);
 bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
 /* Unwind the stopped thread TID. */
 int ma_unwind(pid_t tid, struct ma_backtrace *bt);
+/* A frame of BT in the dynamic loader's code; *FRAME its index. */
+bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame);
+/* A frame of BT in a libc function that holds the loader's locks (target.h dl_fns). */
+bool ma_backtrace_in_dl_locked(const struct ma_target *t, const struct ma_backtrace *bt,
+			       size_t *frame);
 /* Decide; on false, WHY says which frame is in jemalloc etc. */
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen);

@@ -173,6 +173,33 @@ static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
 	return false;
 }
 
+/*
+ * Before the agent's first load: no thread may be inside the dynamic
+ * loader, whose lock our dlopen would wait for.  Exit status or 0.
+ */
+static int check_loader_idle(const char *cmd, pid_t pid)
+{
+	struct ma_agent_view v;
+	struct ma_target t;
+	char why[300];
+	int rc;
+
+	ma_err_clear();
+	ma_install_signal_guards();
+	if ((rc = ma_target_open(&t, pid)) || (rc = ma_target_find_jemalloc(&t)) ||
+	    (rc = ma_agent_find(&t, &v))) {
+		ma_target_release(&t);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	}
+	rc = v.loaded ? 0 : ma_agent_loader_busy(&t, why, sizeof(why));
+	ma_target_release(&t);
+	if (rc < 0)
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (rc > 0)
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s; retry when it has finished", why);
+	return 0;
+}
+
 static int do_start(struct frag_args *a)
 {
 	const char *cmd = "frag start";
@@ -186,6 +213,8 @@ static int do_start(struct frag_args *a)
 	int rc;
 
 	a->o.for_dlopen = true;
+	if ((rc = check_loader_idle(cmd, a->pid)))
+		return rc;
 	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
 		return rc;
 	if ((rc = ma_collect_stats(&s, &st)) || (rc = ma_je_read_bins(&s, &bt))) {

@@ -10,8 +10,8 @@ pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 self=$(fix_cmd "$pid" "$fd" "$out" quiesce)
 want=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["allocated"])' "$self")
 check "heap-dump of the quiet daemon" "$MA" heap-dump "$pid" -o "$TMP/d.heap"
-"$MA" aggregate "$TMP/d.heap" --pid "$pid" --json >"$TMP/a.json" 2>"$TMP/a.err"
-check "aggregate --pid exits 0 ($(head -c 200 "$TMP/a.err"))" [ $? -eq 0 ]
+"$MA" aggregate "$TMP/d.heap" --pid "$pid" --json >"$TMP/a.json" 2>"$TMP/a.err"; rc=$?
+check "aggregate --pid exits 0 ($(head -c 200 "$TMP/a.err"))" [ "$rc" -eq 0 ]
 got=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["allocated"])' "$TMP/a.json" 2>/dev/null)
 check "stats.allocated read live ($got) equals the target's own reading ($want)" [ -n "$got" -a "$got" = "$want" ]
 ratio=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["scaled_over_allocated"])' "$TMP/a.json" 2>/dev/null)

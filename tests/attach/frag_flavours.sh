@@ -17,8 +17,8 @@ need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
 for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
 	fix_start "$f" -t 2 || { fail "$f: start"; continue; }
 	P=$FIX_PID
-	"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1
-	check "$f: frag start --shift 2 ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ $? -eq 0 ]
+	"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
+	check "$f: frag start --shift 2 ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
 	bsleep 0.5
 	"$MA" frag report "$P" --json >"$TMP/r.json" 2>"$TMP/r.err"
 	out=$(python3 -c 'import json,sys,re
@@ -30,8 +30,8 @@ bad=[s["stack"][0] for s in r["sites"] if s["stack"] and (s["stack"][0].startswi
 print("samples", r["samples"], "attributed", r["attributed_waste"], "bins", r["bins_waste"], "leaves", leaves[:3], "allocator leaves", bad[:2])
 sys.exit(not (r["samples"] > 0 and own and not bad and r["attributed_waste"] <= 1.05 * r["bins_waste"]))' "$TMP/r.json" 2>&1)
 	check "$f: report names the worker's own function, no allocator leaf, attributed <= bins ($out)" [ $? -eq 0 ]
-	"$MA" frag stop "$P" >/dev/null 2>"$TMP/st.err"
-	check "$f: frag stop ($(head -1 "$TMP/st.err"))" [ $? -eq 0 ]
+	"$MA" frag stop "$P" >/dev/null 2>"$TMP/st.err"; rc=$?
+	check "$f: frag stop ($(head -1 "$TMP/st.err"))" [ "$rc" -eq 0 ]
 	"$MA" frag status "$P" --json >"$TMP/status.json"
 	check "$f: status after stop: stopped" grep -q '"state":"stopped"' "$TMP/status.json"
 	v=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)

@@ -37,8 +37,8 @@ teardown() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" teardown | grep -q '^OK'; }
 report() { "$MA" frag report "$P" --json --top 0 "$@" >"$TMP/r.json" 2>"$TMP/r.err"; }
 
 # --- rate 1 ---
-"$MA" frag start "$P" --shift 0 >"$TMP/start.out" 2>&1
-check "frag start --shift 0 succeeds ($(head -1 "$TMP/start.out"))" [ $? -eq 0 ]
+"$MA" frag start "$P" --shift 0 >"$TMP/start.out" 2>&1; rc=$?
+check "frag start --shift 0 succeeds ($(head -1 "$TMP/start.out"))" [ "$rc" -eq 0 ]
 "$MA" frag start "$P" --shift 4 >/dev/null 2>"$TMP/again.err"; rc=$?
 check "a second frag start is refused: exit 1, 'already running' ($(cat "$TMP/again.err"))" \
 	exit_and_says "$rc" 1 "already running" "$TMP/again.err"
@@ -46,8 +46,8 @@ check "a second frag start is refused: exit 1, 'already running' ($(cat "$TMP/ag
 check "frag status: running, shift mode ($(cat "$TMP/st.json"))" \
 	py 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(not (s["state"]=="running" and s["mode"]=="shift" and s["shift"]==0))' "$TMP/st.json"
 check "harness build" harness build
-report -o "$TMP/saved.frag"
-check "frag report --json succeeds ($(head -c 200 "$TMP/r.err"))" [ $? -eq 0 ]
+report -o "$TMP/saved.frag"; rc=$?
+check "frag report --json succeeds ($(head -c 200 "$TMP/r.err"))" [ "$rc" -eq 0 ]
 cp "$TMP/r.json" "$TMP/rate1.json"
 judge() { py "$1" "$TMP/r.json" "$TMP/truth.json" 2>&1; }
 out=$(judge 'import json,sys
@@ -96,8 +96,8 @@ check "text report: leaves table with sparse_site_96 first" \
 	eval "grep -A2 '^leaves by pinned waste' '$TMP/text.out' | tail -1 | grep -q sparse_site_96"
 
 # --- shift 6 ---
-"$MA" frag stop "$P" >"$TMP/stop.out" 2>&1
-check "frag stop succeeds ($(head -1 "$TMP/stop.out"))" [ $? -eq 0 ]
+"$MA" frag stop "$P" >"$TMP/stop.out" 2>&1; rc=$?
+check "frag stop succeeds ($(head -1 "$TMP/stop.out"))" [ "$rc" -eq 0 ]
 "$MA" frag status "$P" --json >"$TMP/st.json"
 check "after stop: status says stopped, code still mapped ($(cat "$TMP/st.json"))" grep -q '"state":"stopped"' "$TMP/st.json"
 check "teardown" teardown
