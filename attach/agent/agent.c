@@ -200,6 +200,20 @@ static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, uns
 
 	for (unsigned i = 0; i < n; i++)
 		h = mix(h ^ frames[i]) + i;
+	/*
+	 * Most stacks are known already: look without the lock.  A bucket is
+	 * published (release) only after its stack record and frames are
+	 * written, and never changes afterwards.
+	 */
+	for (uint64_t b = h & (nb - 1);; b = (b + 1) & (nb - 1)) {
+		uint32_t cand = __atomic_load_n(&buckets[b], __ATOMIC_ACQUIRE);
+
+		if (!cand)
+			break;
+		if (st[cand - 1].hash == h && st[cand - 1].n == n &&
+		    memcmp(fr + st[cand - 1].off, frames, n * sizeof(*frames)) == 0)
+			return cand - 1;
+	}
 	spin_lock(&l->lock);
 	for (uint64_t b = h & (nb - 1);; b = (b + 1) & (nb - 1)) {
 		uint32_t cand = buckets[b];
@@ -215,7 +229,7 @@ static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, uns
 			st[ns].hash = h;
 			st[ns].off = (uint32_t)nf;
 			st[ns].n = n;
-			buckets[b] = (uint32_t)ns + 1;
+			__atomic_store_n(&buckets[b], (uint32_t)ns + 1, __ATOMIC_RELEASE);
 			__atomic_store_n(&c->nframes, nf + n, __ATOMIC_RELEASE);
 			__atomic_store_n(&c->nstacks, ns + 1, __ATOMIC_RELEASE);
 			id = (uint32_t)ns;
