@@ -15,7 +15,7 @@ B := build
 DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
 	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
-	libc6-dbg chromium python3-pil strace valgrind
+	libc6-dbg chromium python3-pil strace valgrind heaptrack
 
 # Three layers: the ptrace core (attach/), the commands (attach/cli/, the
 # only code that prints), the analysis core (analysis/, no process access).

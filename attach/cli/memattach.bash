@@ -56,7 +56,7 @@ _memattach() {
 		case ${COMP_WORDS[i]} in
 		-o | --out | --svg | --pprof | --stats | --binary | --binary-a | --binary-b | --pid | \
 		--tid | --timeout | --top | -n | --interval | --duration | --listen | --match | \
-		--skip | --prefix-map | --shift | --focus | --format) ((i++)) ;;
+		--skip | --prefix-map | --shift | --focus | --format | --max-samples | --from) ((i++)) ;;
 		-*) ;;
 		*) ((npos++)) ;;
 		esac
@@ -66,7 +66,7 @@ _memattach() {
 		((npos == 0)) && COMPREPLY=($(compgen -W "$(_memattach_pids "$ma")" -- "$cur")) ;;
 	frag)
 		if ((npos == 0)); then
-			COMPREPLY=($(compgen -W "start report stop" -- "$cur"))
+			COMPREPLY=($(compgen -W "start report status stop" -- "$cur"))
 		elif ((npos == 1)); then
 			COMPREPLY=($(compgen -W "$(_memattach_pids "$ma")" -- "$cur"))
 		fi ;;
