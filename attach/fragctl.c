@@ -208,7 +208,7 @@ static int check_dlopen_syscalls(struct ma_session *s)
 /* dlopen the agent in the target (memfd, then /proc/self/fd/N), then close the memfd. */
 static int load_agent(struct ma_session *s)
 {
-	char path[48], msg[256];
+	char path[48] = { 0 }, msg[256];
 	uint64_t fd = (uint64_t)-1, a_path, handle = 0, ret;
 	uint64_t args[2];
 	int rc;

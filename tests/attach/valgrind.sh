@@ -2,10 +2,10 @@
 # tests/attach/valgrind.sh - memattach under valgrind (memcheck): every
 # command, live and offline, on its success path and on typical failure
 # paths (no such process, no jemalloc, a hopeless --tid, a stopped process,
-# a device as input): zero invalid accesses, zero uses of uninitialised
+# a device as input), frag start/status/report/stop: zero invalid accesses, zero uses of uninitialised
 # bytes (also in what is written into the target), zero leaks.
 . "$(dirname "$0")/../lib.sh"
-plan 30
+plan 36
 D=$ROOT/fixtures/dumps
 
 command -v valgrind >/dev/null || { fail "valgrind missing (make deps installs it)"; exit 1; }
@@ -40,6 +40,12 @@ vg "watch" watch "$pid" --interval 200 --duration 1 --out "$TMP/w"
 vg "export --once" export --pid "$pid" --once --listen 127.0.0.1:1
 vg "ps" ps
 vg "aggregate --pid" aggregate "$TMP/h.heap" --pid "$pid"
+vg "frag start (memfd + dlopen of the agent)" frag start "$pid" --shift 2
+vg "frag status --json" frag status "$pid" --json
+vg "frag report -o" frag report "$pid" -o "$TMP/f.frag"
+vg "frag report --from --json" frag report --from "$TMP/f.frag" --json
+vg "frag stop" frag stop "$pid"
+vg "frag report without an agent" frag report "$pid"
 # failure paths
 vg "stats of no process" stats 999999999
 sleep 30 & plain=$!; track $plain
