@@ -611,7 +611,7 @@ int ma_frag_load(const char *path, struct ma_frag_data *d)
 	int rc;
 
 	memset(d, 0, sizeof(*d));
-	if ((rc = ma_input_load(&in, path, "frag samples file", MA_MAX_HEAP_DUMP)))
+	if ((rc = ma_input_load(&in, path, "frag samples", MA_MAX_HEAP_DUMP)))
 		return rc;
 	if (memchr(in.data, '\0', in.len)) {
 		ma_input_release(&in);
