@@ -5,7 +5,8 @@
 #   2. after `memattach frag start PID --shift 8` (1 allocation in 256 sampled)
 #   3. after `frag stop` + `frag start PID --shift 0` (every allocation recorded)
 #   4. after `frag stop` (hooks removed: should be back to 1)
-#   5. the same program started under heaptrack (LD_PRELOAD, every call traced)
+#   5. no agent again, in a fresh process (how much the machine drifted)
+#   6. the same program started under heaptrack (LD_PRELOAD, every call traced)
 # on build/fixtures/fragbench -t THREADS (malloc/free of 8 B..4 KiB, a ring of
 # 1000 live objects per thread).  Each row: the median of RUNS runs of RUN_MS
 # ms (`run MS` -> `RATE <malloc+free pairs per second>`), after a 1 s warm-up
@@ -152,6 +153,14 @@ else
 	row "$CONF" "$RATE"
 fi
 finish "fragbench"
+
+# The machine's drift over the run: the no-agent figure again, last, in a
+# fresh process (the after-stop row is judged against both).
+start plain2 "$BENCH" -t "$THREADS"
+CONF="no agent again (fresh process, after the rows above)"
+measure
+row "$CONF" "$RATE"
+finish "fragbench (again)"
 
 CONF="heaptrack"
 if [ "$SKIP_HEAPTRACK" = 1 ]; then
