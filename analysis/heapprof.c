@@ -471,7 +471,7 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 	if (state == MAPS && len && buf[len - 1] != '\n') {
 		/* jemalloc ends every line: the file was cut inside the list of
 		 * mappings, and its last line is part of one. */
-		maps_cut = hp->truncated = true;
+		maps_cut = hp->maps_cut = hp->truncated = true;
 		if (last_line_map) {
 			free(hp->maps[--hp->nmaps].path);
 		}

@@ -49,6 +49,7 @@ struct ma_heapprof {
 	size_t nmaps;
 	bool has_maps; /* a MAPPED_LIBRARIES: section was present */
 	bool truncated; /* the file ended early (see warning) */
+	bool maps_cut; /* ...inside MAPPED_LIBRARIES: the mappings after the cut are unknown */
 	size_t lines; /* lines read */
 	unsigned nwarnings; /* problems skipped over */
 	char warning[256]; /* the first of them (or the cut, if truncated), for the user */

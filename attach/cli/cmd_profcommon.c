@@ -23,7 +23,11 @@ const char ma_profcmd_help[] =
 	"  --keep-allocator-frames  keep jemalloc's own leading frames\n"
 	"  --skip REGEX           also drop leading frames matching REGEX (extended\n"
 	"                         regex on demangled or mangled names, e.g.\n"
-	"                         'alloc::raw_vec|operator new'); repeatable\n";
+	"                         'alloc::raw_vec|operator new'); repeatable\n"
+	"input:\n"
+	"  --allow-truncated      report from a dump cut inside MAPPED_LIBRARIES\n"
+	"                         (refused otherwise: frames in the objects cut off\n"
+	"                         would stay unnamed)\n";
 
 void ma_profcmd_init(struct ma_profcmd *c, const char *cmd, long default_top)
 {
@@ -74,6 +78,10 @@ int ma_profcmd_opt(struct ma_profcmd *c, int argc, char **argv, int *i)
 	}
 	if (strcmp(a, "--lines") == 0) {
 		c->sym.lines = true;
+		return 1;
+	}
+	if (strcmp(a, "--allow-truncated") == 0) {
+		c->allow_truncated = true;
 		return 1;
 	}
 	if (strcmp(a, "--keep-allocator-frames") == 0) {
@@ -158,6 +166,15 @@ int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *p
 				    c->sym.binary, strerror(errno));
 	if (ma_heapprof_load(&b->hp, path))
 		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (b->hp.maps_cut && !c->allow_truncated) {
+		size_t nmaps = b->hp.nmaps;
+
+		ma_heapprof_release(&b->hp);
+		return ma_cmd_error(c->cmd, MA_EXIT_FAIL,
+				    "'%s' is cut inside MAPPED_LIBRARIES (%zu mappings read): frames in "
+				    "the objects cut off would stay unnamed; take the dump again, or pass "
+				    "--allow-truncated to report from what is there", path, nmaps);
+	}
 	if (b->hp.nwarnings)
 		fprintf(stderr, "memattach %s: warning: %s%s\n", c->cmd, b->hp.warning,
 			b->hp.nwarnings > 1 ? " (and more problems in the file)" : "");

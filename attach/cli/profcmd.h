@@ -23,6 +23,7 @@ struct ma_profcmd {
 	struct ma_prof_opts prof;
 	regex_t skip[MA_PROFCMD_MAX_LIST];
 	bool json;
+	bool allow_truncated; /* report from a dump cut inside MAPPED_LIBRARIES */
 	long top; /* -n / --top */
 };
 

@@ -4,7 +4,7 @@
 # dumps cut inside MAPPED_LIBRARIES each end in well under the 20 s guard,
 # with exit 1 and one line saying what the input is, in bounded memory.
 . "$(dirname "$0")/../lib.sh"
-plan 18
+plan 19
 D=$ROOT/fixtures/dumps
 
 # run_bounded NAME WANT_RC PATTERN CMD...: exit status WANT_RC, a one-line
@@ -82,13 +82,16 @@ mkfifo "$TMP/endless"
 MAXMB=300 run_bounded "an endless stats JSON through a pipe: stops at 256 MiB" 1 \
 	"goes on past 256(\\.0)? MiB, more than memattach reads from a pipe" "$MA" bins --stats "$TMP/endless"
 
-# A dump cut inside MAPPED_LIBRARIES: the report (exit 0, like any cut dump)
-# says where it was cut and which frames stay unnamed.
+# A dump cut inside MAPPED_LIBRARIES: refused (exit 1) saying where it was
+# cut; with --allow-truncated the report says which frames stay unnamed.
 off=$(grep -b -o '^MAPPED_LIBRARIES:' "$D/prof_c.heap" | cut -d: -f1)
 head -c $((off + 400)) "$D/prof_c.heap" >"$TMP/cutmaps.heap"
-run_bounded "dump cut inside MAPPED_LIBRARIES: a report and the cut named" 0 \
-	"truncated: .*cut inside MAPPED_LIBRARIES: frames in objects listed after the cut stay unnamed" \
+run_bounded "dump cut inside MAPPED_LIBRARIES: exit 1, the cut named, how to go on" 1 \
+	"cut inside MAPPED_LIBRARIES \\([0-9]+ mappings read\\).*--allow-truncated" \
 	"$MA" aggregate "$TMP/cutmaps.heap"
+run_bounded "... with --allow-truncated: a report and the cut named" 0 \
+	"truncated: .*cut inside MAPPED_LIBRARIES: frames in objects listed after the cut stay unnamed" \
+	"$MA" aggregate "$TMP/cutmaps.heap" --allow-truncated
 check "... and the frames outside every listed mapping are warned about" \
 	grep -q "is in none of the mappings the dump lists" "$TMP/err"
 
