@@ -7,7 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib.sh"
-plan 28
+plan 32
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.
@@ -111,6 +111,43 @@ check "threads: the vfork parent is reported, not stopped" \
 	grep -q "^thread $vfk \"vforker\".*UNSAFE (waits for its vfork() child" "$TMP/v.txt"
 verdict_ok "small stack, vfork"
 fix_quit "$FIX_PID" "$FIX_FD"
+
+# --- an exiting process: exit_group with one thread held at its exit ---
+# (PTRACE_O_TRACEEXIT: a tracer keeps the worker stopped at its exit
+# event while the rest of the process is gone, the leader a zombie)
+fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
+w=$(tid_of "$FIX_PID" worker_1)
+python3 - "$w" >"$TMP/hold.out" 2>&1 <<'PY' & holder=$!
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+L = ctypes.c_long
+libc.ptrace.argtypes = [L, L, L, L]
+tid = int(sys.argv[1])
+if libc.ptrace(0x4206, tid, 0, 0x40) != 0:  # PTRACE_SEIZE, PTRACE_O_TRACEEXIT
+    print("seize failed", ctypes.get_errno(), flush=True); sys.exit(1)
+print("SEIZED", flush=True)
+while True:
+    _, st = os.waitpid(tid, 0x40000000)  # __WALL
+    if (st >> 16) == 6:  # PTRACE_EVENT_EXIT
+        print("AT_EXIT", flush=True)
+        time.sleep(60)
+    libc.ptrace(7, tid, 0, 0)  # PTRACE_CONT
+PY
+for _ in $(seq 50); do grep -q SEIZED "$TMP/hold.out" && break; sleep 0.1; done
+echo quit >&"$FIX_FD"
+for _ in $(seq 100); do grep -q AT_EXIT "$TMP/hold.out" && break; sleep 0.1; done
+check "exiting: the process is mid-exit (leader a zombie, worker held at its exit event)" \
+	eval 'grep -q AT_EXIT "$TMP/hold.out" && grep -q "^State:.*Z" /proc/$FIX_PID/status'
+at_once "exiting: stats answers at once, naming the tracer that holds it" 1 \
+	"traced by pid [0-9]+ \(python3\); detach that first" \
+	"$MA" stats "$FIX_PID" --timeout 600000
+at_once "exiting: frag start too" 1 "traced by pid [0-9]+ \(python3\)" \
+	"$MA" frag start "$FIX_PID" --timeout 600000
+kill "$holder"; wait "$holder" 2>/dev/null
+exec {FIX_FD}>&-
+for _ in $(seq 50); do kill -0 "$FIX_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$FIX_PID"; rc=$?
+check "exiting: once released the process finishes its exit with a good verdict (status $rc)" [ "$rc" -eq 0 ]
 
 # --- a non-dumpable process, as its own (non-root) user ---
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
