@@ -11,7 +11,7 @@
 # descriptors and mapping count do not grow, and the agent is loaded once.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 33
+plan 35
 need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
 
 for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
