@@ -14,8 +14,9 @@ only=${1:-}
 
 run_one() {
 	local name=$1; shift
-	local out rc p f s planned
+	local out rc p f s planned t0=$SECONDS secs
 	out=$(timeout 900 "$@" 2>&1); rc=$?
+	secs=$((SECONDS - t0))
 	p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^SKIP ' <<<"$out")
 	planned=$(sed -n 's/^PLAN \([0-9][0-9]*\)$/\1/p' <<<"$out" | head -1)
 	if [[ $name != unit/* ]]; then
@@ -30,9 +31,9 @@ run_one() {
 	if [ $((p + f + s)) -eq 0 ]; then f=1; out+=$'\n'"FAIL $name reported no checks"; fi
 	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 	if [ "$f" -gt 0 ]; then
-		echo "--- $name: $p passed, $f failed"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
+		echo "--- $name: $p passed, $f failed (${secs} s)"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
 	else
-		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped"; else echo "--- $name: $p passed"; fi
+		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped (${secs} s)"; else echo "--- $name: $p passed (${secs} s)"; fi
 		grep '^SKIP ' <<<"$out" | sed 's/^/    /'
 	fi
 }
