@@ -30,7 +30,7 @@ extern const unsigned long ma_agent_so_len;
 
 /* The stripe record of agent.c (only the counters are read here). */
 struct agent_stripe {
-	uint32_t lock, pad;
+	uint32_t lock, own;
 	uint64_t inflight, count, recorded, removed, dropped;
 	uint64_t slots, cap;
 };
@@ -74,7 +74,8 @@ static int read_counters(pid_t pid, struct ma_agent_view *v)
 		v->removed += st[i].removed;
 		v->dropped_full += st[i].dropped;
 		v->inflight += st[i].inflight;
-		v->table_bytes += st[i].cap * 16; /* struct sample */
+		if (st[i].own) /* grown: a mapping of its own */
+			v->table_bytes += st[i].cap * 16; /* struct sample */
 	}
 	v->table_bytes += v->ctl.tables_len;
 	return 0;

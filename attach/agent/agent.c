@@ -73,7 +73,8 @@ struct sample {
  * lock) up to the bound; beyond it samples are dropped and counted.
  */
 struct stripe {
-	uint32_t lock, pad;
+	uint32_t lock;
+	uint32_t own; /* slots is a mapping of its own (grown), else inside the tables */
 	uint64_t inflight;
 	uint64_t count; /* samples held */
 	uint64_t recorded, removed, dropped;
@@ -298,7 +299,9 @@ static bool grow(struct ma_agent_ctl *c, struct stripe *s)
 	for (uint64_t i = 0; i < s->cap; i++)
 		if (old[i].ptr)
 			put(nw, ncap, addr_hash(c, old[i].ptr), &old[i]);
-	munmap(old, s->cap * sizeof(*old));
+	if (s->own)
+		munmap(old, s->cap * sizeof(*old));
+	s->own = 1;
 	s->slots = (uint64_t)(uintptr_t)nw;
 	s->cap = ncap;
 	return true;
@@ -483,7 +486,7 @@ static int stop_impl(struct ma_agent_ctl *c)
 		}
 	unmap_out(c);
 	for (unsigned s = 0; c->tables && s < MA_AGENT_STRIPES; s++)
-		if (stripes(c)[s].slots)
+		if (stripes(c)[s].own)
 			munmap((void *)(uintptr_t)stripes(c)[s].slots,
 			       stripes(c)[s].cap * sizeof(struct sample));
 	if (c->tables)
@@ -503,13 +506,20 @@ EXPORT int ma_agent_stop(void)
 	return stop_impl(c);
 }
 
-/* Lay the tables out in one mapping. */
+/*
+ * Lay the tables out in one mapping, the stripes' first slot arrays
+ * included (a stripe that grows gets a mapping of its own): start and a
+ * stop without growth make one mmap and one munmap.
+ */
 static int map_tables(struct ma_agent_ctl *c)
 {
-	uint64_t off = 0;
+	uint64_t off = 0, first = STRIPE_INITIAL_SLOTS;
 	void *m;
 
-	c->samples_off = 0; /* each stripe has its own mapping */
+	if (first > c->capacity / MA_AGENT_STRIPES)
+		first = c->capacity / MA_AGENT_STRIPES;
+	c->samples_off = off;
+	off = align_up(off + MA_AGENT_STRIPES * first * sizeof(struct sample), 64);
 	c->locks_off = off;
 	off = align_up(off + (MA_AGENT_STRIPES + 1) * sizeof(struct stripe), 64);
 	c->buckets_off = off;
@@ -525,22 +535,10 @@ static int map_tables(struct ma_agent_ctl *c)
 	c->tables_len = off;
 	for (unsigned i = 0; i < MA_AGENT_STRIPES; i++) {
 		struct stripe *s = stripes(c) + i;
-		uint64_t cap = STRIPE_INITIAL_SLOTS;
 
-		if (cap > c->capacity / MA_AGENT_STRIPES)
-			cap = c->capacity / MA_AGENT_STRIPES;
-		m = mmap(NULL, cap * sizeof(struct sample), PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (m == MAP_FAILED) {
-			for (unsigned k = 0; k < i; k++)
-				munmap((void *)(uintptr_t)stripes(c)[k].slots,
-				       stripes(c)[k].cap * sizeof(struct sample));
-			munmap((void *)(uintptr_t)c->tables, c->tables_len);
-			c->tables = c->tables_len = 0;
-			return -MA_AGENT_ENOMEM;
-		}
-		s->slots = (uint64_t)(uintptr_t)m;
-		s->cap = cap;
+		s->slots = c->tables + c->samples_off + i * first * sizeof(struct sample);
+		s->cap = first;
+		s->own = 0;
 	}
 	/* Stack 0: "not recorded" (the stack table was full), no frames. */
 	c->nstacks = 1;
