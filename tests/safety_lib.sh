@@ -70,6 +70,8 @@ maps_shape() {
 # Descriptors other than sockets (sysc's client connections come and go;
 # memattach's leftovers would be a memfd or a pipe).
 fd_count() { ls -l "/proc/$1/fd" 2>/dev/null | awk 'NR > 1 && $NF !~ /^socket:/ { n++ } END { print n + 0 }'; }
+# fd_list PID: "fd -> target" of the non-socket descriptors (for a failure's message)
+fd_list() { ls -l "/proc/$1/fd" 2>/dev/null | awk 'NR > 1 && $NF !~ /^socket:/ { print $(NF-2), $NF }'; }
 
 # steps_of CMD...: run memattach with MEMATTACH_TEST_STEPS=1; sets STEPS_N
 # to its step count (empty if the hook printed nothing) and STEPS_RC to its

@@ -63,6 +63,7 @@ baseline() { # after a normal run: maps lines, anon exec mappings, fds
 	"$MA" "${ARGS[@]}" >/dev/null 2>&1
 	B_MAPS=$(maps_lines "$T_PID") B_EXEC=$(anon_exec "$T_PID") B_FDS=$(fd_count "$T_PID")
 	maps_shape "$T_PID" >"$TMP/maps.before"
+	fd_list "$T_PID" >"$TMP/fds.before"
 }
 
 # target_died WHERE: record the death (deaths[] of the caller), restart
@@ -172,6 +173,7 @@ sweep() {
 	else
 		fail "$name"
 		maps_shape "$T_PID" | diff "$TMP/maps.before" - | grep '^[<>]' | head -4 | sed 's/^/#   maps /'
+		fd_list "$T_PID" | diff "$TMP/fds.before" - | grep '^[<>]' | head -4 | sed 's/^/#   fds /'
 	fi
 	STEPS_REPORT+=("$label=$n")
 }
