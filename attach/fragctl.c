@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -250,19 +251,44 @@ static const char *agent_error(int64_t rc)
 	case MA_AGENT_EPARAM: return "the agent refused its parameters";
 	case MA_AGENT_EQUERY: return "experimental.utilization.batch_query failed";
 	case MA_AGENT_EINFLIGHT: return "hooks were still running after 2 s; run frag stop again";
+	case MA_AGENT_ECALL: return "a call of an earlier memattach (killed during it) is still "
+				    "running in the agent; retry in a moment";
 	default: return "unexpected error";
 	}
 }
 
-/* Call the agent's entry point at OFF with ARGS; *RET its (signed) result. */
+/*
+ * Call the agent's entry point at OFF with ARGS; *RET its signed result:
+ * WIDE for the one returning int64_t (query), else an int in eax (the
+ * upper half of rax is not part of it).
+ */
 static int call_agent(struct ma_session *s, const struct ma_agent_view *v, uint64_t off,
-		      const uint64_t *args, int nargs, int timeout_ms, int64_t *ret)
+		      const uint64_t *args, int nargs, int timeout_ms, bool wide, int64_t *ret)
 {
 	uint64_t r = 0;
 	int rc = ma_session_call_timeout(s, v->base + off, args, nargs, &r, timeout_ms);
 
-	*ret = (int64_t)r;
+	*ret = wide ? (int64_t)r : (int64_t)(int32_t)(uint32_t)r;
 	return rc;
+}
+
+int ma_agent_wait_idle(const struct ma_target *t, int timeout_ms)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	struct ma_agent_view v;
+	int rc;
+
+	for (;;) {
+		if ((rc = ma_agent_find(t, &v)))
+			return rc;
+		if (!v.loaded || v.foreign || !v.ctl.entry_busy)
+			return 0;
+		if (ma_now_ns() > deadline || ma_interrupted)
+			return ma_fail(MA_E_TIMEOUT, "a call of an earlier memattach (killed during it) "
+				       "is still running in the agent of process %d after %d ms; retry "
+				       "later", t->pid, timeout_ms);
+		usleep(20000);
+	}
 }
 
 /* The agent's state now, under S (the run lock is held: nobody else changes it). */
@@ -308,7 +334,11 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 
 	if ((rc = current_agent(s, &v)))
 		return rc;
-	if (v.ctl.state == MA_AGENT_RUNNING || v.ctl.state == MA_AGENT_STOPPING)
+	if (v.ctl.state == MA_AGENT_STOPPING)
+		return ma_fail(MA_E_JEMALLOC, "the agent in process %d is still stopping (hooks were "
+			       "running when it was stopped); run memattach frag stop %d again",
+			       s->t->pid, s->t->pid);
+	if (v.ctl.state == MA_AGENT_RUNNING)
 		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s, "
 			       "%llu samples); memattach frag stop %d first", s->t->pid,
 			       v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift",
@@ -342,7 +372,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	if (!(a_params = ma_session_alloc(s, sizeof(p))))
 		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
 	if ((rc = ma_mem_write(s->t->proc_pid, a_params, &p, sizeof(p))) ||
-	    (rc = call_agent(s, &v, MA_AGENT_OFF_start, &a_params, 1, STOP_TIMEOUT_MS, &ret)))
+	    (rc = call_agent(s, &v, MA_AGENT_OFF_start, &a_params, 1, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
 	if (ret != MA_AGENT_OK)
 		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(ret));
@@ -359,7 +389,7 @@ int ma_agent_stop_in(struct ma_session *s)
 		return rc;
 	if (!v.loaded || v.ctl.state == MA_AGENT_IDLE)
 		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d", s->t->pid);
-	if ((rc = call_agent(s, &v, MA_AGENT_OFF_stop, NULL, 0, STOP_TIMEOUT_MS, &ret)))
+	if ((rc = call_agent(s, &v, MA_AGENT_OFF_stop, NULL, 0, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
 	if (ret != MA_AGENT_OK)
 		return ma_fail(MA_E_JEMALLOC, "frag stop: %s", agent_error(ret));
@@ -450,7 +480,7 @@ int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d)
 	if (!v.loaded || v.ctl.state != MA_AGENT_RUNNING)
 		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d; start one with "
 			       "memattach frag start %d", s->t->pid, s->t->pid);
-	if ((rc = call_agent(s, &v, MA_AGENT_OFF_query, NULL, 0, QUERY_TIMEOUT_MS, &n)))
+	if ((rc = call_agent(s, &v, MA_AGENT_OFF_query, NULL, 0, QUERY_TIMEOUT_MS, true, &n)))
 		return rc;
 	if (n < 0)
 		return ma_fail(MA_E_JEMALLOC, "frag report: %s", agent_error(n));
@@ -475,7 +505,7 @@ int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d)
 	if (!rc)
 		rc = read_samples(s->t->proc_pid, &v.ctl, (uint64_t)n, d);
 	/* Release the output in the target whatever happened here. */
-	if (!s->abandoned && call_agent(s, &v, MA_AGENT_OFF_out_free, NULL, 0, STOP_TIMEOUT_MS, &ret) &&
+	if (!s->abandoned && call_agent(s, &v, MA_AGENT_OFF_out_free, NULL, 0, STOP_TIMEOUT_MS, false, &ret) &&
 	    !rc)
 		rc = MA_E_INTERNAL;
 	return rc;

@@ -261,6 +261,15 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			 "it holds every allocator lock", i, (unsigned long long)bt->ip[i]);
 		return false;
 	}
+	for (size_t i = 0; i < bt->n && t->agent.hi; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		if (pc < t->agent.lo || pc >= t->agent.hi)
+			continue;
+		snprintf(why, whylen, "frame #%zu (0x%llx) is in memattach's frag agent: an allocation "
+			 "hook, which may hold the agent's lock", i, (unsigned long long)bt->ip[i]);
+		return false;
+	}
 	if (ma_backtrace_in_loader(t, bt, &frame)) {
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in the dynamic loader: it may be "
 			 "loading or relocating (jemalloc may not be ready)", frame,

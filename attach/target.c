@@ -713,6 +713,26 @@ static void find_loader(struct ma_target *t)
 	}
 }
 
+/*
+ * memattach's frag agent (a memfd-backed library): a thread inside it runs
+ * an allocation hook, called from jemalloc and perhaps holding the agent's
+ * lock.  No unwinder finds its unwind tables (the file cannot be opened by
+ * path), so the walk ends in it: its range must be checked by itself.
+ */
+static void find_agent(struct ma_target *t)
+{
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (!m->path || strcmp(m->path, "/memfd:memattach-agent") != 0)
+			continue;
+		if (!t->agent.hi || m->start < t->agent.lo)
+			t->agent.lo = m->start;
+		if (m->end > t->agent.hi)
+			t->agent.hi = m->end;
+	}
+}
+
 static bool is_libc(const char *path)
 {
 	const char *base = strrchr(path, '/');
@@ -846,6 +866,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 	}
 	find_fork(t);
 	find_loader(t);
+	find_agent(t);
 	return ma_target_find_stub_sites(t);
 }
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 1
+#define MA_AGENT_VERSION 2
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
@@ -61,6 +61,7 @@ struct ma_agent_params {
 #define MA_AGENT_EPARAM 5 /* bad parameters */
 #define MA_AGENT_EQUERY 6 /* experimental.utilization.batch_query failed */
 #define MA_AGENT_EINFLIGHT 7 /* stop: hooks still running after the wait */
+#define MA_AGENT_ECALL 8 /* another entry point is running (a killed memattach's call) */
 
 /* One distinct stack: frames[off .. off+n) of the frame array. */
 struct ma_agent_stack {
@@ -100,7 +101,13 @@ struct ma_agent_ctl {
 	/* the last query's output: one mapping, struct-of-arrays (see below) */
 	uint64_t out, out_len, nout;
 	uint64_t query_failed; /* pointers batch_query refused */
-	uint64_t reserved[8];
+	/*
+	 * 1 while an entry point runs.  A memattach killed during a call leaves
+	 * it running in the target; the next run's call must not unmap what it
+	 * uses: entry points take this flag or return -MA_AGENT_ECALL.
+	 */
+	uint64_t entry_busy;
+	uint64_t reserved[7];
 };
 
 /*

@@ -47,6 +47,12 @@ int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v);
  */
 int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen);
 
+/*
+ * Wait (reading its control block, stopping nothing) until no call of an
+ * earlier, killed memattach still runs in T's agent.  0, or MA_E_TIMEOUT.
+ */
+int ma_agent_wait_idle(const struct ma_target *t, int timeout_ms);
+
 /* Options of `frag start`. */
 struct ma_agent_start_opts {
 	uint32_t mode; /* enum ma_agent_mode */

@@ -88,6 +88,7 @@ struct ma_target {
 	struct ma_range fork_fn; /* libc's fork(), {0,0} if not found */
 	struct ma_range epoll_fn[2]; /* libc's epoll_wait(), epoll_pwait() */
 	struct ma_range loader; /* the dynamic loader's code (ld-*.so) */
+	struct ma_range agent; /* memattach's frag agent (its memfd mapping), {0,0} if absent */
 	/* libc's dlopen and dlerror (glibc >= 2.34 has them in libc), 0 if absent */
 	uint64_t dlopen_fn, dlerror_fn;
 	/*

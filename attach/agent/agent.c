@@ -442,6 +442,20 @@ static void atfork_child(void)
 
 /* ---- entry points, called by memattach in a borrowed thread ---- */
 
+/* One entry point at a time (agent_abi.h: entry_busy). */
+static bool entry_take(struct ma_agent_ctl *c)
+{
+	uint64_t idle = 0;
+
+	return __atomic_compare_exchange_n(&c->entry_busy, &idle, 1, false, __ATOMIC_ACQ_REL,
+					   __ATOMIC_ACQUIRE);
+}
+
+static void entry_give(struct ma_agent_ctl *c)
+{
+	__atomic_store_n(&c->entry_busy, 0, __ATOMIC_RELEASE);
+}
+
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) & ~(a - 1);
@@ -500,10 +514,13 @@ static int stop_impl(struct ma_agent_ctl *c)
 EXPORT int ma_agent_stop(void)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
+	int rc;
 
-	if (c->state == MA_AGENT_IDLE)
-		return -MA_AGENT_EIDLE;
-	return stop_impl(c);
+	if (!entry_take(c))
+		return -MA_AGENT_ECALL;
+	rc = c->state == MA_AGENT_IDLE ? -MA_AGENT_EIDLE : stop_impl(c);
+	entry_give(c);
+	return rc;
 }
 
 /*
@@ -546,7 +563,7 @@ static int map_tables(struct ma_agent_ctl *c)
 	return MA_AGENT_OK;
 }
 
-EXPORT int ma_agent_start(const struct ma_agent_params *p)
+static int start_impl(const struct ma_agent_params *p)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	struct je_hooks hooks = { alloc_hook, dalloc_hook, expand_hook, c };
@@ -599,6 +616,17 @@ EXPORT int ma_agent_start(const struct ma_agent_params *p)
 	return MA_AGENT_OK;
 }
 
+EXPORT int ma_agent_start(const struct ma_agent_params *p)
+{
+	int rc;
+
+	if (!entry_take(&ma_agent_ctl))
+		return -MA_AGENT_ECALL;
+	rc = start_impl(p);
+	entry_give(&ma_agent_ctl);
+	return rc;
+}
+
 /* Utilization of ptr[0..n) into util[3n] ({nfree, nregs, size} each); failures are zeros. */
 static void query_util(struct ma_agent_ctl *c, uint64_t *ptr, uint64_t *util, uint64_t n)
 {
@@ -628,7 +656,7 @@ static void query_util(struct ma_agent_ctl *c, uint64_t *ptr, uint64_t *util, ui
  * released) and query each pointer's slab.  Returns the number of samples
  * or a negative error.  The output stays until the next query or stop.
  */
-EXPORT int64_t ma_agent_query(void)
+static int64_t query_impl(void)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	uint64_t total = 0, n = 0, cap;
@@ -674,9 +702,23 @@ EXPORT int64_t ma_agent_query(void)
 	return (int64_t)n;
 }
 
+EXPORT int64_t ma_agent_query(void)
+{
+	int64_t n;
+
+	if (!entry_take(&ma_agent_ctl))
+		return -MA_AGENT_ECALL;
+	n = query_impl();
+	entry_give(&ma_agent_ctl);
+	return n;
+}
+
 /* Release the last query's output (memattach has read it). */
 EXPORT int ma_agent_out_free(void)
 {
+	if (!entry_take(&ma_agent_ctl))
+		return -MA_AGENT_ECALL;
 	unmap_out(&ma_agent_ctl);
+	entry_give(&ma_agent_ctl);
 	return MA_AGENT_OK;
 }

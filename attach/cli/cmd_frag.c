@@ -174,10 +174,12 @@ static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
 }
 
 /*
- * Before the agent's first load: no thread may be inside the dynamic
+ * Before a session: wait until no call of a killed memattach still runs in
+ * the agent (it would race ours over the agent's memory); before the
+ * agent's first load (LOADING), no thread may be inside the dynamic
  * loader, whose lock our dlopen would wait for.  Exit status or 0.
  */
-static int check_loader_idle(const char *cmd, pid_t pid)
+static int prepare(const char *cmd, pid_t pid, bool loading)
 {
 	struct ma_agent_view v;
 	struct ma_target t;
@@ -187,11 +189,11 @@ static int check_loader_idle(const char *cmd, pid_t pid)
 	ma_err_clear();
 	ma_install_signal_guards();
 	if ((rc = ma_target_open(&t, pid)) || (rc = ma_target_find_jemalloc(&t)) ||
-	    (rc = ma_agent_find(&t, &v))) {
+	    (rc = ma_agent_wait_idle(&t, 30000)) || (rc = ma_agent_find(&t, &v))) {
 		ma_target_release(&t);
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
-	rc = v.loaded ? 0 : ma_agent_loader_busy(&t, why, sizeof(why));
+	rc = v.loaded || !loading ? 0 : ma_agent_loader_busy(&t, why, sizeof(why));
 	ma_target_release(&t);
 	if (rc < 0)
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
@@ -200,9 +202,30 @@ static int check_loader_idle(const char *cmd, pid_t pid)
 	return 0;
 }
 
+/*
+ * After hooks were installed or removed: jemalloc 5.3 then marks every
+ * thread's state "recompute", and a thread that exits before its next
+ * allocator call skips its cleanup (tsd_cleanup has no case for that
+ * state) and leaves a dangling entry in jemalloc's thread list, which
+ * crashes the process later.  Each thread that is borrowed here makes
+ * one allocator call (a tcache flush) and so leaves that state at once.
+ * Best effort: a failure is reported, the command's result stands.
+ */
+static void settle_threads(const char *cmd, pid_t pid, struct ma_flush_result *fr)
+{
+	struct ma_target t;
+
+	ma_err_clear();
+	if (ma_target_open(&t, pid) || ma_target_find_jemalloc(&t) || ma_flush_all_tcaches(&t, 300, fr))
+		fprintf(stderr, "memattach %s: warning: could not visit every thread after the "
+			"hook change: %s\n", cmd, ma_errmsg());
+	ma_target_release(&t);
+}
+
 static int do_start(struct frag_args *a)
 {
 	const char *cmd = "frag start";
+	struct ma_flush_result fr = { 0 };
 	struct ma_agent_start_opts so = { 0 };
 	struct ma_bin_table bt = { 0 };
 	struct ma_agent_view v;
@@ -213,7 +236,7 @@ static int do_start(struct frag_args *a)
 	int rc;
 
 	a->o.for_dlopen = true;
-	if ((rc = check_loader_idle(cmd, a->pid)))
+	if ((rc = prepare(cmd, a->pid, true)))
 		return rc;
 	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
 		return rc;
@@ -249,6 +272,7 @@ static int do_start(struct frag_args *a)
 		ma_target_release(&t);
 		return rc;
 	}
+	settle_threads(cmd, a->pid, &fr);
 	if (ma_agent_find(&t, &v)) {
 		ma_target_release(&t);
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
@@ -288,13 +312,14 @@ static int do_start(struct frag_args *a)
 static int do_stop(struct frag_args *a)
 {
 	const char *cmd = "frag stop";
+	struct ma_flush_result fr = { 0 };
 	struct ma_agent_view before, after;
 	struct ma_target t;
 	struct ma_session s;
 	char b[32];
 	int rc;
 
-	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+	if ((rc = prepare(cmd, a->pid, false)) || (rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
 		return rc;
 	if ((rc = ma_agent_find(&t, &before)) || (rc = ma_agent_stop_in(&s))) {
 		rc = ma_fail_and_detach(cmd, &s, NULL);
@@ -305,6 +330,7 @@ static int do_stop(struct frag_args *a)
 		ma_target_release(&t);
 		return rc;
 	}
+	settle_threads(cmd, a->pid, &fr);
 	rc = ma_agent_find(&t, &after);
 	ma_target_release(&t);
 	if (rc)
@@ -458,7 +484,7 @@ static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_f
 		}
 		ma_target_release(&t);
 	}
-	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+	if ((rc = prepare(cmd, a->pid, false)) || (rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
 		return rc;
 	rc = ma_agent_query_in(&s, d);
 	if (!rc && !(rc = ma_collect_stats(&s, &st)) && !(rc = ma_je_read_bins(&s, &bt))) {
