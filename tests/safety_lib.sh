@@ -69,9 +69,19 @@ maps_shape() {
 }
 # Descriptors other than sockets (sysc's client connections come and go;
 # memattach's leftovers would be a memfd or a pipe).
-fd_count() { ls -l "/proc/$1/fd" 2>/dev/null | awk 'NR > 1 && $NF !~ /^socket:/ { n++ } END { print n + 0 }'; }
+# fd_count PID: the non-socket descriptors.  A descriptor closed while the
+# directory is listed (the sysc fixture's client sockets come and go) has
+# no readable link any more: it is skipped, not counted (ls -l shows it as
+# "l?????????" with no target, which was counted as a non-socket one).
+fd_count() { fd_list "$1" | wc -l; }
 # fd_list PID: "fd -> target" of the non-socket descriptors (for a failure's message)
-fd_list() { ls -l "/proc/$1/fd" 2>/dev/null | awk 'NR > 1 && $NF !~ /^socket:/ { print $(NF-2), $NF }'; }
+fd_list() {
+	local f t
+	for f in /proc/"$1"/fd/*; do
+		t=$(readlink "$f" 2>/dev/null) || continue
+		[[ $t == socket:* ]] || echo "${f##*/} $t"
+	done
+}
 
 # steps_of CMD...: run memattach with MEMATTACH_TEST_STEPS=1; sets STEPS_N
 # to its step count (empty if the hook printed nothing) and STEPS_RC to its
