@@ -56,9 +56,11 @@ fix_start() {
 	track "$FIX_PID"
 	exec {FIX_FD}>"$dir/in"
 	FIX_OUT=$dir/out
-	for _ in $(seq 100); do
+	# FIX_POLL_MS (default 100): how often to look for READY, for 10 s
+	local poll=${FIX_POLL_MS:-100}
+	for _ in $(seq $((10000 / poll))); do
 		grep -q '^READY' "$FIX_OUT" && return 0
-		sleep 0.1
+		sleep "$(printf '0.%03d' "$poll")"
 	done
 	echo "fixture $name did not become ready" >&2
 	return 1

@@ -35,6 +35,18 @@ static const char usage_text[] =
 	"  --tid TID       borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
+void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)
+{
+	if (!fr || !fr->done)
+		return;
+	ma_json_obj_open(j, "tcache_flush");
+	ma_json_u64(j, "threads", fr->threads);
+	ma_json_u64(j, "flushed", fr->flushed);
+	ma_json_u64(j, "skipped", fr->skipped);
+	ma_json_u64(j, "no_tcache", fr->no_tcache);
+	ma_json_obj_close(j);
+}
+
 void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bin_table *t,
 		       const struct ma_flush_result *fr)
 {
@@ -52,14 +64,7 @@ void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bi
 	ma_json_u64(&j, "page_gap", sum.page_gap);
 	ma_json_u64(&j, "small_waste", sum.small_waste);
 	ma_json_double(&j, "small_waste_share", sum.waste_share);
-	if (fr && fr->done) {
-		ma_json_obj_open(&j, "tcache_flush");
-		ma_json_u64(&j, "threads", fr->threads);
-		ma_json_u64(&j, "flushed", fr->flushed);
-		ma_json_u64(&j, "skipped", fr->skipped);
-		ma_json_u64(&j, "no_tcache", fr->no_tcache);
-		ma_json_obj_close(&j);
-	}
+	ma_flush_emit_json(&j, fr);
 	ma_json_arr_open(&j, "bins");
 	for (size_t i = 0; i < t->nbins; i++) {
 		const struct ma_bin *b = &t->bins[i];

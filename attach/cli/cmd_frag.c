@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "bins.h"
+#include "bins_report.h"
 #include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
@@ -379,8 +380,7 @@ static int do_status(struct frag_args *a)
 
 	ma_err_clear();
 	if ((rc = ma_target_open(&t, a->pid)) || (rc = ma_agent_find(&t, &v))) {
-		if (!rc)
-			ma_target_release(&t);
+		ma_target_release(&t); /* a failed open leaves it empty */
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
 	ma_target_release(&t);
@@ -543,14 +543,7 @@ static void emit_json(const struct frag_args *a, const struct ma_frag_data *d,
 	ma_json_u64(&j, "dropped_full", d->dropped_full);
 	ma_json_u64(&j, "dropped_stacks", d->dropped_stacks);
 	ma_json_u64(&j, "query_failed", d->query_failed);
-	if (fr && fr->done) {
-		ma_json_obj_open(&j, "tcache_flush");
-		ma_json_u64(&j, "threads", fr->threads);
-		ma_json_u64(&j, "flushed", fr->flushed);
-		ma_json_u64(&j, "skipped", fr->skipped);
-		ma_json_u64(&j, "no_tcache", fr->no_tcache);
-		ma_json_obj_close(&j);
-	}
+	ma_flush_emit_json(&j, fr);
 	ma_json_arr_open(&j, "sites");
 	for (size_t i = 0; i < shown(a->top, r->nsites); i++) {
 		const struct ma_frag_site *s = &r->sites[i];

@@ -17,20 +17,10 @@
 plan 22
 need_fixtures daemon
 
-# fix_start/fix_quit with 10 ms polls: the first sweep replaces its target ~100 times.
+# fix_start polling every 10 ms: the first sweep replaces its target ~100 times.
 start_target() {
-	T_DIR=$(mktemp -d "$TMP/daemon.XXXX")
-	mkfifo "$T_DIR/in"
-	"$FIX/daemon" -t 2 -n 512 <"$T_DIR/in" >"$T_DIR/out" 2>"$T_DIR/err" &
-	T_PID=$!
-	track "$T_PID"
-	exec {T_FD}>"$T_DIR/in"
-	T_OUT=$T_DIR/out
-	for _ in $(seq 1000); do
-		grep -q '^READY' "$T_OUT" && return 0
-		bsleep 0.01
-	done
-	return 1
+	FIX_POLL_MS=10 fix_start daemon -t 2 -n 512 || return 1
+	T_PID=$FIX_PID T_FD=$FIX_FD T_OUT=$FIX_OUT T_DIR=$(dirname "$FIX_OUT")
 }
 quit_target() { # -> the fixture's exit status (fixlib: 0 = verdict ok)
 	echo quit >&"$T_FD" 2>/dev/null
