@@ -19,6 +19,7 @@
 #include "ma_error.h"
 #include "safepoint.h"
 #include "seccomp.h"
+#include "steps.h"
 
 extern const unsigned char ma_agent_so[];
 extern const unsigned long ma_agent_so_len;
@@ -351,6 +352,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 			return rc;
 		if (!v.loaded)
 			return ma_fail(MA_E_INTERNAL, "dlopen succeeded but the agent is not mapped");
+		ma_step_mark("agent-loaded");
 	}
 	p.magic = MA_AGENT_MAGIC;
 	p.version = MA_AGENT_VERSION;

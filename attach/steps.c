@@ -13,9 +13,19 @@
 static unsigned long nsteps;
 static unsigned long kill_after; /* 0: never */
 static bool configured;
+static bool printing;
+/* Named points of a run (ma_step_mark), printed with the step count. */
+struct step_mark {
+	const char *label;
+	unsigned long step;
+};
+static struct step_mark marks[8];
+static unsigned nmarks;
 
 static void print_steps(void)
 {
+	for (unsigned i = 0; i < nmarks; i++)
+		fprintf(stderr, "memattach-test: mark %s=%lu\n", marks[i].label, marks[i].step);
 	fprintf(stderr, "memattach-test: steps=%lu\n", nsteps);
 }
 
@@ -27,8 +37,18 @@ static void configure(void)
 	configured = true;
 	if (k && *k)
 		kill_after = strtoul(k, NULL, 10);
-	if (p && *p == '1')
+	if (p && *p == '1') {
+		printing = true;
 		atexit(print_steps);
+	}
+}
+
+void ma_step_mark(const char *label)
+{
+	if (!configured)
+		configure();
+	if (printing && nmarks < sizeof(marks) / sizeof(marks[0]))
+		marks[nmarks++] = (struct step_mark){ label, nsteps };
 }
 
 void ma_step(void)

@@ -5,7 +5,9 @@
  * them lets the tests kill memattach right after each step in turn
  * (MEMATTACH_TEST_KILL_AFTER_STEP=K) and prove that no instant of a run is
  * one where memattach's death harms the target.  MEMATTACH_TEST_STEPS=1
- * prints "memattach-test: steps=N" on stderr at exit.
+ * prints "memattach-test: steps=N" on stderr at exit, after a line
+ * "memattach-test: mark LABEL=K" for each point named by ma_step_mark (K:
+ * the steps done when it was reached), so a test can aim at one phase.
  */
 #ifndef MA_STEPS_H
 #define MA_STEPS_H
@@ -17,5 +19,7 @@
 long ma_ptrace(int request, pid_t tid, void *addr, void *data);
 /* Count one step that was not a ptrace request (a memory write). */
 void ma_step(void);
+/* Name this point of the run for MEMATTACH_TEST_STEPS=1 (LABEL: a literal). */
+void ma_step_mark(const char *label);
 
 #endif

@@ -85,13 +85,15 @@ fd_list() {
 
 # steps_of CMD...: run memattach with MEMATTACH_TEST_STEPS=1; sets STEPS_N
 # to its step count (empty if the hook printed nothing) and STEPS_RC to its
-# exit status.  Call it directly, not in $(...).
+# exit status.  Call it directly, not in $(...).  step_mark LABEL: the step
+# count at the point the run named LABEL (empty if it never got there).
 steps_of() {
 	local err=$TMP/steps.err
 	MEMATTACH_TEST_STEPS=1 "$MA" "$@" >/dev/null 2>"$err"
 	STEPS_RC=$?
 	STEPS_N=$(sed -n 's/^memattach-test: steps=\([0-9]*\)$/\1/p' "$err" | tail -1)
 }
+step_mark() { sed -n "s/^memattach-test: mark $1=\\([0-9]*\\)\$/\\1/p" "$TMP/steps.err" | tail -1; }
 
 # fixture_died PID [DIR]: how a dead fixture ended, in DIED_WHY (reaps it;
 # call it in the test's own shell, not in $(...): a subshell cannot wait).

@@ -8,13 +8,15 @@
 # are checked), no thread is traced, the target's descriptors are back to
 # what they were (a killed run's memfd is closed by the next run), and the
 # agent is loaded at most once.
-#   start: a fresh target per kill once the agent got loaded, so every step
-#          of the memfd + dlopen path is a kill point (a later start, with
-#          the agent loaded, makes the same agent call without the loading)
+#   start, loading: the steps up to the agent being loaded (memfd, dlopen,
+#          the memfd closed; memattach marks that point), a fresh target
+#          per kill once the agent got loaded
+#   start, agent loaded and stopped: what a first start does after its
+#          loading (the agent call, every thread visited), on one target
 #   report --no-flush (agent running), stop
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 22
+plan 29
 need_fixtures daemon
 
 # fix_start polling every 10 ms: the first sweep replaces its target ~100 times.
@@ -53,13 +55,15 @@ agent_loaded() { grep -q memattach-agent "/proc/$T_PID/maps"; }
 
 # sweep LABEL BEFORE AFTER FRESH CMD...: for k = 1..steps, bring the agent
 # to BEFORE, run CMD killed after step k, then check the target and that
-# the agent can be brought to AFTER.  FRESH=1: a new target for each k once
-# the agent is loaded (to kill inside the loading itself).
+# the agent can be brought to AFTER.  FRESH=1: only the steps up to the
+# mark "agent-loaded", each on a target without the agent (a new target for
+# each k once the agent is loaded).
 sweep() {
 	local label=$1 before=$2 after=$3 fresh=$4; shift 4
 	local n k rc killed=0 deaths=0 stuck=0 unsettled=0 t0=$EPOCHREALTIME v0 c0 v1 c1 fd0 fd1
 	settle "$before" || { fail "$label: cannot bring the agent to $before ($(tail -1 "$TMP/settle.err"))"; return; }
 	steps_of frag "$@" "$T_PID"; n=$STEPS_N
+	[ "$fresh" = 1 ] && n=$(step_mark agent-loaded)
 	if [ -z "$n" ]; then
 		fail "$label: no step count (exit $STEPS_RC: $(grep -v '^memattach-test' "$TMP/steps.err" | head -1))"
 		return
@@ -115,6 +119,8 @@ sweep() {
 
 start_target || { fail "daemon: start"; exit 1; }
 sweep "frag start (loading the agent)" stopped stopped 1 start
+settle running && settle stopped # the agent loaded (the last sweep left a new target)
+sweep "frag start (agent loaded)" stopped stopped 0 start
 sweep "frag report --no-flush" running running 0 report --no-flush
 sweep "frag stop" running stopped 0 stop
 quit_target; rc=$?
