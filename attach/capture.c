@@ -17,6 +17,7 @@
 #include "capture.h"
 #include "seccomp.h"
 #include "jectl.h"
+#include "live.h"
 #include "ma_error.h"
 #include "openmetrics.h"
 #include "safepoint.h"
@@ -264,8 +265,7 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 {
 	struct ma_session_opts o = { .deadline_ms = deadline_ms };
 	struct ma_proc_status ps;
-	struct ma_target t;
-	struct ma_session s;
+	struct ma_live l;
 	int rc, rc2;
 
 	out->pid = pid;
@@ -277,19 +277,13 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 		out->vm_rss = ps.vm_rss;
 		out->vm_hwm = ps.vm_hwm;
 	}
-	if ((rc = ma_target_open(&t, pid)))
-		return rc;
-	if ((rc = ma_target_find_jemalloc(&t)) || (rc = ma_session_open(&s, &t, &o))) {
-		ma_target_release(&t);
-		return rc;
-	}
-	rc = ma_collect_stats(&s, &out->st);
+	if ((rc = ma_live_begin(&l, pid, &o, NULL, NULL)))
+		return rc; /* nothing left open */
+	rc = ma_collect_stats(&l.s, &out->st);
 	if (!rc)
-		rc = ma_je_read_bins(&s, &out->bins);
-	rc2 = ma_session_close(&s);
-	out->borrow_ns = s.stopped_ns;
-	ma_unwind_release();
-	ma_target_release(&t);
+		rc = ma_je_read_bins(&l.s, &out->bins);
+	rc2 = ma_live_end(&l);
+	out->borrow_ns = l.s.stopped_ns;
 	if (!rc && rc2)
 		rc = rc2;
 	if (rc) {

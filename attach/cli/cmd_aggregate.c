@@ -202,25 +202,24 @@ static int stats_allocated(const char *path, uint64_t *allocated)
 	return 0;
 }
 
+static int read_allocated(struct ma_session *s, void *ctx)
+{
+	struct ma_je_stats st;
+	int rc = ma_collect_stats(s, &st);
+
+	if (!rc)
+		*(uint64_t *)ctx = st.allocated;
+	return rc;
+}
+
 /* stats.allocated of a live process (prints its own error). */
 static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
-	struct ma_je_stats st;
-	struct ma_target t;
-	struct ma_session s;
-	int rc;
 
-	if ((rc = ma_attach(cmd, pid, &o, &t, &s)))
-		return rc;
-	rc = ma_collect_stats(&s, &st);
-	if (rc)
-		ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	if (ma_detach(cmd, &s) && !rc)
-		rc = MA_E_INTERNAL;
-	ma_target_release(&t);
-	*allocated = st.allocated;
-	return rc ? MA_EXIT_FAIL : 0;
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = pid, .o = &o,
+						  .body = read_allocated },
+			   allocated);
 }
 
 int cmd_aggregate(int argc, char **argv)

@@ -219,38 +219,28 @@ static int parse_args(int argc, char **argv, struct bins_args *a)
 	return 0;
 }
 
-/* Live: optional flush, then one session reads headline and bins. */
-static int read_live(const char *cmd, struct bins_args *a, struct ma_je_stats *st,
-		     struct ma_bin_table *t, struct ma_flush_result *fr)
-{
-	struct ma_target tg;
-	struct ma_session s;
-	int rc;
+struct live_bins {
+	struct bins_args *a;
+	struct ma_je_stats *st;
+	struct ma_bin_table *t;
+	struct ma_flush_result *fr;
+};
 
-	if (a->flush) {
-		ma_err_clear();
-		ma_install_signal_guards();
-		if ((rc = ma_target_open(&tg, a->pid)) || (rc = ma_target_find_jemalloc(&tg)) ||
-		    (rc = ma_flush_all_tcaches(&tg, 300, fr))) {
-			ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-			ma_target_release(&tg);
-			return MA_EXIT_FAIL;
-		}
-		ma_target_release(&tg);
-	}
-	if ((rc = ma_attach(cmd, a->pid, &a->o, &tg, &s)))
-		return rc;
-	rc = ma_collect_stats(&s, st);
-	if (!rc)
-		rc = ma_je_read_bins(&s, t);
-	if (rc) {
-		rc = ma_fail_and_detach(cmd, &s, NULL);
-		ma_target_release(&tg);
-		return rc;
-	}
-	rc = ma_detach(cmd, &s);
-	ma_target_release(&tg);
-	return rc;
+/* --flush-tcache: every thread's tcache emptied before the session. */
+static int flush_first(struct ma_target *t, void *ctx)
+{
+	struct live_bins *lb = ctx;
+
+	return lb->a->flush ? ma_flush_all_tcaches(t, 300, lb->fr) : 0;
+}
+
+/* One session reads the headline and the bins. */
+static int read_bins(struct ma_session *s, void *ctx)
+{
+	struct live_bins *lb = ctx;
+	int rc = ma_collect_stats(s, lb->st);
+
+	return rc ? rc : ma_je_read_bins(s, lb->t);
 }
 
 int cmd_bins(int argc, char **argv)
@@ -266,7 +256,10 @@ int cmd_bins(int argc, char **argv)
 	if (a.stats) {
 		if (ma_stats_json_load(a.stats, &st, &t))
 			return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	} else if ((rc = read_live(argv[0], &a, &st, &t, &fr))) {
+	} else if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = a.pid, .o = &a.o,
+							    .prep = flush_first, .body = read_bins },
+				     &(struct live_bins){ &a, &st, &t, &fr }))) {
+		ma_bin_table_release(&t);
 		return rc;
 	}
 	if (a.json)

@@ -174,33 +174,38 @@ static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
 	return false;
 }
 
+/* What a live frag command carries through ma_live_run. */
+struct frag_live {
+	const char *cmd;
+	struct frag_args *a;
+	bool loading; /* start: the agent may be loaded by this run */
+	bool flush; /* report: every tcache flushed first */
+	struct ma_flush_result *fr;
+	struct ma_agent_start_opts so; /* start */
+	struct ma_agent_view before, after; /* the agent as found, and after the command */
+	struct ma_frag_data *d; /* report */
+};
+
 /*
- * Before a session: wait until no call of a killed memattach still runs in
- * the agent (it would race ours over the agent's memory); before the
- * agent's first load (LOADING), no thread may be inside the dynamic
- * loader, whose lock our dlopen would wait for.  Exit status or 0.
+ * Before a session: (report) flush every tcache; wait until no call of a
+ * killed memattach still runs in the agent (it would race ours over the
+ * agent's memory); before the agent's first load, no thread may be inside
+ * the dynamic loader, whose lock our dlopen would wait for.
  */
-static int prepare(const char *cmd, pid_t pid, bool loading)
+static int prepare(struct ma_target *t, void *ctx)
 {
-	struct ma_agent_view v;
-	struct ma_target t;
+	struct frag_live *fl = ctx;
 	char why[300];
 	int rc;
 
-	ma_err_clear();
-	ma_install_signal_guards();
-	if ((rc = ma_target_open(&t, pid)) || (rc = ma_target_find_jemalloc(&t)) ||
-	    (rc = ma_agent_wait_idle(&t, 30000)) || (rc = ma_agent_find(&t, &v))) {
-		ma_target_release(&t);
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
-	rc = v.loaded || !loading ? 0 : ma_agent_loader_busy(&t, why, sizeof(why));
-	ma_target_release(&t);
-	if (rc < 0)
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (fl->flush && (rc = ma_flush_all_tcaches(t, 300, fl->fr)))
+		return rc;
+	if ((rc = ma_agent_wait_idle(t, 30000)) || (rc = ma_agent_find(t, &fl->before)))
+		return rc;
+	rc = fl->before.loaded || !fl->loading ? 0 : ma_agent_loader_busy(t, why, sizeof(why));
 	if (rc > 0)
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s; retry when it has finished", why);
-	return 0;
+		return ma_fail(MA_E_NOSAFE, "%s; retry when it has finished", why);
+	return rc;
 }
 
 /*
@@ -210,75 +215,79 @@ static int prepare(const char *cmd, pid_t pid, bool loading)
  * state) and leaves a dangling entry in jemalloc's thread list, which
  * crashes the process later.  Each thread that is borrowed here makes
  * one allocator call (a tcache flush) and so leaves that state at once.
- * Best effort: a failure is reported, the command's result stands.
+ * Best effort: a failure is reported, the command's result stands.  The
+ * target is read anew: after a start the agent's code is mapped, and a
+ * thread inside one of its hooks must be seen there (never borrowed).
  */
 static void settle_threads(const char *cmd, pid_t pid, struct ma_flush_result *fr)
 {
-	struct ma_target t;
+	struct ma_live l;
 
 	ma_err_clear();
-	if (ma_target_open(&t, pid) || ma_target_find_jemalloc(&t) || ma_flush_all_tcaches(&t, 300, fr))
+	if (ma_live_open(&l, pid) || ma_flush_all_tcaches(&l.t, 300, fr))
 		fprintf(stderr, "memattach %s: warning: could not visit every thread after the "
 			"hook change: %s\n", cmd, ma_errmsg());
-	ma_target_release(&t);
+	ma_live_end(&l);
 }
 
-static int do_start(struct frag_args *a)
+/* Start: the stats and bins (to check --focus), then the agent loaded and started. */
+static int start_agent(struct ma_session *s, void *ctx)
 {
-	const char *cmd = "frag start";
-	struct ma_flush_result fr = { 0 };
-	struct ma_agent_start_opts so = { 0 };
+	struct frag_live *fl = ctx;
+	struct frag_args *a = fl->a;
 	struct ma_bin_table bt = { 0 };
-	struct ma_agent_view v;
 	struct ma_je_stats st;
-	struct ma_target t;
-	struct ma_session s;
-	char b[32];
 	int rc;
 
-	a->o.for_dlopen = true;
-	if ((rc = prepare(cmd, a->pid, true)))
-		return rc;
-	if ((rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
-		return rc;
-	if ((rc = ma_collect_stats(&s, &st)) || (rc = ma_je_read_bins(&s, &bt))) {
-		rc = ma_fail_and_detach(cmd, &s, NULL);
-		ma_target_release(&t);
+	if ((rc = ma_collect_stats(s, &st)) || (rc = ma_je_read_bins(s, &bt))) {
+		ma_bin_table_release(&bt);
 		return rc;
 	}
 	if (a->have_focus && !is_small_class(&bt, (uint64_t)a->focus)) {
 		char list[512];
 
 		class_list(&bt, list, sizeof(list));
-		ma_fail(MA_E_USAGE, "--focus %ld is not a small size class of this jemalloc; the "
-			"classes are: %s", a->focus, list);
-		rc = ma_fail_and_detach(cmd, &s, NULL);
 		ma_bin_table_release(&bt);
-		ma_target_release(&t);
-		return rc;
+		return ma_fail(MA_E_USAGE, "--focus %ld is not a small size class of this jemalloc; "
+			       "the classes are: %s", a->focus, list);
 	}
-	so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
-	so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
-	so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
-	so.capacity = choose_capacity(a);
-	so.stack_cap = STACK_CAP;
-	so.frame_cap = FRAME_CAP;
 	ma_bin_table_release(&bt);
-	if ((rc = ma_agent_start_in(&s, &so))) {
-		rc = ma_fail_and_detach(cmd, &s, NULL);
-		ma_target_release(&t);
+	fl->so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
+	fl->so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
+	fl->so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
+	fl->so.capacity = choose_capacity(a);
+	fl->so.stack_cap = STACK_CAP;
+	fl->so.frame_cap = FRAME_CAP;
+	return ma_agent_start_in(s, &fl->so);
+}
+
+/* Start and stop, the thread given back: visit every thread, then read the agent. */
+static int settle_and_read(struct ma_live *l, void *ctx)
+{
+	struct frag_live *fl = ctx;
+
+	settle_threads(fl->cmd, l->t.pid, fl->fr);
+	if (ma_agent_find(&l->t, &fl->after))
+		return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	return MA_EXIT_OK;
+}
+
+static int do_start(struct frag_args *a)
+{
+	struct ma_flush_result fr = { 0 };
+	const char *cmd = "frag start";
+	struct frag_live fl = { .cmd = cmd, .a = a, .loading = true, .fr = &fr };
+	const struct ma_agent_start_opts *so = &fl.so;
+	const struct ma_agent_view *v = &fl.after;
+	char b[32];
+	int rc;
+
+	a->o.for_dlopen = true;
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = a->pid, .o = &a->o,
+						     .prep = prepare, .body = start_agent,
+						     .report = settle_and_read },
+			      &fl)))
 		return rc;
-	}
-	if ((rc = ma_detach(cmd, &s))) {
-		ma_target_release(&t);
-		return rc;
-	}
-	settle_threads(cmd, a->pid, &fr);
-	if (ma_agent_find(&t, &v)) {
-		ma_target_release(&t);
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
-	ma_target_release(&t);
 	if (a->json) {
 		struct ma_json j;
 
@@ -286,11 +295,11 @@ static int do_start(struct frag_args *a)
 		ma_json_obj_open(&j, NULL);
 		ma_json_i64(&j, "pid", a->pid);
 		ma_json_str(&j, "mode", a->have_focus ? "focus" : "shift");
-		ma_json_u64(&j, "shift", so.shift);
-		ma_json_u64(&j, "focus_size", so.focus_size);
-		ma_json_u64(&j, "capacity", so.capacity);
-		ma_json_u64(&j, "table_bytes", v.table_bytes);
-		ma_json_u64(&j, "agent_base", v.base);
+		ma_json_u64(&j, "shift", so->shift);
+		ma_json_u64(&j, "focus_size", so->focus_size);
+		ma_json_u64(&j, "capacity", so->capacity);
+		ma_json_u64(&j, "table_bytes", v->table_bytes);
+		ma_json_u64(&j, "agent_base", v->base);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
@@ -299,10 +308,10 @@ static int do_start(struct frag_args *a)
 			       "is recorded\n", a->pid, a->focus);
 		else
 			printf("frag agent started in process %d: 1 in %llu allocations sampled "
-			       "(--shift %u)\n", a->pid, 1ULL << so.shift, so.shift);
+			       "(--shift %u)\n", a->pid, 1ULL << so->shift, so->shift);
 		printf("tables: %s now, growing as samples come, up to %llu samples\n",
-		       ma_fmt_bytes(b, sizeof(b), v.table_bytes),
-		       (unsigned long long)(so.capacity - so.capacity / 8));
+		       ma_fmt_bytes(b, sizeof(b), v->table_bytes),
+		       (unsigned long long)(so->capacity - so->capacity / 8));
 		printf("every malloc/free now goes through jemalloc's hooks; 'memattach frag report "
 		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
 		       "stop %d' removes the hooks\n", a->pid, a->pid);
@@ -310,52 +319,46 @@ static int do_start(struct frag_args *a)
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
 
+static int stop_agent(struct ma_session *s, void *ctx)
+{
+	(void)ctx;
+	return ma_agent_stop_in(s);
+}
+
 static int do_stop(struct frag_args *a)
 {
-	const char *cmd = "frag stop";
 	struct ma_flush_result fr = { 0 };
-	struct ma_agent_view before, after;
-	struct ma_target t;
-	struct ma_session s;
+	const char *cmd = "frag stop";
+	struct frag_live fl = { .cmd = cmd, .a = a, .fr = &fr };
+	const struct ma_agent_view *before = &fl.before, *after = &fl.after;
 	char b[32];
 	int rc;
 
-	if ((rc = prepare(cmd, a->pid, false)) || (rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = a->pid, .o = &a->o,
+						     .prep = prepare, .body = stop_agent,
+						     .report = settle_and_read },
+			      &fl)))
 		return rc;
-	if ((rc = ma_agent_find(&t, &before)) || (rc = ma_agent_stop_in(&s))) {
-		rc = ma_fail_and_detach(cmd, &s, NULL);
-		ma_target_release(&t);
-		return rc;
-	}
-	if ((rc = ma_detach(cmd, &s))) {
-		ma_target_release(&t);
-		return rc;
-	}
-	settle_threads(cmd, a->pid, &fr);
-	rc = ma_agent_find(&t, &after);
-	ma_target_release(&t);
-	if (rc)
-		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	if (a->json) {
 		struct ma_json j;
 
 		ma_json_init(&j, stdout);
 		ma_json_obj_open(&j, NULL);
 		ma_json_i64(&j, "pid", a->pid);
-		ma_json_u64(&j, "released_bytes", before.table_bytes);
-		ma_json_u64(&j, "samples_dropped", before.live);
-		ma_json_bool(&j, "code_mapped", after.loaded);
+		ma_json_u64(&j, "released_bytes", before->table_bytes);
+		ma_json_u64(&j, "samples_dropped", before->live);
+		ma_json_bool(&j, "code_mapped", after->loaded);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
 		printf("frag agent stopped in process %d: hooks removed, %s of tables released "
-		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before.table_bytes),
-		       (unsigned long long)before.live);
-		if (after.loaded)
+		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before->table_bytes),
+		       (unsigned long long)before->live);
+		if (after->loaded)
 			printf("its code (%llu KiB) stays mapped: a thread may still be about to enter a "
 			       "hook it loaded before the removal, so unmapping it is not provably safe; "
 			       "the next 'frag start' reuses it\n",
-			       (unsigned long long)((after.hi - after.lo) >> 10));
+			       (unsigned long long)((after->hi - after->lo) >> 10));
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -375,15 +378,16 @@ static int do_status(struct frag_args *a)
 {
 	const char *cmd = "frag status";
 	struct ma_agent_view v;
-	struct ma_target t;
+	struct ma_live l;
 	int rc;
 
 	ma_err_clear();
-	if ((rc = ma_target_open(&t, a->pid)) || (rc = ma_agent_find(&t, &v))) {
-		ma_target_release(&t); /* a failed open leaves it empty */
+	rc = ma_live_open(&l, a->pid);
+	if (!rc)
+		rc = ma_agent_find(&l.t, &v);
+	ma_live_end(&l);
+	if (rc)
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
-	ma_target_release(&t);
 	if (a->json) {
 		struct ma_json j;
 
@@ -462,51 +466,44 @@ static int name_frames(const struct ma_target *t, struct ma_frag_data *d)
 	return 0;
 }
 
+/* Report: query the agent, read the stats and bins, in one session. */
+static int query_agent(struct ma_session *s, void *ctx)
+{
+	struct frag_live *fl = ctx;
+	struct ma_bin_table bt = { 0 };
+	struct ma_bin_summary sum;
+	struct ma_je_stats st;
+	int rc;
+
+	if (!(rc = ma_agent_query_in(s, fl->d)) && !(rc = ma_collect_stats(s, &st)) &&
+	    !(rc = ma_je_read_bins(s, &bt))) {
+		ma_bins_summary(&bt, &st, &sum);
+		fl->d->bins_waste = sum.small_waste;
+		fl->d->have_bins = true;
+	}
+	ma_bin_table_release(&bt);
+	return rc;
+}
+
+/* The thread given back: name the frames from the target's files. */
+static int name_live_frames(struct ma_live *l, void *ctx)
+{
+	struct frag_live *fl = ctx;
+
+	if (name_frames(&l->t, fl->d))
+		return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	return MA_EXIT_OK;
+}
+
 /* Flush tcaches, then query the agent and read the bins in one session. */
 static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_flush_result *fr)
 {
-	const char *cmd = "frag report";
-	struct ma_bin_table bt = { 0 };
-	struct ma_je_stats st;
-	struct ma_target t;
-	struct ma_session s;
-	int rc;
+	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d };
 
-	if (!a->no_flush) {
-		ma_err_clear();
-		ma_install_signal_guards();
-		if ((rc = ma_target_open(&t, a->pid)) || (rc = ma_target_find_jemalloc(&t)) ||
-		    (rc = ma_flush_all_tcaches(&t, 300, fr))) {
-			ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-			if (rc != ma_errcode() || t.pid)
-				ma_target_release(&t);
-			return MA_EXIT_FAIL;
-		}
-		ma_target_release(&t);
-	}
-	if ((rc = prepare(cmd, a->pid, false)) || (rc = ma_attach(cmd, a->pid, &a->o, &t, &s)))
-		return rc;
-	rc = ma_agent_query_in(&s, d);
-	if (!rc && !(rc = ma_collect_stats(&s, &st)) && !(rc = ma_je_read_bins(&s, &bt))) {
-		struct ma_bin_summary sum;
-
-		ma_bins_summary(&bt, &st, &sum);
-		d->bins_waste = sum.small_waste;
-		d->have_bins = true;
-	}
-	ma_bin_table_release(&bt);
-	if (rc) {
-		rc = ma_fail_and_detach(cmd, &s, NULL);
-		ma_target_release(&t);
-		return rc;
-	}
-	if ((rc = ma_detach(cmd, &s))) {
-		ma_target_release(&t);
-		return rc;
-	}
-	rc = name_frames(&t, d);
-	ma_target_release(&t);
-	return rc ? ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : 0;
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = fl.cmd, .pid = a->pid, .o = &a->o,
+						  .prep = prepare, .body = query_agent,
+						  .report = name_live_frames },
+			   &fl);
 }
 
 static uint64_t round_bytes(double v)

@@ -30,18 +30,32 @@ static const char usage_text[] =
 	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
-/* Dump into OF through S; ST from ma_collect_stats.  Message on failure. */
-static int dump(const char *cmd, struct ma_session *s, struct ma_je_stats *st, bool activate,
-		struct ma_outfile *of, size_t *n)
+struct heap_dump {
+	const char *cmd;
+	bool activate;
+	struct ma_outfile of;
+	struct ma_je_stats st;
+	size_t n; /* bytes written */
+	pid_t tid; /* the borrowed thread and how long it was held */
+	uint64_t held_ns;
+};
+
+/* Read the stats, then dump into the outfile.  Message on failure. */
+static int dump(struct ma_session *s, void *ctx)
 {
+	struct heap_dump *d = ctx;
+	const struct ma_je_stats *st = &d->st;
+	const char *cmd = d->cmd;
 	bool on = true;
 	int rc;
 
+	if ((rc = ma_collect_stats(s, &d->st)))
+		return rc;
 	if (!st->opt_prof)
 		return ma_fail(MA_E_JEMALLOC,
 			       "process %d was not started with heap profiling; restart it with %s",
 			       s->t->pid, ma_prof_restart_hint(s->t));
-	if (!st->prof_active && activate) {
+	if (!st->prof_active && d->activate) {
 		if ((rc = ma_mallctl_write(s, "prof.active", &on, sizeof(on))))
 			return rc;
 		fprintf(stderr, "memattach %s: prof.active set to true: the profile holds only "
@@ -51,20 +65,27 @@ static int dump(const char *cmd, struct ma_session *s, struct ma_je_stats *st, b
 				"the dump holds only what was sampled while it was active; "
 				"--activate turns it on\n", cmd);
 	}
-	return ma_capture_heap_dump(s, st, of->fd, n);
+	return ma_capture_heap_dump(s, st, d->of.fd, &d->n);
+}
+
+/* The thread is back: commit the file. */
+static int commit(struct ma_live *l, void *ctx)
+{
+	struct heap_dump *d = ctx;
+
+	d->tid = l->s.tid;
+	d->held_ns = l->s.stopped_ns;
+	if (ma_outfile_commit(&d->of))
+		return ma_cmd_error(d->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	return MA_EXIT_OK;
 }
 
 int cmd_heap_dump(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
+	struct heap_dump d = { .cmd = argv[0] };
 	const char *out = NULL;
-	bool activate = false;
-	struct ma_outfile of;
-	struct ma_je_stats st;
-	struct ma_target t;
-	struct ma_session s;
 	char sz[32];
-	size_t n = 0;
 	pid_t pid = 0;
 	int rc;
 
@@ -75,7 +96,7 @@ int cmd_heap_dump(int argc, char **argv)
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
 			out = argv[++i];
 		} else if (strcmp(argv[i], "--activate") == 0) {
-			activate = true;
+			d.activate = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
 			continue;
 		} else {
@@ -85,31 +106,16 @@ int cmd_heap_dump(int argc, char **argv)
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}
-	if (ma_outfile_open(&of, out))
+	if (ma_outfile_open(&d.of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	if ((rc = ma_attach(argv[0], pid, &o, &t, &s))) {
-		ma_outfile_abort(&of);
-		return rc;
-	}
-	rc = ma_collect_stats(&s, &st);
-	if (!rc)
-		rc = dump(argv[0], &s, &st, activate, &of, &n);
-	if (rc) {
-		rc = ma_fail_and_detach(argv[0], &s, NULL);
-		ma_target_release(&t);
-		ma_outfile_abort(&of);
-		return rc;
-	}
-	rc = ma_detach(argv[0], &s);
-	ma_target_release(&t);
-	if (!rc && ma_outfile_commit(&of))
-		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	if (rc) {
-		ma_outfile_abort(&of);
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = pid, .o = &o,
+						     .body = dump, .report = commit },
+			      &d))) {
+		ma_outfile_abort(&d.of);
 		return rc;
 	}
 	printf("wrote %s: %s heap profile (sample period 2^%llu bytes); thread %d held %.3f ms\n",
-	       out, ma_fmt_bytes(sz, sizeof(sz), n), (unsigned long long)st.lg_prof_sample, s.tid,
-	       s.stopped_ns / 1e6);
+	       out, ma_fmt_bytes(sz, sizeof(sz), d.n), (unsigned long long)d.st.lg_prof_sample, d.tid,
+	       d.held_ns / 1e6);
 	return MA_EXIT_OK;
 }

@@ -142,14 +142,27 @@ static int measure(struct ma_session *s, struct side *sd)
 	return 0;
 }
 
+/* Measure, purge every arena, measure again. */
+static int purge(struct ma_session *s, void *ctx)
+{
+	struct purge_result *r = ctx;
+	uint64_t t0;
+	int rc;
+
+	if ((rc = measure(s, &r->before)))
+		return rc;
+	t0 = ma_now_ns();
+	rc = ma_mallctl_write(s, "arena.4096.purge", NULL, 0);
+	r->purge_ns = ma_now_ns() - t0;
+	return rc ? rc : measure(s, &r->after);
+}
+
 int cmd_purge(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000, .call_timeout_ms = PURGE_TIMEOUT_MS };
 	struct purge_result r;
-	struct ma_target t;
-	struct ma_session s;
+	struct ma_live_visit v;
 	bool json = false;
-	uint64_t t0;
 	int rc;
 
 	memset(&r, 0, sizeof(r));
@@ -168,27 +181,12 @@ int cmd_purge(int argc, char **argv)
 	if (!r.pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}
-	if ((rc = ma_attach(argv[0], r.pid, &o, &t, &s)))
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = r.pid, .o = &o,
+						     .body = purge, .visit = &v },
+			      &r)))
 		return rc;
-	rc = measure(&s, &r.before);
-	if (!rc) {
-		t0 = ma_now_ns();
-		rc = ma_mallctl_write(&s, "arena.4096.purge", NULL, 0);
-		r.purge_ns = ma_now_ns() - t0;
-	}
-	if (!rc)
-		rc = measure(&s, &r.after);
-	if (rc) {
-		rc = ma_fail_and_detach(argv[0], &s, NULL);
-		ma_target_release(&t);
-		return rc;
-	}
-	rc = ma_detach(argv[0], &s);
-	ma_target_release(&t);
-	if (rc)
-		return rc;
-	r.tid = s.tid;
-	r.held_ns = s.stopped_ns;
+	r.tid = v.tid;
+	r.held_ns = v.held_ns;
 	if (json)
 		print_json(&r);
 	else

@@ -70,8 +70,9 @@ static const char *in_tmp(struct snap *sn, const char *name)
 }
 
 /* Everything that needs the target, in one session. */
-static int visit(struct snap *sn, struct ma_session *s)
+static int visit(struct ma_session *s, void *ctx)
 {
+	struct snap *sn = ctx;
 	struct ma_outfile of;
 	int rc;
 
@@ -255,8 +256,7 @@ int cmd_snapshot(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
 	struct snap sn = { .cmd = argv[0] };
-	struct ma_target t;
-	struct ma_session s;
+	struct ma_live_visit v;
 	int rc;
 
 	for (int i = 1; i < argc; i++) {
@@ -278,19 +278,11 @@ int cmd_snapshot(int argc, char **argv)
 	}
 	if (make_tmp_dir(&sn))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	if ((rc = ma_attach(argv[0], sn.pid, &o, &t, &s))) {
-		remove_tmp(&sn);
-		return rc;
-	}
-	rc = visit(&sn, &s);
-	if (rc) {
-		rc = ma_fail_and_detach(argv[0], &s, NULL);
-	} else {
-		rc = ma_detach(argv[0], &s);
-	}
-	ma_target_release(&t);
-	sn.tid = s.tid;
-	sn.held_ns = s.stopped_ns;
+	rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = sn.pid, .o = &o,
+						.body = visit, .visit = &v },
+			 &sn);
+	sn.tid = v.tid;
+	sn.held_ns = v.held_ns;
 	if (!rc && (write_files(&sn) || rename(sn.tmp, sn.dir) != 0))
 		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s",
 				  ma_errmsg()[0] ? ma_errmsg() : strerror(errno));

@@ -43,6 +43,7 @@ struct stats_result {
 	struct ma_proc_status ps;
 	const struct ma_target *t;
 	const struct ma_session *s;
+	bool json;
 };
 
 static const char *linkage(const struct ma_target *t)
@@ -144,15 +145,35 @@ static int print_openmetrics(const char *cmd, pid_t pid, const struct ma_session
 	return MA_EXIT_OK;
 }
 
+static int read_stats(struct ma_session *s, void *ctx)
+{
+	return ma_collect_stats(s, &((struct stats_result *)ctx)->st);
+}
+
+/* The thread is back: VmRSS now, the headline, printed with the target's names. */
+static int report(struct ma_live *l, void *ctx)
+{
+	struct stats_result *r = ctx;
+
+	memset(&r->ps, 0, sizeof(r->ps));
+	if (ma_process_status(l->t.pid, &r->ps))
+		ma_err_clear();
+	ma_headline_compute(&r->st, r->ps.vm_rss, &r->h);
+	r->t = &l->t;
+	r->s = &l->s;
+	if (r->json)
+		print_json(r);
+	else
+		print_table(r);
+	return MA_EXIT_OK;
+}
+
 int cmd_stats(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
 	struct stats_result r;
-	struct ma_target t;
-	struct ma_session s;
 	bool json = false, openmetrics = false;
 	pid_t pid = 0;
-	int rc;
 
 	for (int i = 1; i < argc; i++) {
 		if (ma_is_help(argv[i])) {
@@ -176,28 +197,8 @@ int cmd_stats(int argc, char **argv)
 	}
 	if (openmetrics)
 		return print_openmetrics(argv[0], pid, &o);
-	if ((rc = ma_attach(argv[0], pid, &o, &t, &s)))
-		return rc;
-	rc = ma_collect_stats(&s, &r.st);
-	if (rc) {
-		rc = ma_fail_and_detach(argv[0], &s, NULL);
-		ma_target_release(&t);
-		return rc;
-	}
-	if (ma_detach(argv[0], &s)) {
-		ma_target_release(&t);
-		return MA_EXIT_FAIL;
-	}
-	memset(&r.ps, 0, sizeof(r.ps));
-	if (ma_process_status(pid, &r.ps))
-		ma_err_clear();
-	ma_headline_compute(&r.st, r.ps.vm_rss, &r.h);
-	r.t = &t;
-	r.s = &s;
-	if (json)
-		print_json(&r);
-	else
-		print_table(&r);
-	ma_target_release(&t);
-	return MA_EXIT_OK;
+	r.json = json;
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = pid, .o = &o,
+						  .body = read_stats, .report = report },
+			   &r);
 }

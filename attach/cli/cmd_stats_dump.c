@@ -29,6 +29,18 @@ static const char usage_text[] =
 	"  --tid TID     borrow this thread (still refused if unsafe)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
+struct printed {
+	char *buf;
+	size_t len;
+};
+
+static int print_stats(struct ma_session *s, void *ctx)
+{
+	struct printed *p = ctx;
+
+	return ma_je_stats_print(s, "J", STATS_PRINT_TIMEOUT_MS, &p->buf, &p->len);
+}
+
 int cmd_stats_dump(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
@@ -36,8 +48,8 @@ int cmd_stats_dump(int argc, char **argv)
 	struct ma_outfile of;
 	struct ma_je_stats st;
 	struct ma_bin_table bt;
-	struct ma_target t;
-	struct ma_session s;
+	struct ma_live_visit v;
+	struct printed p = { 0 };
 	char *buf = NULL, sz[32];
 	size_t len = 0;
 	pid_t pid = 0;
@@ -61,19 +73,12 @@ int cmd_stats_dump(int argc, char **argv)
 	/* Fail on an unwritable destination before touching the target. */
 	if (ma_outfile_open(&of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	if ((rc = ma_attach(argv[0], pid, &o, &t, &s))) {
-		ma_outfile_abort(&of);
-		return rc;
-	}
-	rc = ma_je_stats_print(&s, "J", STATS_PRINT_TIMEOUT_MS, &buf, &len);
-	if (rc) {
-		rc = ma_fail_and_detach(argv[0], &s, "malloc_stats_print");
-		ma_target_release(&t);
-		ma_outfile_abort(&of);
-		return rc;
-	}
-	rc = ma_detach(argv[0], &s);
-	ma_target_release(&t);
+	rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = pid, .o = &o,
+						.body = print_stats, .what = "malloc_stats_print",
+						.visit = &v },
+			 &p);
+	buf = p.buf;
+	len = p.len;
 	/* Check what we got is whole before it replaces anything. */
 	if (!rc && ma_stats_json_parse(buf, len, &st, &bt)) {
 		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "the target printed unusable stats: %s",
@@ -88,8 +93,8 @@ int cmd_stats_dump(int argc, char **argv)
 	else
 		printf("wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u arenas "
 		       "(thread %d held %.3f ms)\n",
-		       out, ma_fmt_bytes(sz, sizeof(sz), len), st.version, st.narenas, s.tid,
-		       s.stopped_ns / 1e6);
+		       out, ma_fmt_bytes(sz, sizeof(sz), len), st.version, st.narenas, v.tid,
+		       v.held_ns / 1e6);
 	free(buf);
 	return rc;
 }

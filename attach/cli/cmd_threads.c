@@ -182,9 +182,9 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 int cmd_threads(int argc, char **argv)
 {
 	struct ma_thread_info *ti = NULL;
-	struct thread_report *r;
+	struct thread_report *r = NULL;
 	struct ma_livesym ls;
-	struct ma_target t;
+	struct ma_live l = { 0 };
 	bool json = false;
 	pid_t pid = 0;
 	size_t n = 0;
@@ -205,25 +205,16 @@ int cmd_threads(int argc, char **argv)
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}
-	ma_install_signal_guards();
-	rc = ma_target_open(&t, pid);
-	if (!rc)
-		rc = ma_target_find_jemalloc(&t);
-	if (!rc)
-		rc = ma_list_threads(pid, &ti, &n);
-	if (rc) {
-		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
-	r = calloc(n ? n : 1, sizeof(*r));
-	if (!r) {
-		free(ti);
-		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "out of memory");
+	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
+	if ((rc = ma_live_open(&l, pid)) || (rc = ma_list_threads(pid, &ti, &n)))
+		goto out;
+	if (!(r = calloc(n ? n : 1, sizeof(*r)))) {
+		rc = ma_fail(MA_E_NOMEM, "out of memory");
+		goto out;
 	}
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
 		r[i].ti = ti[i];
-		rc = ma_inspect_thread(&t, &ti[i], &r[i].bt, r[i].why, sizeof(r[i].why), &r[i].safe);
+		rc = ma_inspect_thread(&l.t, &ti[i], &r[i].bt, r[i].why, sizeof(r[i].why), &r[i].safe);
 		if (rc == MA_E_PERM || rc == MA_E_TRACED)
 			break;
 		if (rc) {
@@ -233,25 +224,18 @@ int cmd_threads(int argc, char **argv)
 		}
 	}
 	ma_unwind_release();
-	if (rc) {
-		free(r);
-		free(ti);
-		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
-	if (ma_livesym_init(&ls, &t)) {
-		free(r);
-		free(ti);
-		ma_target_release(&t);
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
-	}
+	if (rc || (rc = ma_livesym_init(&ls, &l.t)))
+		goto out;
 	if (json)
-		print_json(&t, r, n, &ls);
+		print_json(&l.t, r, n, &ls);
 	else
-		print_text(&t, r, n, &ls);
+		print_text(&l.t, r, n, &ls);
 	ma_livesym_release(&ls);
+out:
+	if (rc)
+		ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	free(r);
 	free(ti);
-	ma_target_release(&t);
-	return MA_EXIT_OK;
+	ma_live_end(&l);
+	return rc ? MA_EXIT_FAIL : MA_EXIT_OK;
 }

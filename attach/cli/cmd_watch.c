@@ -62,7 +62,7 @@ struct watch {
 	pid_t pid;
 	long interval_ms, duration_s;
 	struct ma_session_opts o; /* per sample: a short search for a safe thread */
-	struct ma_target t;
+	struct ma_live l; /* the target open for the whole watch, a thread borrowed per sample */
 	struct ma_series series;
 	FILE *csv;
 	bool prof_warned, exited, reset_hwm, started;
@@ -159,7 +159,6 @@ static int sample(struct watch *w)
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
 	struct ma_headline h;
-	struct ma_session s;
 	uint64_t level = 0;
 	bool high;
 	size_t n = 0;
@@ -181,7 +180,7 @@ static int sample(struct watch *w)
 	}
 	high = new_high(w, &ps, &level);
 	note_top(w, high ? level : ps.vm_rss, x.t_ms);
-	rc = ma_session_open(&s, &w->t, &w->o);
+	rc = ma_live_borrow(&w->l, &w->o);
 	if (rc) {
 		if (target_gone(w->pid, rc)) {
 			w->exited = true;
@@ -192,7 +191,7 @@ static int sample(struct watch *w)
 		w->skipped++; /* busy in jemalloc right now: no stats this time */
 		ma_err_clear();
 	} else {
-		rc = ma_collect_stats(&s, &st);
+		rc = ma_collect_stats(&w->l.s, &st);
 		if (!rc) {
 			x.have_stats = true;
 			x.allocated = st.allocated;
@@ -205,7 +204,7 @@ static int sample(struct watch *w)
 			x.metadata_resident = h.metadata_resident;
 			x.outside_jemalloc = h.outside_jemalloc;
 			if (high && st.opt_prof) {
-				rc = take_dump(w, &s, &st, &n);
+				rc = take_dump(w, &w->l.s, &st, &n);
 				if (!rc) {
 					x.dump = true;
 					w->dumps++;
@@ -225,13 +224,12 @@ static int sample(struct watch *w)
 					fprintf(stderr, "memattach %s: process %d has heap profiling off: "
 							"recording the series only (restart it with %s "
 							"for peak dumps)\n",
-						w->cmd, w->pid, ma_prof_restart_hint(&w->t));
+						w->cmd, w->pid, ma_prof_restart_hint(&w->l.t));
 				w->prof_warned = true;
 			}
 		}
-		if (ma_session_close(&s) && !rc)
+		if (ma_live_restore(&w->l) && !rc)
 			rc = MA_E_INTERNAL;
-		ma_unwind_release();
 		absorb_own_hwm(w, ps.vm_hwm);
 		if (rc && target_gone(w->pid, rc)) {
 			w->exited = true;
@@ -342,8 +340,7 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 		w->dir = defdir;
 	}
 	ma_err_clear();
-	ma_install_signal_guards();
-	if (ma_target_open(&w->t, w->pid) || ma_target_find_jemalloc(&w->t))
+	if (ma_live_open(&w->l, w->pid))
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	if (w->reset_hwm && reset_hwm(w->pid))
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
@@ -374,7 +371,7 @@ int cmd_watch(int argc, char **argv)
 	if ((rc = start(&w, defdir, sizeof(defdir)))) {
 		if (w.csv)
 			fclose(w.csv);
-		ma_target_release(&w.t);
+		ma_live_end(&w.l);
 		return rc;
 	}
 	printf("watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
@@ -414,6 +411,6 @@ int cmd_watch(int argc, char **argv)
 		       w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
 		       w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	ma_series_release(&w.series);
-	ma_target_release(&w.t);
+	ma_live_end(&w.l);
 	return rc ? MA_EXIT_FAIL : MA_EXIT_OK;
 }

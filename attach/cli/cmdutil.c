@@ -134,42 +134,29 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 	return !*pid && ma_parse_pid(arg, pid);
 }
 
-int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struct ma_target *t,
-	      struct ma_session *s)
+int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 {
+	struct ma_live l;
 	int rc;
 
 	ma_err_clear();
-	ma_install_signal_guards();
-	rc = ma_target_open(t, pid);
-	if (!rc)
-		rc = ma_target_find_jemalloc(t);
-	if (!rc)
-		rc = ma_session_open(s, t, o);
-	if (rc) {
-		ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg()[0] ? ma_errmsg() : "attach failed");
-		ma_target_release(t);
+	if (ma_live_begin(&l, c->pid, c->o, c->prep, ctx)) {
+		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()[0] ? ma_errmsg() : "attach failed");
+		ma_live_end(&l);
 		return MA_EXIT_FAIL;
 	}
-	return 0;
-}
-
-int ma_fail_and_detach(const char *cmd, struct ma_session *s, const char *what)
-{
-	ma_cmd_error(cmd, MA_EXIT_FAIL, "%s%s%s", what ? what : "", what ? ": " : "", ma_errmsg());
-	ma_err_clear();
-	ma_detach(cmd, s);
-	return MA_EXIT_FAIL;
-}
-
-int ma_detach(const char *cmd, struct ma_session *s)
-{
-	int rc = ma_session_close(s);
-
-	ma_unwind_release();
-	if (rc) {
-		ma_cmd_error(cmd, MA_EXIT_FAIL, "restoring thread %d: %s", s->tid, ma_errmsg());
-		return MA_EXIT_FAIL;
+	if ((rc = c->body(&l.s, ctx))) {
+		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s%s%s", c->what ? c->what : "", c->what ? ": " : "",
+			     ma_errmsg());
+		ma_err_clear();
 	}
-	return 0;
+	if (ma_live_restore(&l)) {
+		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid, ma_errmsg());
+		rc = MA_E_INTERNAL;
+	}
+	if (c->visit)
+		*c->visit = (struct ma_live_visit){ l.s.tid, l.s.stopped_ns, l.s.ncalls };
+	rc = rc ? MA_EXIT_FAIL : c->report ? c->report(&l, ctx) : MA_EXIT_OK;
+	ma_live_end(&l);
+	return rc;
 }

@@ -1,13 +1,15 @@
 /*
- * cmdutil.h - helpers shared by the live commands: parse a PID, open the
- * target, find jemalloc, open a session, with one error message each.
+ * cmdutil.h - what the commands share: argument parsing with one error
+ * message each, and the run of a live command (ma_live_run).
  */
 #ifndef MA_CMDUTIL_H
 #define MA_CMDUTIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
+#include "live.h"
 #include "remote.h"
 #include "target.h"
 
@@ -39,18 +41,32 @@ int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int 
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
 
 /*
- * Open PID, locate jemalloc and borrow a safe thread.  On failure prints
- * "memattach CMD: <reason>" and returns exit status 1 (0 on success).
+ * A live command's run, the one shape every live command has: open CMD's
+ * target and find its jemalloc, PREP on it (optional, no thread stopped),
+ * borrow a thread, BODY with it, give the thread back, then REPORT
+ * (optional) with the target still open (to name results from it; the
+ * session's tid and stopped_ns are final).  Everything is released on every
+ * path.  A failure of any part prints "memattach CMD: [WHAT: ]<reason>"
+ * (WHAT prefixes BODY's failures only); a body that failed is still
+ * followed by restoring the thread, whose own failure is printed too.
+ * VISIT (optional) gets the borrowed thread and how long it was held.
+ * Returns the exit status: REPORT's, or 1 on a failure before it.
  */
-int ma_attach(const char *cmd, pid_t pid, const struct ma_session_opts *o, struct ma_target *t,
-	      struct ma_session *s);
-/*
- * The operation failed with the thread still borrowed: print that failure
- * (one line, after "WHAT: " if WHAT is given), then restore and detach,
- * reporting a failure to restore as well.  Returns exit status 1.
- */
-int ma_fail_and_detach(const char *cmd, struct ma_session *s, const char *what);
-/* Restore and detach; prints an error if that failed.  Returns 0 or 1. */
-int ma_detach(const char *cmd, struct ma_session *s);
+struct ma_live_visit {
+	pid_t tid;
+	uint64_t held_ns;
+	unsigned ncalls;
+};
+struct ma_live_cmd {
+	const char *cmd;
+	pid_t pid;
+	const struct ma_session_opts *o;
+	ma_live_prep_fn prep;
+	int (*body)(struct ma_session *s, void *ctx); /* 0 or MA_E_* (with ma_fail) */
+	const char *what;
+	int (*report)(struct ma_live *l, void *ctx); /* an exit status */
+	struct ma_live_visit *visit;
+};
+int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 
 #endif

@@ -1,0 +1,46 @@
+/*
+ * live.h - one visit to a live target: the begin/end pair every live
+ * command goes through.
+ *
+ * ma_live_begin opens the target (its maps, its jemalloc), lets the caller
+ * work on it with no thread stopped (PREP: e.g. flush every tcache first,
+ * check the loader), then borrows one thread that is safe to borrow
+ * (remote.h).  ma_live_end gives the thread back and releases the target.
+ * Between them, ma_live_restore gives the thread back early while keeping
+ * the target open, so results can still be named from it (symbols, paths)
+ * without holding the thread.  Every function leaves nothing open on
+ * failure that ma_live_end would not release, and ma_live_end may be
+ * called on any path, any number of times.
+ */
+#ifndef MA_LIVE_H
+#define MA_LIVE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "remote.h"
+#include "target.h"
+
+struct ma_live {
+	struct ma_target t;
+	struct ma_session s; /* valid after ma_live_restore too (its tid, stopped_ns) */
+	bool open; /* t holds the target */
+	bool borrowed; /* s holds a thread */
+};
+
+/* Work on the open target before a thread is borrowed: 0 or an MA_E_* (with ma_fail). */
+typedef int (*ma_live_prep_fn)(struct ma_target *t, void *ctx);
+
+/* Open PID, find its jemalloc, run PREP (may be NULL), borrow a thread.  0 or MA_E_*. */
+int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
+		  ma_live_prep_fn prep, void *ctx);
+/* Give the borrowed thread back (if one is); the target stays open.  0 or MA_E_*. */
+int ma_live_restore(struct ma_live *l);
+/* Give the thread back if still borrowed, release the target.  0 or the restore's MA_E_*. */
+int ma_live_end(struct ma_live *l);
+
+/* The two halves of ma_live_begin, for a command that borrows many times from one open target (watch). */
+int ma_live_open(struct ma_live *l, pid_t pid);
+int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o);
+
+#endif
