@@ -370,3 +370,89 @@ size_t ma_arch_build_append_cb(unsigned char *code, size_t cap)
 	memcpy(code, cb, sizeof(cb));
 	return sizeof(cb);
 }
+
+/* ---- syscalls by number (x86-64) ---- */
+
+const char *ma_arch_syscall_name(long nr)
+{
+	static const struct {
+		long nr;
+		const char *name;
+	} names[] = {
+		{ 0, "read" },	       { 1, "write" },	       { 7, "poll" },
+		{ 23, "select" },      { 34, "pause" },	       { 35, "nanosleep" },
+		{ 43, "accept" },      { 45, "recvfrom" },     { 47, "recvmsg" },
+		{ 61, "wait4" },       { 128, "rt_sigtimedwait" }, { 202, "futex" },
+		{ 219, "restart_syscall" }, { 230, "clock_nanosleep" }, { 232, "epoll_wait" },
+		{ 247, "waitid" },     { 270, "pselect6" },    { 271, "ppoll" },
+		{ 281, "epoll_pwait" }, { 288, "accept4" },    { 426, "io_uring_enter" },
+		{ 441, "epoll_pwait2" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].nr == nr)
+			return names[i].name;
+	return NULL;
+}
+
+bool ma_arch_is_epoll_wait(long nr)
+{
+	return nr == 232 || nr == 281; /* epoll_wait, epoll_pwait */
+}
+
+/*
+ * Does syscall NR with arguments A wait with a timeout?  Borrowing such a
+ * thread delays its deadline by the hold time at most (an interrupted
+ * epoll_wait is issued again with the time that remained), but an untimed
+ * wait is not delayed at all: those are preferred.
+ */
+bool ma_arch_is_timed_wait(long nr, const unsigned long long *a)
+{
+	switch (nr) {
+	case 202: /* futex: FUTEX_WAIT (0) or FUTEX_WAIT_BITSET (9) with a timeout */
+		return ((a[1] & 0x7f) == 0 || (a[1] & 0x7f) == 9) && a[3] != 0;
+	case 232: /* epoll_wait */
+	case 281: /* epoll_pwait */
+		return (int)a[3] >= 0;
+	case 7: /* poll */
+		return (int)a[2] >= 0;
+	case 271: /* ppoll */
+	case 441: /* epoll_pwait2 */
+		return a[nr == 271 ? 2 : 3] != 0;
+	case 23: /* select */
+	case 270: /* pselect6 */
+		return a[4] != 0;
+	case 35: /* nanosleep */
+	case 230: /* clock_nanosleep */
+	case 128: /* rt_sigtimedwait */
+	case 208: /* io_getevents */
+	case 220: /* semtimedop */
+	case 243: /* mq_timedreceive */
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * Waits that a stop always ends with EINTR (memattach issues them again;
+ * only a memattach killed in the microseconds between the stop and that
+ * register write would leave the EINTR to the program).
+ */
+bool ma_arch_stop_ends_with_eintr(long nr)
+{
+	switch (nr) {
+	case 128: /* rt_sigtimedwait */
+	case 208: /* io_getevents */
+	case 220: /* semtimedop */
+	case 232: /* epoll_wait */
+	case 243: /* mq_timedreceive */
+	case 281: /* epoll_pwait */
+	case 333: /* io_pgetevents */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		return true;
+	default:
+		return false;
+	}
+}

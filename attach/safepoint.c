@@ -12,6 +12,7 @@
 
 #include <sys/uio.h>
 
+#include "arch.h"
 #include "ma_error.h"
 #include "safepoint.h"
 
@@ -299,40 +300,6 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 	return true;
 }
 
-/*
- * Does syscall NR with arguments A wait with a timeout?  Borrowing such a
- * thread delays its deadline by the hold time at most (an interrupted
- * epoll_wait is issued again with the time that remained), but an untimed
- * wait is not delayed at all: those are preferred.
- */
-static bool is_timed_wait(long nr, const unsigned long long *a)
-{
-	switch (nr) {
-	case 202: /* futex: FUTEX_WAIT (0) or FUTEX_WAIT_BITSET (9) with a timeout */
-		return ((a[1] & 0x7f) == 0 || (a[1] & 0x7f) == 9) && a[3] != 0;
-	case 232: /* epoll_wait */
-	case 281: /* epoll_pwait */
-		return (int)a[3] >= 0;
-	case 7: /* poll */
-		return (int)a[2] >= 0;
-	case 271: /* ppoll */
-	case 441: /* epoll_pwait2 */
-		return a[nr == 271 ? 2 : 3] != 0;
-	case 23: /* select */
-	case 270: /* pselect6 */
-		return a[4] != 0;
-	case 35: /* nanosleep */
-	case 230: /* clock_nanosleep */
-	case 128: /* rt_sigtimedwait */
-	case 208: /* io_getevents */
-	case 220: /* semtimedop */
-	case 243: /* mq_timedreceive */
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* se.exec_start of a /proc .../sched file, in ms of the scheduler's clock; -1 unknown. */
 static double exec_start_ms(const char *path)
 {
@@ -420,7 +387,7 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				ti->syscall = strtol(buf, NULL, 10);
 				sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2], &a[3],
 				       &a[4], &a[5]);
-				ti->timed_wait = is_timed_wait(ti->syscall, a);
+				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
 			}
 		}
@@ -429,7 +396,7 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 	if (ti->syscall >= 0 && (ti->state == 'S' || ti->state == 'D'))
 		ti->idle_ns = idle_ns(pid, tid, ref);
 	/* An epoll_wait we interrupt is issued again: with the time that remained. */
-	if (ti->idle_ns && ti->timed_wait && (ti->syscall == 232 || ti->syscall == 281) &&
+	if (ti->idle_ns && ti->timed_wait && ma_arch_is_epoll_wait(ti->syscall) &&
 	    ti->idle_ns < ref->mono_ns)
 		ti->wait_began_ns = ref->mono_ns - ti->idle_ns;
 }
@@ -442,34 +409,11 @@ void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 	read_thread_info(pid, tid, ti, &ref);
 }
 
-/*
- * Waits that a stop always ends with EINTR (memattach issues them again;
- * only a memattach killed in the microseconds between the stop and that
- * register write would leave the EINTR to the program).
- */
-static bool stop_ends_with_eintr(long nr)
-{
-	switch (nr) {
-	case 128: /* rt_sigtimedwait */
-	case 208: /* io_getevents */
-	case 220: /* semtimedop */
-	case 232: /* epoll_wait */
-	case 243: /* mq_timedreceive */
-	case 281: /* epoll_pwait */
-	case 333: /* io_pgetevents */
-	case 426: /* io_uring_enter */
-	case 441: /* epoll_pwait2 */
-		return true;
-	default:
-		return false;
-	}
-}
-
 static int rank(const struct ma_thread_info *ti)
 {
 	if (ma_thread_is_jemalloc_bg(ti))
 		return 5;
-	if (ti->state == 'S' && ti->syscall >= 0 && !stop_ends_with_eintr(ti->syscall))
+	if (ti->state == 'S' && ti->syscall >= 0 && !ma_arch_stop_ends_with_eintr(ti->syscall))
 		return ti->timed_wait ? 1 : 0;
 	if (ti->state == 'S' && ti->syscall >= 0)
 		return 2;

@@ -135,4 +135,14 @@ uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
 #define MA_APPEND_CB_MAX 64
 size_t ma_arch_build_append_cb(unsigned char *code, size_t cap);
 
+/* Syscalls by number, as /proc/TID/syscall shows them. */
+/* The name of syscall NR if it is one a thread waits in (NULL otherwise). */
+const char *ma_arch_syscall_name(long nr);
+/* epoll_wait or epoll_pwait (whose timeout memattach may shorten). */
+bool ma_arch_is_epoll_wait(long nr);
+/* Does syscall NR with arguments A (six) wait with a timeout? */
+bool ma_arch_is_timed_wait(long nr, const unsigned long long *a);
+/* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR? */
+bool ma_arch_stop_ends_with_eintr(long nr);
+
 #endif

@@ -30,31 +30,9 @@ static const char usage_text[] =
 	"just run).\n\n"
 	"  --json   machine-readable output\n";
 
-static const char *syscall_name(long nr)
-{
-	static const struct {
-		long nr;
-		const char *name;
-	} names[] = {
-		{ 0, "read" },	       { 1, "write" },	       { 7, "poll" },
-		{ 23, "select" },      { 34, "pause" },	       { 35, "nanosleep" },
-		{ 43, "accept" },      { 45, "recvfrom" },     { 47, "recvmsg" },
-		{ 61, "wait4" },       { 128, "rt_sigtimedwait" }, { 202, "futex" },
-		{ 219, "restart_syscall" }, { 230, "clock_nanosleep" }, { 232, "epoll_wait" },
-		{ 247, "waitid" },     { 270, "pselect6" },    { 271, "ppoll" },
-		{ 281, "epoll_pwait" }, { 288, "accept4" },    { 426, "io_uring_enter" },
-		{ 441, "epoll_pwait2" },
-	};
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (names[i].nr == nr)
-			return names[i].name;
-	return NULL;
-}
-
 static void describe_syscall(long nr, char *buf, size_t len)
 {
-	const char *n = syscall_name(nr);
+	const char *n = ma_arch_syscall_name(nr);
 
 	if (nr == -2)
 		snprintf(buf, len, "running");
