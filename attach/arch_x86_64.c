@@ -456,3 +456,26 @@ bool ma_arch_stop_ends_with_eintr(long nr)
 		return false;
 	}
 }
+
+int ma_arch_socket_wait(long nr)
+{
+	switch (nr) {
+	case 0: /* read */
+	case 19: /* readv */
+	case 43: /* accept */
+	case 45: /* recvfrom */
+	case 47: /* recvmsg */
+	case 288: /* accept4 */
+	case 299: /* recvmmsg */
+		return 1;
+	case 1: /* write */
+	case 20: /* writev */
+	case 42: /* connect */
+	case 44: /* sendto */
+	case 46: /* sendmsg */
+	case 307: /* sendmmsg */
+		return 2;
+	default:
+		return 0;
+	}
+}

@@ -28,6 +28,14 @@ int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_r
 		bool enabled = false;
 
 		fr->threads++;
+		if (ma_thread_stop_ends_with_eintr(&ti[i])) {
+			if (!fr->skipped)
+				snprintf(fr->first_skipped, sizeof(fr->first_skipped),
+					 "thread %d: blocked in a wait a stop ends with EINTR", ti[i].tid);
+			fr->skipped++;
+			fr->eintr_waits++;
+			continue;
+		}
 		/* A thread busy in jemalloc now is skipped, never waited on long. */
 		if ((rc = ma_session_open(&s, t, &o))) {
 			if (rc == MA_E_EXITED || rc == MA_E_NOPROC) {

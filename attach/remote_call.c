@@ -675,6 +675,29 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
 	return false;
 }
 
+/*
+ * Is the thread blocked in a wait that a stop ends with EINTR?  As listed,
+ * and read again now, just before a stop: the listing may be stale.  Such
+ * a thread is never stopped unless named (ma_session_opts.stop_eintr_wait).
+ */
+static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why, size_t whylen)
+{
+	struct ma_thread_info now;
+	const struct ma_thread_info *w = ti;
+
+	if (!ma_thread_stop_ends_with_eintr(ti)) {
+		ma_read_thread_info(pid, ti->tid, &now);
+		if (!ma_thread_stop_ends_with_eintr(&now))
+			return false;
+		w = &now;
+	}
+	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped (memattach "
+		 "issues such a wait again at once, but could not if it died in between; --tid "
+		 "%d stops it anyway)", ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall)
+								 : "a wait", ti->tid);
+	return true;
+}
+
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
 static void release_untouched(struct ma_session *s, int sig)
 {
@@ -767,6 +790,12 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		snprintf(why, whylen, "waits for its vfork() child to exec or exit, and cannot be "
 			 "stopped until then");
 		s->hopeless = true;
+		return MA_E_NOSAFE;
+	}
+	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, why, whylen)) {
+		/* A choice among threads tries again later (it may have left the
+		 * wait); one thread asked for (a flush visit) is given up at once. */
+		s->hopeless = s->named != 0;
 		return MA_E_NOSAFE;
 	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
@@ -1519,6 +1548,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	s->lock_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
+	s->stop_eintr_wait = o->stop_eintr_wait;
+	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
 	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))
 		s->id = ma_now_ns() ^ (uint64_t)getpid() << 32;

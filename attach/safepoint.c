@@ -10,7 +10,11 @@
 #include <sched.h>
 #include <time.h>
 
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "arch.h"
 #include "ma_error.h"
@@ -351,6 +355,39 @@ static uint64_t idle_ns(pid_t pid, pid_t tid, const struct clock_ref *ref)
 	return (uint64_t)((ref->sched_ms - t) * 1e6);
 }
 
+/*
+ * Does descriptor FD of process PID have a socket timeout for direction
+ * DIR (1 receive, 2 send)?  Read with getsockopt on a copy of it
+ * (pidfd_getfd: nothing in the target changes); false if not a socket or
+ * unknown.  A blocking socket call with such a timeout ends with EINTR
+ * when the thread is stopped (the kernel's sock_intr_errno).
+ */
+static bool socket_has_timeout(pid_t pid, int fd, int dir)
+{
+	char path[64], link[64];
+	struct timeval tv = { 0, 0 };
+	socklen_t len = sizeof(tv);
+	ssize_t n;
+	int pfd, copy;
+	bool timed = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+	if ((n = readlink(path, link, sizeof(link) - 1)) <= 0)
+		return false;
+	link[n] = '\0';
+	if (strncmp(link, "socket:", 7) != 0)
+		return false;
+	if ((pfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
+		return false;
+	if ((copy = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0)) >= 0) {
+		timed = getsockopt(copy, SOL_SOCKET, dir == 1 ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, &len) == 0 &&
+			(tv.tv_sec || tv.tv_usec);
+		close(copy);
+	}
+	close(pfd);
+	return timed;
+}
+
 static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 			     const struct clock_ref *ref)
 {
@@ -389,6 +426,10 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				       &a[4], &a[5]);
 				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
+				ti->eintr_wait = ma_arch_stop_ends_with_eintr(ti->syscall);
+				if (!ti->eintr_wait && ma_arch_socket_wait(ti->syscall) &&
+				    socket_has_timeout(pid, (int)a[0], ma_arch_socket_wait(ti->syscall)))
+					ti->eintr_wait = ti->timed_wait = true;
 			}
 		}
 		fclose(f);
@@ -409,11 +450,16 @@ void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 	read_thread_info(pid, tid, ti, &ref);
 }
 
+bool ma_thread_stop_ends_with_eintr(const struct ma_thread_info *ti)
+{
+	return ti->state == 'S' && ti->syscall >= 0 && ti->eintr_wait;
+}
+
 static int rank(const struct ma_thread_info *ti)
 {
 	if (ma_thread_is_jemalloc_bg(ti))
 		return 5;
-	if (ti->state == 'S' && ti->syscall >= 0 && !ma_arch_stop_ends_with_eintr(ti->syscall))
+	if (ti->state == 'S' && ti->syscall >= 0 && !ti->eintr_wait)
 		return ti->timed_wait ? 1 : 0;
 	if (ti->state == 'S' && ti->syscall >= 0)
 		return 2;

@@ -142,7 +142,9 @@ const char *ma_arch_syscall_name(long nr);
 bool ma_arch_is_epoll_wait(long nr);
 /* Does syscall NR with arguments A (six) wait with a timeout? */
 bool ma_arch_is_timed_wait(long nr, const unsigned long long *a);
-/* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR? */
+/* Blocked in syscall NR on a socket (first argument), does it wait to receive (1), send (2), or neither (0)? */
+int ma_arch_socket_wait(long nr);
+/* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR (whatever its descriptor)? */
 bool ma_arch_stop_ends_with_eintr(long nr);
 
 #endif

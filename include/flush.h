@@ -12,6 +12,7 @@
 struct ma_flush_result {
 	bool done; /* a flush was requested */
 	unsigned threads, flushed, skipped, no_tcache;
+	unsigned eintr_waits; /* of skipped: blocked in a wait a stop ends with EINTR, not stopped */
 	char first_skipped[160]; /* why the first skipped thread was skipped */
 };
 
@@ -19,6 +20,9 @@ struct ma_flush_result {
  * Flush the tcache of every thread of T that is safe to borrow, one
  * session per thread (each stopped only for its own flush).  A thread that
  * never called into jemalloc is counted in no_tcache, not given a tcache.
+ * A thread blocked in a wait that a stop ends with EINTR (epoll_wait...)
+ * is never stopped (remote.h, stop_eintr_wait): skipped, and counted in
+ * eintr_waits too.
  */
 int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr);
 

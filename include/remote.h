@@ -74,6 +74,8 @@ struct ma_session {
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool hopeless; /* the thread just tried can never be borrowed in this run */
 	bool fresh_ok; /* from the options */
+	bool stop_eintr_wait; /* from the options */
+	pid_t named; /* the options' tid: only that thread is tried */
 	bool fresh; /* the thread just tried has no jemalloc state */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
@@ -113,6 +115,14 @@ struct ma_session_opts {
 	bool fresh_ok;
 	/* The calls will dlopen: also refuse threads inside libc's loader functions (target.h). */
 	bool for_dlopen;
+	/*
+	 * Also stop a thread blocked in a wait that a stop ends with EINTR
+	 * (epoll_wait...: ma_thread_stop_ends_with_eintr).  Only for a thread
+	 * the user named (--tid): memattach issues the wait again at once, but
+	 * a memattach killed between the stop and that write would leave the
+	 * EINTR to the program, so no other run ever stops such a thread.
+	 */
+	bool stop_eintr_wait;
 	int deadline_ms; /* for finding a safe thread */
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */

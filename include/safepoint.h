@@ -34,10 +34,18 @@ struct ma_thread_info {
 	long syscall; /* syscall number blocked in, -1 none, -2 running/unknown */
 	bool timed_wait; /* that syscall waits with a timeout */
 	uint64_t arg0; /* its first argument */
+	bool eintr_wait; /* that syscall is one a ptrace stop ends with EINTR (ma_thread_stop_ends_with_eintr) */
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
 };
 
+/*
+ * Is TI (as read from /proc) blocked in a wait that a ptrace stop ends
+ * with EINTR: epoll_wait and the like (by number), or a socket read,
+ * accept, write or connect on a socket with a receive or send timeout
+ * (SO_RCVTIMEO/SO_SNDTIMEO, read through a copy of the descriptor)?
+ */
+bool ma_thread_stop_ends_with_eintr(const struct ma_thread_info *ti);
 /* The class of wait ma_list_threads ranks TI in ("untimed wait"...). */
 const char *ma_thread_rank_class(const struct ma_thread_info *ti);
 

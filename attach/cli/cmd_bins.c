@@ -44,6 +44,7 @@ void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)
 	ma_json_u64(j, "flushed", fr->flushed);
 	ma_json_u64(j, "skipped", fr->skipped);
 	ma_json_u64(j, "no_tcache", fr->no_tcache);
+	ma_json_u64(j, "skipped_eintr_waits", fr->eintr_waits);
 	ma_json_obj_close(j);
 }
 
@@ -133,10 +134,14 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
 	header_row(f, "small-bin waste", sum->small_waste, share);
 	if (fr && fr->done) {
-		fprintf(f, "tcache flush: %u of %u threads flushed, %u without tcache, %u skipped%s%s\n",
-			fr->flushed, fr->threads, fr->no_tcache, fr->skipped,
-			fr->skipped ? " (unsafe at that moment; " : "",
-			fr->skipped ? "their cached regions still count as live)" : "");
+		fprintf(f, "tcache flush: %u of %u threads flushed, %u without tcache, %u skipped",
+			fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
+		if (fr->skipped - fr->eintr_waits)
+			fprintf(f, ", %u unsafe at that moment", fr->skipped - fr->eintr_waits);
+		if (fr->eintr_waits)
+			fprintf(f, ", %u blocked in a wait a stop would end with EINTR (epoll_wait...), "
+				   "never stopped", fr->eintr_waits);
+		fprintf(f, "%s\n", fr->skipped ? "; their cached regions still count as live" : "");
 	}
 	header_row(f, "tcache_bytes", t->tcache_bytes, tcache_note(t, fr));
 }

@@ -126,8 +126,10 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		return true;
 	}
 	if (strcmp(arg, "--tid") == 0 && val && ma_parse_pid(val, &o->tid)) {
-		/* Asked for by name: borrowed even if that creates its jemalloc state. */
+		/* Asked for by name: borrowed even if that creates its jemalloc
+		 * state, or if it is in a wait a stop ends with EINTR. */
 		o->fresh_ok = true;
+		o->stop_eintr_wait = true;
 		++*i;
 		return true;
 	}

@@ -15,14 +15,17 @@
 # and the sweep goes on; every death is reported with its step.
 #   pass 1: daemon: stats, bins --flush-tcache, purge; daemon with prof:
 #           heap-dump
-#   pass 2: regs: stats --tid regs_0; sysc: stats --tid <each sc_ thread>
+#   pass 2: regs: stats --tid regs_0; sysc: stats and bins --flush-tcache
+#           (no --tid: the sc_epoll thread, in a wait a stop ends with
+#           EINTR, must never be stopped: its EINTR kills the fixture at
+#           any step), then stats --tid <each sc_ thread>
 # STEP_CAP (default 250): a sweep longer than this kills at every step up
 # to STEP_CAP/2, then at evenly spread steps (the check names say so).
 # MAX_DEATHS (default 5): a sweep stops after that many target deaths (the
 # restarts are slow; the check names say where it stopped).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 85
+plan 101
 need_fixtures daemon regs sysc
 STEP_CAP=${STEP_CAP:-250}
 MAX_DEATHS=${MAX_DEATHS:-5}
@@ -206,10 +209,14 @@ check "regs: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 
 T_NAME=sysc T_CONF= T_ARGS=()
 start_target || { fail "sysc: start"; exit 1; }
+EINTR_WINDOW=0
+sweep "sysc: stats" "stats @PID@"
+sweep "sysc: bins --flush-tcache" "bins @PID@ --flush-tcache"
 for th in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
-	# epoll_wait ends with EINTR when stopped: steps 1-3 are seize,
-	# interrupt and the first GETREGS; from the 4th (the re-issue
-	# registers) on, no kill may leave an EINTR.
+	# Named with --tid, the epoll thread is stopped, and epoll_wait ends
+	# with EINTR when stopped: steps 1-3 are seize, interrupt and the
+	# first GETREGS; from the 4th (the re-issue registers) on, no kill may
+	# leave an EINTR.  Only a thread named so is ever stopped in such a wait.
 	EINTR_WINDOW=0
 	[ "$th" = sc_epoll ] && EINTR_WINDOW=3
 	sweep "sysc: stats --tid $th" "stats @PID@ --tid @TID:$th@"

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Threads blocked in read, nanosleep, epoll_wait, futex and accept are
+# Threads blocked in read, nanosleep, epoll_wait, futex, accept and recv
+# with SO_RCVTIMEO are
 # borrowed 200 times each (memattach stats --tid); the target checks every
 # syscall result and counts any EINTR or wrong result as an error.
 . "$(dirname "$0")/../lib.sh"
-plan 18
+plan 21
 CYCLES=${CYCLES:-200}
 
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 before=$(fix_cmd "$pid" "$fd" "$out" verdict)
-for name in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
+for name in sc_read sc_sleep sc_epoll sc_futex sc_accept sc_rcvto; do
 	tid=$(tid_of "$pid" "$name")
 	if [ -z "$tid" ]; then fail "$name: thread not found"; continue; fi
 	ok=0 used=0
@@ -32,7 +33,7 @@ echo "# before: $before"
 echo "# after:  $after"
 check "sysc: no spurious EINTR, no wrong result ($after)" grep -q '^VERDICT ok' <<<"$after"
 # Every kind kept making progress while it was being borrowed.
-for k in read nanosleep epoll futex accept; do
+for k in read nanosleep epoll futex accept rcvtimeo; do
 	b=$(grep -o " $k=[0-9]*" <<<"$before" | cut -d= -f2)
 	a=$(grep -o " $k=[0-9]*" <<<"$after" | cut -d= -f2)
 	check "sysc: $k calls kept completing ($b -> $a)" [ "${a:-0}" -gt "${b:-0}" ]

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/attach/eintr_waits.sh - a thread blocked in a wait that a ptrace
+# stop ends with EINTR (epoll_wait; recv on a socket with SO_RCVTIMEO) is
+# never stopped unless named with --tid: memattach issues such a wait
+# again at once, but a memattach killed between the stop and that write
+# would leave the EINTR to the program, so no other run may stop one.
+# The sysc fixture's sc_idle (epoll_wait, no timeout, nothing ever ready)
+# and sc_idlerecv (recv, SO_RCVTIMEO one hour, nobody writes) never wake
+# on their own: their voluntary_ctxt_switches in /proc move only if a
+# tracer stops them.  After every command they must not have moved; then
+# `stats --tid` of each must move them (the check can see a stop) and
+# leave no EINTR (the fixture fails on one).
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+plan 18
+need_fixtures sysc
+
+fix_start sysc || { fail "sysc: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+idle=$(tid_of "$pid" sc_idle) idlerecv=$(tid_of "$pid" sc_idlerecv)
+switches() { awk '/^voluntary_ctxt_switches/ {print $2}' "/proc/$pid/task/$1/status"; }
+wakes() { echo "$(switches "$idle") $(switches "$idlerecv")"; }
+
+declare -a cmds=(
+	"stats $pid"
+	"threads $pid"
+	"bins $pid --flush-tcache"
+	"purge $pid"
+	"stats-dump $pid -o $TMP/s.json"
+	"snapshot $pid -o $TMP/snap"
+	"watch $pid --interval 100 --duration 1 --out $TMP/w"
+	"export --pid $pid --once --listen 127.0.0.1:1"
+	"frag start $pid"
+	"frag report $pid"
+	"frag stop $pid"
+)
+for c in "${cmds[@]}"; do
+	w0=$(wakes)
+	# shellcheck disable=SC2086
+	"$MA" $c >"$TMP/out" 2>"$TMP/err"; rc=$?
+	[ "$c" = "export --pid $pid --once --listen 127.0.0.1:1" ] && rc=0 # its port may be refused: the scrape is what counts
+	w1=$(wakes)
+	check "$c: exit $rc, sc_idle and sc_idlerecv not stopped (voluntary switches $w0 -> $w1)" \
+		eval '[ "$rc" -eq 0 ] && [ "$w0" = "$w1" ]'
+done
+check "threads names both as not stopped" \
+	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: not stopped")" -ge 2 ]'
+# Named, each is stopped (the wake-up is seen) and its wait issued again (no EINTR).
+for t in "$idle" "$idlerecv"; do
+	a=$(switches "$t")
+	"$MA" stats "$pid" --tid "$t" >"$TMP/out" 2>"$TMP/err"; rc=$?
+	b=$(switches "$t")
+	check "stats --tid $t: exit $rc, borrowed it (switches $a -> $b)" \
+		eval '[ "$rc" -eq 0 ] && [ "$b" -gt "$a" ] && grep -q "borrowed thread $t " "$TMP/out"'
+done
+flush=$("$MA" bins "$pid" --flush-tcache --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
+check "bins --flush-tcache counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+echo "# $v"
+check "sysc: no EINTR, no wrong result ($v)" verdict_ok "$v"
+check "sysc: the SO_RCVTIMEO reader kept reading ($(vfield "$v" rcvtimeo))" [ "$(vfield "$v" rcvtimeo)" -gt 0 ]
+fix_quit "$pid" "$fd"; rc=$?
+check "sysc: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
