@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cmdutil.h"
+#include "profdiff.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -51,67 +52,6 @@ static void usage(FILE *f)
 		HEAP_TOP, BINS_TOP, ma_profcmd_help);
 }
 
-struct dsite {
-	const char *name;
-	double a, b; /* scaled bytes */
-	double a_objs, b_objs;
-	uint64_t a_raw, b_raw;
-};
-
-struct side {
-	const char *name;
-	double bytes, objs;
-	uint64_t raw;
-};
-
-static int cmp_side(const void *x, const void *y)
-{
-	return strcmp(((const struct side *)x)->name, ((const struct side *)y)->name);
-}
-
-/* Sites of B->prof merged by display name, sorted by name. */
-static struct side *sides(struct ma_profbundle *b, size_t *n)
-{
-	struct side *s = malloc((b->prof.nsites + 1) * sizeof(*s));
-	size_t out = 0;
-
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < b->prof.nsites; i++) {
-		uint32_t fn = b->prof.sites[i];
-
-		s[i] = (struct side){ ma_sym_func_name(&b->sym, fn), b->prof.fs[fn].flat,
-				      b->prof.fs[fn].flat_objs, b->prof.fs[fn].raw_flat };
-	}
-	qsort(s, b->prof.nsites, sizeof(*s), cmp_side);
-	for (size_t i = 0; i < b->prof.nsites; i++) {
-		if (out && strcmp(s[out - 1].name, s[i].name) == 0) {
-			s[out - 1].bytes += s[i].bytes;
-			s[out - 1].objs += s[i].objs;
-			s[out - 1].raw += s[i].raw;
-		} else {
-			s[out++] = s[i];
-		}
-	}
-	*n = out;
-	return s;
-}
-
-static int cmp_delta_desc(const void *x, const void *y)
-{
-	const struct dsite *a = x, *b = y;
-	double da = a->b - a->a, db = b->b - b->a;
-
-	if (da != db)
-		return da > db ? -1 : 1;
-	return strcmp(a->name, b->name);
-}
-
-static double scale_of(double bytes, uint64_t raw)
-{
-	return raw ? bytes / (double)raw : 0;
-}
-
 static void json_side(struct ma_json *j, const char *key, struct ma_profbundle *b)
 {
 	ma_json_obj_open(j, key);
@@ -122,12 +62,12 @@ static void json_side(struct ma_json *j, const char *key, struct ma_profbundle *
 	ma_json_obj_close(j);
 }
 
-static void json_sites(struct ma_json *j, const char *key, struct dsite *d, size_t from, size_t n,
+static void json_sites(struct ma_json *j, const char *key, struct ma_site_delta *d, size_t from, size_t n,
 		       int step)
 {
 	ma_json_arr_open(j, key);
 	for (size_t k = 0; k < n; k++) {
-		struct dsite *s = &d[(long)from + step * (long)k];
+		struct ma_site_delta *s = &d[(long)from + step * (long)k];
 
 		ma_json_obj_open(j, NULL);
 		ma_json_str(j, "leaf", s->name);
@@ -138,26 +78,26 @@ static void json_sites(struct ma_json *j, const char *key, struct dsite *d, size
 		ma_json_u64(j, "b_raw_bytes", s->b_raw);
 		ma_json_u64(j, "a_objects", (uint64_t)llround(s->a_objs));
 		ma_json_u64(j, "b_objects", (uint64_t)llround(s->b_objs));
-		ma_json_double(j, "a_scale", scale_of(s->a, s->a_raw));
-		ma_json_double(j, "b_scale", scale_of(s->b, s->b_raw));
+		ma_json_double(j, "a_scale", ma_site_scale(s->a, s->a_raw));
+		ma_json_double(j, "b_scale", ma_site_scale(s->b, s->b_raw));
 		ma_json_obj_close(j);
 	}
 	ma_json_arr_close(j);
 }
 
-static void table_sites(const char *title, struct dsite *d, size_t from, size_t n, int step)
+static void table_sites(const char *title, struct ma_site_delta *d, size_t from, size_t n, int step)
 {
 	char s1[32], s2[32], s3[32];
 
 	printf("\n%s:\n%11s %11s %11s %8s %8s  %s\n", title, "delta", "A", "B", "scale A", "scale B",
 	       "allocation site");
 	for (size_t k = 0; k < n; k++) {
-		struct dsite *s = &d[(long)from + step * (long)k];
+		struct ma_site_delta *s = &d[(long)from + step * (long)k];
 
 		printf("%11s %11s %11s %8.1f %8.1f  %s\n",
 		       ma_prof_fmt_bytes(s1, sizeof(s1), s->b - s->a), ma_prof_fmt_bytes(s2, sizeof(s2), s->a),
-		       ma_prof_fmt_bytes(s3, sizeof(s3), s->b), scale_of(s->a, s->a_raw),
-		       scale_of(s->b, s->b_raw), s->name);
+		       ma_prof_fmt_bytes(s3, sizeof(s3), s->b), ma_site_scale(s->a, s->a_raw),
+		       ma_site_scale(s->b, s->b_raw), s->name);
 	}
 	if (!n)
 		printf("  (none)\n");
@@ -168,44 +108,12 @@ static void table_sites(const char *title, struct dsite *d, size_t from, size_t 
 
 struct ddiff {
 	struct ma_profbundle a, b;
-	struct side *sa, *sb;
-	struct dsite *d;
-	size_t nd, ngrow, nshrink;
+	struct ma_site_diff sd;
 };
-
-/* Merge the name-sorted sides into DD->d, sorted by delta. */
-static void merge_sites(struct ddiff *dd, size_t na, size_t nb)
-{
-	size_t i = 0, k = 0;
-
-	while (i < na || k < nb) {
-		int cmp = i == na ? 1 : k == nb ? -1 : strcmp(dd->sa[i].name, dd->sb[k].name);
-		struct dsite *x = &dd->d[dd->nd++];
-
-		memset(x, 0, sizeof(*x));
-		if (cmp <= 0) {
-			x->name = dd->sa[i].name;
-			x->a = dd->sa[i].bytes;
-			x->a_objs = dd->sa[i].objs;
-			x->a_raw = dd->sa[i].raw;
-			i++;
-		}
-		if (cmp >= 0) {
-			x->name = dd->sb[k].name;
-			x->b = dd->sb[k].bytes;
-			x->b_objs = dd->sb[k].objs;
-			x->b_raw = dd->sb[k].raw;
-			k++;
-		}
-	}
-	qsort(dd->d, dd->nd, sizeof(*dd->d), cmp_delta_desc);
-}
 
 static void ddiff_release(struct ddiff *dd)
 {
-	free(dd->sa);
-	free(dd->sb);
-	free(dd->d);
+	ma_site_diff_release(&dd->sd);
 	ma_profbundle_release(&dd->a);
 	ma_profbundle_release(&dd->b);
 	memset(dd, 0, sizeof(*dd));
@@ -216,7 +124,8 @@ static int ddiff_load(struct ma_profcmd *c, const char *pa, const char *pb, cons
 		      long top, struct ddiff *dd)
 {
 	const char *both = c->sym.binary;
-	size_t na = 0, nb = 0, nd;
+	struct ma_site_total *sa = NULL, *sb = NULL;
+	size_t na = 0, nb = 0;
 	int rc;
 
 	memset(dd, 0, sizeof(*dd));
@@ -228,20 +137,13 @@ static int ddiff_load(struct ma_profcmd *c, const char *pa, const char *pb, cons
 	c->sym.binary = both;
 	if (rc)
 		return rc;
-	dd->sa = sides(&dd->a, &na);
-	dd->sb = sides(&dd->b, &nb);
-	dd->d = malloc((na + nb + 1) * sizeof(*dd->d));
-	if (!dd->sa || !dd->sb || !dd->d)
-		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "out of memory");
-	merge_sites(dd, na, nb);
-	nd = dd->nd;
-	while (dd->ngrow < nd && dd->ngrow < (size_t)top &&
-	       llround(dd->d[dd->ngrow].b - dd->d[dd->ngrow].a) > 0)
-		dd->ngrow++;
-	while (dd->nshrink < nd && dd->nshrink < (size_t)top &&
-	       llround(dd->d[nd - 1 - dd->nshrink].b - dd->d[nd - 1 - dd->nshrink].a) < 0)
-		dd->nshrink++;
-	return 0;
+	if (ma_profile_site_totals(&dd->a.prof, &sa, &na) ||
+	    ma_profile_site_totals(&dd->b.prof, &sb, &nb) ||
+	    ma_site_diff(sa, na, sb, nb, top > 0 ? (size_t)top : 0, &dd->sd))
+		rc = ma_cmd_error(c->cmd, MA_EXIT_FAIL, "out of memory");
+	free(sa);
+	free(sb);
+	return rc;
 }
 
 /* The dump diff as a JSON object (KEY NULL: the top-level value). */
@@ -251,8 +153,8 @@ static void ddiff_json(struct ma_json *j, const char *key, struct ddiff *dd)
 	json_side(j, "a", &dd->a);
 	json_side(j, "b", &dd->b);
 	ma_json_i64(j, "delta_bytes", (int64_t)llround(dd->b.prof.total_bytes - dd->a.prof.total_bytes));
-	json_sites(j, "growers", dd->d, 0, dd->ngrow, 1);
-	json_sites(j, "shrinkers", dd->d, dd->nd ? dd->nd - 1 : 0, dd->nshrink, -1);
+	json_sites(j, "growers", dd->sd.d, 0, dd->sd.ngrow, 1);
+	json_sites(j, "shrinkers", dd->sd.d, dd->sd.n ? dd->sd.n - 1 : 0, dd->sd.nshrink, -1);
 	ma_json_obj_close(j);
 }
 
@@ -279,8 +181,8 @@ static void ddiff_print(struct ddiff *dd)
 	else
 		snprintf(pct, sizeof(pct), "%s", tb > 0 ? "new" : "no change");
 	printf("B - A: %s (%s)\n", ma_prof_fmt_bytes(s, sizeof(s), tb - ta), pct);
-	table_sites("growers", dd->d, 0, dd->ngrow, 1);
-	table_sites("shrinkers", dd->d, dd->nd ? dd->nd - 1 : 0, dd->nshrink, -1);
+	table_sites("growers", dd->sd.d, 0, dd->sd.ngrow, 1);
+	table_sites("shrinkers", dd->sd.d, dd->sd.n ? dd->sd.n - 1 : 0, dd->sd.nshrink, -1);
 }
 
 static int diff_dumps(struct ma_profcmd *c, const char *const path[2], const char *const bin[2])
