@@ -268,4 +268,48 @@ void ma_profile_release(struct ma_profile *p)
 	memset(p, 0, sizeof(*p));
 }
 
+static int cmp_stack_bytes(const void *a, const void *b, void *arg)
+{
+	const struct ma_profile *p = arg;
+	size_t i = *(const size_t *)a, k = *(const size_t *)b;
+	double x = ma_profile_stack_bytes(p, i), y = ma_profile_stack_bytes(p, k);
 
+	if (x != y)
+		return x > y ? -1 : 1;
+	return i < k ? -1 : i > k;
+}
+
+int ma_profile_match_leaf(const struct ma_profile *p, const char *needle, size_t **hits, size_t *n,
+			  double *bytes)
+{
+	struct ma_symbolizer *sym = p->sym;
+	size_t *h = malloc((p->hp->nstacks + 1) * sizeof(*h)), nh = 0;
+	unsigned char *match = calloc(sym->nfuncs + 1, 1); /* per function: 0 unknown, 1 yes, 2 no */
+	double total = 0;
+
+	if (!h || !match) {
+		free(h);
+		free(match);
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < p->hp->nstacks; i++) {
+		uint32_t fn;
+
+		if (p->chain_len[i] == 0 || p->hp->stacks[i].bytes == 0)
+			continue;
+		fn = sym->frames[ma_profile_frame(p, i, 0)].func;
+		if (!match[fn])
+			match[fn] = (strstr(sym->funcs[fn].key, needle) ||
+				     strstr(ma_sym_func_name(sym, fn), needle)) ? 1 : 2;
+		if (match[fn] == 1) {
+			h[nh++] = i;
+			total += ma_profile_stack_bytes(p, i);
+		}
+	}
+	free(match);
+	qsort_r(h, nh, sizeof(*h), cmp_stack_bytes, (void *)p);
+	*hits = h;
+	*n = nh;
+	*bytes = total;
+	return 0;
+}

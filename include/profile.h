@@ -65,6 +65,15 @@ void ma_profile_release(struct ma_profile *p);
 double ma_profile_stack_bytes(const struct ma_profile *p, size_t i);
 double ma_profile_stack_objs(const struct ma_profile *p, size_t i);
 
+/*
+ * The stacks whose allocation site (leaf function) has NEEDLE in its
+ * symbol or display name, heaviest first (ties: dump order).  *HITS is
+ * malloc'd (stack indices), *BYTES their scaled total.  Stacks with no
+ * bytes or no frame left are never hits.  0 or MA_E_NOMEM.
+ */
+int ma_profile_match_leaf(const struct ma_profile *p, const char *needle, size_t **hits, size_t *n,
+			  double *bytes);
+
 /* Frame (index into sym->frames) number K (0 = leaf) of stack I's chain. */
 static inline uint32_t ma_profile_frame(const struct ma_profile *p, size_t i, size_t k)
 {

@@ -29,25 +29,12 @@ static void usage(FILE *f)
 		ma_profcmd_help);
 }
 
-static const struct ma_profile *sort_p;
-
-static int cmp_bytes(const void *a, const void *b)
-{
-	double x = ma_profile_stack_bytes(sort_p, *(const size_t *)a);
-	double y = ma_profile_stack_bytes(sort_p, *(const size_t *)b);
-
-	if (x != y)
-		return x > y ? -1 : 1;
-	return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
-}
-
 int cmd_stacks(int argc, char **argv)
 {
 	struct ma_profcmd c;
 	struct ma_profbundle b;
 	const char *dump = NULL, *needle = NULL;
 	size_t *hits = NULL, nhits = 0, shown;
-	unsigned char *match = NULL; /* per function: 0 unknown, 1 yes, 2 no */
 	double hit_bytes = 0;
 	int rc, r;
 
@@ -83,28 +70,10 @@ int cmd_stacks(int argc, char **argv)
 		ma_profcmd_release(&c);
 		return rc;
 	}
-	hits = malloc((b.hp.nstacks + 1) * sizeof(size_t));
-	match = calloc(b.sym.nfuncs + 1, 1);
-	if (!hits || !match) {
-		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "out of memory");
+	if (ma_profile_match_leaf(&b.prof, needle, &hits, &nhits, &hit_bytes)) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		goto out;
 	}
-	for (size_t i = 0; i < b.hp.nstacks; i++) {
-		uint32_t fn;
-
-		if (b.prof.chain_len[i] == 0 || b.hp.stacks[i].bytes == 0)
-			continue;
-		fn = b.sym.frames[ma_profile_frame(&b.prof, i, 0)].func;
-		if (!match[fn])
-			match[fn] = (strstr(b.sym.funcs[fn].key, needle) ||
-				     strstr(ma_sym_func_name(&b.sym, fn), needle)) ? 1 : 2;
-		if (match[fn] == 1) {
-			hits[nhits++] = i;
-			hit_bytes += ma_profile_stack_bytes(&b.prof, i);
-		}
-	}
-	sort_p = &b.prof;
-	qsort(hits, nhits, sizeof(size_t), cmp_bytes);
 	shown = nhits < (size_t)c.top ? nhits : (size_t)c.top;
 	if (c.json) {
 		struct ma_json j;
@@ -179,7 +148,6 @@ int cmd_stacks(int argc, char **argv)
 	rc = fflush(stdout) ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 out:
 	free(hits);
-	free(match);
 	ma_profbundle_release(&b);
 	ma_profcmd_release(&c);
 	return rc;
