@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bins.h"
+#include "headline.h"
 #include "ma_error.h"
 
 /* Fill below this: sparse.  At or above MA_HALF_FULL: half-full. */
@@ -80,9 +81,9 @@ void ma_bins_summary(const struct ma_bin_table *t, const struct ma_je_stats *st,
 		ma_bins_row(t, i, &r);
 		sum->small_waste += r.waste;
 	}
-	sum->slab_gap = sub0(st->active, st->allocated);
-	sum->page_gap = sub0(st->resident, st->active);
-	sum->waste_share = sum->slab_gap ? (double)sum->small_waste / (double)sum->slab_gap : 0;
+	sum->slab_waste = ma_slab_waste(st->active, st->allocated);
+	sum->page_slack = ma_page_slack(st->resident, st->active);
+	sum->waste_share = sum->slab_waste ? (double)sum->small_waste / (double)sum->slab_waste : 0;
 }
 
 const char *ma_bin_regime_name(enum ma_bin_regime r)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ma_error.h"
+#include "headline.h"
 #include "input.h"
 #include "snapshot.h"
 #include "stats_json.h"
@@ -432,11 +433,6 @@ void ma_snapshot_release(struct ma_snapshot *s)
 
 /* ---- differences ---- */
 
-static uint64_t gap(uint64_t hi, uint64_t lo)
-{
-	return hi > lo ? hi - lo : 0;
-}
-
 static void headline_row(struct ma_snap_headline_row *r, const char *key, const char *label,
 			 uint64_t a, uint64_t b)
 {
@@ -463,10 +459,10 @@ void ma_snap_headline_diff(const struct ma_snap_manifest *a, const struct ma_sna
 	headline_row(r++, "tcache_bytes", "tcache_bytes", a->tcache_bytes, b->tcache_bytes);
 	headline_row(r++, "vm_rss", "VmRSS", a->vm_rss, b->vm_rss);
 	headline_row(r++, "vm_hwm", "VmHWM", a->vm_hwm, b->vm_hwm);
-	headline_row(r++, "page_slack", "page_slack", gap(a->resident, a->active),
-		     gap(b->resident, b->active));
-	headline_row(r, "slab_waste", "slab_waste", gap(a->active, a->allocated),
-		     gap(b->active, b->allocated));
+	headline_row(r++, "page_slack", "page_slack", ma_page_slack(a->resident, a->active),
+		     ma_page_slack(b->resident, b->active));
+	headline_row(r, "slab_waste", "slab_waste", ma_slab_waste(a->active, a->allocated),
+		     ma_slab_waste(b->active, b->allocated));
 }
 
 /* One side of a bin pair: its counters and row, or zeros. */

@@ -50,9 +50,9 @@ struct ma_bin_row {
 /* Totals over the table, set against the headline counters. */
 struct ma_bin_summary {
 	uint64_t small_waste; /* sum of row waste */
-	uint64_t slab_gap; /* active - allocated */
-	uint64_t page_gap; /* resident - active */
-	double waste_share; /* small_waste / slab_gap; 0 if no gap */
+	uint64_t slab_waste; /* active - allocated (headline.h) */
+	uint64_t page_slack; /* resident - active (headline.h) */
+	double waste_share; /* small_waste / slab_waste; 0 if no gap */
 };
 
 /* Compute the row of bin I.  Counters may be inconsistent (a file from a

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "bins.h"
-#include "jestats.h"
+#include "headline.h"
 
 /* One target in a scrape. */
 struct ma_om_target {

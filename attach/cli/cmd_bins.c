@@ -61,8 +61,8 @@ void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bi
 	ma_json_u64(&j, "active", st->active);
 	ma_json_u64(&j, "resident", st->resident);
 	ma_json_u64(&j, "tcache_bytes", t->tcache_bytes);
-	ma_json_u64(&j, "slab_gap", sum.slab_gap);
-	ma_json_u64(&j, "page_gap", sum.page_gap);
+	ma_json_u64(&j, "slab_gap", sum.slab_waste);
+	ma_json_u64(&j, "page_gap", sum.page_slack);
 	ma_json_u64(&j, "small_waste", sum.small_waste);
 	ma_json_double(&j, "small_waste_share", sum.waste_share);
 	ma_flush_emit_json(&j, fr);
@@ -127,9 +127,9 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 	header_row(f, "allocated", st->allocated, "live bytes the program asked for");
 	header_row(f, "active", st->active, "pages in active extents");
 	header_row(f, "resident", st->resident, "jemalloc pages resident in RAM");
-	header_row(f, "active - allocated", sum->slab_gap,
+	header_row(f, "active - allocated", sum->slab_waste,
 		   "free space inside active pages: slab waste, large-size padding");
-	header_row(f, "resident - active", sum->page_gap,
+	header_row(f, "resident - active", sum->page_slack,
 		   "unused dirty pages and jemalloc's metadata in RAM (see 'memattach stats')");
 	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
 	header_row(f, "small-bin waste", sum->small_waste, share);

@@ -11,7 +11,7 @@
 #include "emit.h"
 #include "format.h"
 #include "jectl.h"
-#include "jestats.h"
+#include "headline.h"
 #include "ma_error.h"
 
 #define PURGE_TIMEOUT_MS 60000

@@ -12,7 +12,7 @@
 #include "capture.h"
 #include "openmetrics.h"
 #include "jectl.h"
-#include "jestats.h"
+#include "headline.h"
 #include "ma_error.h"
 
 static const char usage_text[] =

@@ -19,7 +19,7 @@
 #include "commands.h"
 #include "format.h"
 #include "jectl.h"
-#include "jestats.h"
+#include "headline.h"
 #include "ma_error.h"
 #include "safepoint.h"
 #include "series.h"

@@ -6,7 +6,7 @@
 #define MA_HEADLINE_OUT_H
 
 #include "emit.h"
-#include "jestats.h"
+#include "headline.h"
 
 /* The keys dirty, muzzy, metadata_resident, outside_jemalloc (only those read). */
 void ma_headline_json(struct ma_json *j, const struct ma_headline *h);

@@ -9,7 +9,7 @@
 
 #include "bins.h"
 #include "check.h"
-#include "jestats.h"
+#include "headline.h"
 #include "ma_error.h"
 #include "stats_json.h"
 
