@@ -150,11 +150,11 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 	size_t n;
 
 	printf("dump %s: heap_v2, sampling period %s, %zu stacks%s\n", b->path,
-	       ma_prof_fmt_bytes(s1, sizeof(s1), (double)b->hp.period), b->hp.nstacks,
+	       ma_fmt_scaled_bytes(s1, sizeof(s1), (double)b->hp.period, false), b->hp.nstacks,
 	       b->hp.truncated ? " (truncated)" : "");
 	printf("in use: %s unsampled in %.0f objects (raw samples: %s in %llu objects)\n\n",
-	       ma_prof_fmt_bytes(s1, sizeof(s1), p->total_bytes), p->total_objs,
-	       ma_prof_fmt_bytes(s2, sizeof(s2), (double)p->total_raw_bytes),
+	       ma_fmt_scaled_bytes(s1, sizeof(s1), p->total_bytes, false), p->total_objs,
+	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)p->total_raw_bytes, false),
 	       (unsigned long long)p->total_raw_objs);
 	if (cum) {
 		printf("%11s %11s %6s  %s\n", "cum", "flat", "cum%", "function");
@@ -162,8 +162,8 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		for (size_t i = 0; i < n; i++) {
 			uint32_t fn = p->cum_order[i];
 
-			printf("%11s %11s %5.1f%%  %s\n", ma_prof_fmt_bytes(s1, sizeof(s1), p->fs[fn].cum),
-			       ma_prof_fmt_bytes(s2, sizeof(s2), p->fs[fn].flat),
+			printf("%11s %11s %5.1f%%  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), p->fs[fn].cum, false),
+			       ma_fmt_scaled_bytes(s2, sizeof(s2), p->fs[fn].flat, false),
 			       p->total_bytes > 0 ? 100 * p->fs[fn].cum / p->total_bytes : 0,
 			       ma_sym_func_name(&b->sym, fn));
 		}
@@ -178,8 +178,8 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		size_t st = fs->best_stack;
 
 		frame_label(b, ma_profile_frame(p, st, 0), label, sizeof(label));
-		printf("%11s %11s %10.0f %8.1f %5.1f%%  %s\n", ma_prof_fmt_bytes(s1, sizeof(s1), fs->flat),
-		       ma_prof_fmt_bytes(s2, sizeof(s2), (double)fs->raw_flat), fs->flat_objs,
+		printf("%11s %11s %10.0f %8.1f %5.1f%%  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), fs->flat, false),
+		       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)fs->raw_flat, false), fs->flat_objs,
 		       fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
 		       p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0, label);
 		for (size_t k = 1; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++) {
@@ -305,9 +305,9 @@ int cmd_aggregate(int argc, char **argv)
 				"stats.allocated %s; the sampling missed or overweighted small "
 				"allocations: restart with MALLOC_CONF=prof:true,lg_prof_sample:17 "
 				"(128 KiB sampling) for a closer picture\n",
-				c.cmd, ma_prof_fmt_bytes(s1, sizeof(s1), b.prof.total_bytes),
+				c.cmd, ma_fmt_scaled_bytes(s1, sizeof(s1), b.prof.total_bytes, false),
 				fabs(sc.ratio - 1) * 100, sc.ratio < 1 ? "below" : "above",
-				ma_prof_fmt_bytes(s2, sizeof(s2), (double)sc.allocated));
+				ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc.allocated, false));
 		}
 	}
 	if (svg) {
@@ -333,7 +333,7 @@ int cmd_aggregate(int argc, char **argv)
 			char s1[32];
 
 			printf("\nstats.allocated %s: unsampled total is %.1f%% of it%s\n",
-			       ma_prof_fmt_bytes(s1, sizeof(s1), (double)sc.allocated), sc.ratio * 100,
+			       ma_fmt_scaled_bytes(s1, sizeof(s1), (double)sc.allocated, false), sc.ratio * 100,
 			       sc.off ? " (off by more than 10%)" : "");
 		}
 	}

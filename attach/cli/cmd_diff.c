@@ -95,8 +95,8 @@ static void table_sites(const char *title, struct ma_site_delta *d, size_t from,
 		struct ma_site_delta *s = &d[(long)from + step * (long)k];
 
 		printf("%11s %11s %11s %8.1f %8.1f  %s\n",
-		       ma_prof_fmt_bytes(s1, sizeof(s1), s->b - s->a), ma_prof_fmt_bytes(s2, sizeof(s2), s->a),
-		       ma_prof_fmt_bytes(s3, sizeof(s3), s->b), ma_site_scale(s->a, s->a_raw),
+		       ma_fmt_scaled_bytes(s1, sizeof(s1), s->b - s->a, false), ma_fmt_scaled_bytes(s2, sizeof(s2), s->a, false),
+		       ma_fmt_scaled_bytes(s3, sizeof(s3), s->b, false), ma_site_scale(s->a, s->a_raw),
 		       ma_site_scale(s->b, s->b_raw), s->name);
 	}
 	if (!n)
@@ -163,8 +163,8 @@ static void print_dump_side(const char *tag, struct ma_profbundle *b)
 	char s1[32], s2[32];
 
 	printf("%s %s: %s unsampled (%s raw, period %llu)\n", tag, b->path,
-	       ma_prof_fmt_bytes(s1, sizeof(s1), b->prof.total_bytes),
-	       ma_prof_fmt_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes),
+	       ma_fmt_scaled_bytes(s1, sizeof(s1), b->prof.total_bytes, false),
+	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes, false),
 	       (unsigned long long)b->hp.period);
 }
 
@@ -180,7 +180,7 @@ static void ddiff_print(struct ddiff *dd)
 		snprintf(pct, sizeof(pct), "%+.1f%%", 100 * (tb - ta) / ta);
 	else
 		snprintf(pct, sizeof(pct), "%s", tb > 0 ? "new" : "no change");
-	printf("B - A: %s (%s)\n", ma_prof_fmt_bytes(s, sizeof(s), tb - ta), pct);
+	printf("B - A: %s (%s)\n", ma_fmt_scaled_bytes(s, sizeof(s), tb - ta, false), pct);
 	table_sites("growers", dd->sd.d, 0, dd->sd.ngrow, 1);
 	table_sites("shrinkers", dd->sd.d, dd->sd.n ? dd->sd.n - 1 : 0, dd->sd.nshrink, -1);
 }

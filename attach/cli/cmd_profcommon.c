@@ -204,21 +204,3 @@ void ma_profbundle_release(struct ma_profbundle *b)
 	ma_heapprof_release(&b->hp);
 	b->loaded = false;
 }
-
-const char *ma_prof_fmt_bytes(char *buf, size_t size, double v)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	double a = v < 0 ? -v : v;
-	int u = 0;
-
-	while (a >= 1024 && u < 4) {
-		a /= 1024;
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, size, "%.0f B", v);
-	else
-		snprintf(buf, size, "%.*f %s", a < 10 ? 2 : a < 100 ? 1 : 0, v, unit[u]);
-	return buf;
-}

@@ -121,16 +121,16 @@ int cmd_stacks(int argc, char **argv)
 		char s1[32], s2[32];
 
 		printf("%zu stacks with an allocation site matching '%s': %s of %s (%.1f%%)\n", nhits,
-		       needle, ma_prof_fmt_bytes(s1, sizeof(s1), hit_bytes),
-		       ma_prof_fmt_bytes(s2, sizeof(s2), b.prof.total_bytes),
+		       needle, ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
+		       ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
 		       b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
 		for (size_t h = 0; h < shown; h++) {
 			size_t i = hits[h];
 			const struct ma_hp_stack *st = &b.hp.stacks[i];
 
 			printf("\n#%zu  %s scaled, %s raw in %llu sampled objects, scale %.1f\n", h + 1,
-			       ma_prof_fmt_bytes(s1, sizeof(s1), ma_profile_stack_bytes(&b.prof, i)),
-			       ma_prof_fmt_bytes(s2, sizeof(s2), (double)st->bytes),
+			       ma_fmt_scaled_bytes(s1, sizeof(s1), ma_profile_stack_bytes(&b.prof, i), false),
+			       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)st->bytes, false),
 			       (unsigned long long)st->objs, st->scale);
 			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
 				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];

@@ -1,6 +1,6 @@
 /*
  * headline_table.h - how stats, purge, snapshot and watch show the
- * decomposition of resident memory (struct ma_headline, jestats.h).
+ * decomposition of resident memory (struct ma_headline, headline.h).
  */
 #ifndef MA_HEADLINE_OUT_H
 #define MA_HEADLINE_OUT_H

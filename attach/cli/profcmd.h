@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "format.h"
 #include "heapprof.h"
 #include "profile.h"
 #include "symbolize.h"
@@ -58,7 +59,5 @@ int ma_profcmd_value(const char *cmd, const char *name, int argc, char **argv, i
 int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *path);
 void ma_profbundle_release(struct ma_profbundle *b);
 
-/* "12.3 MiB"-style size into BUF. */
-const char *ma_prof_fmt_bytes(char *buf, size_t size, double bytes);
 
 #endif

@@ -47,7 +47,7 @@ run_bounded "aggregate of a 2 GB sparse file: refused from its first bytes" 1 \
 	"not a jemalloc heap dump: expected 'heap_v2/<period>' on line 1, found binary data" \
 	"$MA" aggregate "$TMP/sparse"
 run_bounded "bins --stats of a 2 GB sparse file: refused by its size" 1 \
-	"is 2.0 GiB, more than any malloc_stats_print JSON" "$MA" bins --stats "$TMP/sparse"
+	"is 2.00 GiB, more than any malloc_stats_print JSON" "$MA" bins --stats "$TMP/sparse"
 run_bounded "diff of a 2 GB sparse file" 1 "found binary data" "$MA" diff "$TMP/sparse" "$TMP/sparse"
 printf 'heap_v2/524288\n' >"$TMP/zeros.heap"
 truncate -s 300M "$TMP/zeros.heap"
