@@ -122,7 +122,7 @@ $(B)/fuzz/heapprof: tests/fuzz/heapprof_fuzz.c $(FUZZ_SRC)
 	  -fno-sanitize-recover=undefined -o $@ $^ -ldw -lelf -liberty -lz -lm
 
 # Heap-profile unit tests need only the analysis objects.
-PROF_UNIT := $(B)/tests/unit/heapprof $(B)/tests/unit/demangle $(B)/tests/unit/profdiff $(B)/tests/unit/profile $(B)/tests/unit/headline
+PROF_UNIT := $(B)/tests/unit/heapprof $(B)/tests/unit/demangle $(B)/tests/unit/profdiff $(B)/tests/unit/profile $(B)/tests/unit/headline $(B)/tests/unit/format
 $(PROF_UNIT): $(B)/tests/unit/%: tests/unit/%.c $(ANALYSIS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(ANALYSIS_OBJ) $(LDLIBS)
