@@ -1,10 +1,12 @@
+/*
+ * error.c - the first failure message of an operation (ma_error.h).
+ */
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "ma_error.h"
 
 static char errbuf[1024];
-static int errcode;
 
 int ma_fail(int code, const char *fmt, ...)
 {
@@ -14,7 +16,6 @@ int ma_fail(int code, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
 		va_end(ap);
-		errcode = code;
 	}
 	return code;
 }
@@ -24,13 +25,7 @@ const char *ma_errmsg(void)
 	return errbuf;
 }
 
-int ma_errcode(void)
-{
-	return errcode;
-}
-
 void ma_err_clear(void)
 {
 	errbuf[0] = '\0';
-	errcode = 0;
 }

@@ -14,8 +14,8 @@
 
 /*
  * Run prof.dump in the target into a memfd created there and named to
- * jemalloc as /proc/self/fd/N (design.md rule 7: no path the target or
- * anyone else could predict), copy it to OUT_FD, close the memfd.
+ * jemalloc as /proc/self/fd/N (no file on disk, no path the target or
+ * anyone else could predict or replace), copy it to OUT_FD, close the memfd.
  * ST must come from ma_collect_stats: without opt.prof this fails with
  * MA_E_JEMALLOC and a message naming the MALLOC_CONF to restart with.
  * *NBYTES gets the dump size.

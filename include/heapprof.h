@@ -10,7 +10,7 @@
  * about and skipped, never fatal.  It fails only when the input is not a
  * heap_v2 dump at all, and then names what it found instead.
  *
- * Unsampling is per stack (jeprof's AdjustSamples, design.md 4.4):
+ * Unsampling is per stack, as jeprof's AdjustSamples does it:
  * ratio = (bytes / objs) / period, scale = 1 / (1 - exp(-ratio)), and both
  * objs and bytes of that one stack are multiplied by scale.
  */

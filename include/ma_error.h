@@ -36,8 +36,6 @@ enum ma_errcode {
 int ma_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The recorded message, or "" if none. */
 const char *ma_errmsg(void);
-/* The recorded code, or 0. */
-int ma_errcode(void);
 /* Forget the recorded message (e.g. after a retry succeeded). */
 void ma_err_clear(void);
 

@@ -4,7 +4,7 @@
  *
  * jemalloc does not escape string values (a prof_prefix with a quote makes
  * the document invalid JSON) and cuts them at 254 bytes without a closing
- * quote (design.md 4.5).  The parser tolerates both: a quote ends a string
+ * quote (jemalloc 5.x emitter.h).  The parser tolerates both: a quote ends a string
  * value only where valid JSON can continue after it, and a value 254 bytes
  * long ends where the next key begins.  Per-bin counters come from
  * "stats.arenas".merged, or are summed over the numbered arenas when the
