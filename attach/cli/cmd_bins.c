@@ -197,25 +197,18 @@ struct bins_args {
 
 static int parse_args(int argc, char **argv, struct bins_args *a)
 {
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return -1;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			a->json = true;
-		} else if (strcmp(argv[i], "--flush-tcache") == 0) {
-			a->flush = true;
-		} else if (strcmp(argv[i], "--stats") == 0 && i + 1 < argc) {
-			a->stats = argv[++i];
-		} else if ((strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "-n") == 0) &&
-			   i + 1 < argc && ma_parse_long(argv[i + 1], &a->top)) {
-			i++;
-		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
-			continue;
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	const struct ma_arg opts[] = {
+		{ "--json", NULL, MA_ARG_FLAG, &a->json },
+		{ "--flush-tcache", NULL, MA_ARG_FLAG, &a->flush },
+		{ "--stats", NULL, MA_ARG_STR, &a->stats },
+		{ "--top", "-n", MA_ARG_LONG, &a->top },
+		{ NULL },
+	};
+	int rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+							      .opts = opts, .pid = &a->pid, .live = &a->o });
+
+	if (rc)
+		return rc;
 	if (!a->pid == !a->stats) {
 		return ma_usage_error(argv[0], "give either a PID or --stats FILE");
 	}

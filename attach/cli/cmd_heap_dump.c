@@ -89,20 +89,15 @@ int cmd_heap_dump(int argc, char **argv)
 	pid_t pid = 0;
 	int rc;
 
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
-			out = argv[++i];
-		} else if (strcmp(argv[i], "--activate") == 0) {
-			d.activate = true;
-		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
-			continue;
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	const struct ma_arg opts[] = {
+		{ "-o", NULL, MA_ARG_STR, &out },
+		{ "--activate", NULL, MA_ARG_FLAG, &d.activate },
+		{ NULL },
+	};
+
+	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+								.opts = opts, .pid = &pid, .live = &o })))
+		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}

@@ -70,20 +70,16 @@ int cmd_ps(int argc, char **argv)
 	regex_t re;
 	size_t n;
 
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (strcmp(argv[i], "--pids") == 0) {
-			pids = true;
-		} else if (argv[i][0] != '-' && !pattern) {
-			pattern = argv[i];
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	const struct ma_arg opts[] = {
+		{ "--json", NULL, MA_ARG_FLAG, &json },
+		{ "--pids", NULL, MA_ARG_FLAG, &pids },
+		{ NULL },
+	};
+	int rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+							      .opts = opts, .positional = &pattern });
+
+	if (rc)
+		return rc < 0 ? MA_EXIT_OK : rc;
 	if (json && pids)
 		return ma_usage_error(argv[0], "--json and --pids exclude each other");
 	if (pattern && regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)

@@ -164,20 +164,12 @@ int cmd_purge(int argc, char **argv)
 	struct ma_live_visit v;
 	bool json = false;
 	int rc;
+	const struct ma_arg opts[] = { { "--json", NULL, MA_ARG_FLAG, &json }, { NULL } };
 
 	memset(&r, 0, sizeof(r));
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (ma_parse_live_arg(argc, argv, &i, &r.pid, &o)) {
-			continue;
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+								.opts = opts, .pid = &r.pid, .live = &o })))
+		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!r.pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}

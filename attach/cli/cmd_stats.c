@@ -172,26 +172,24 @@ int cmd_stats(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
 	struct stats_result r;
-	bool json = false, openmetrics = false;
+	bool json = false, openmetrics;
+	const char *format = NULL;
 	pid_t pid = 0;
+	int rc;
 
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
-			if (strcmp(argv[++i], "openmetrics") != 0)
-				return ma_usage_error(argv[0], "--format '%s': the only format is "
-							       "'openmetrics' (or --json)", argv[i]);
-			openmetrics = true;
-		} else if (ma_parse_live_arg(argc, argv, &i, &pid, &o)) {
-			continue;
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	const struct ma_arg opts[] = {
+		{ "--json", NULL, MA_ARG_FLAG, &json },
+		{ "--format", NULL, MA_ARG_STR, &format },
+		{ NULL },
+	};
+
+	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+								.opts = opts, .pid = &pid, .live = &o })))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if (format && strcmp(format, "openmetrics") != 0)
+		return ma_usage_error(argv[0], "--format '%s': the only format is 'openmetrics' (or --json)",
+				      format);
+	openmetrics = format != NULL;
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}

@@ -168,18 +168,11 @@ int cmd_threads(int argc, char **argv)
 	size_t n = 0;
 	int rc;
 
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return MA_EXIT_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (!pid && ma_parse_pid(argv[i], &pid)) {
-			continue;
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	const struct ma_arg opts[] = { { "--json", NULL, MA_ARG_FLAG, &json }, { NULL } };
+
+	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
+								.opts = opts, .pid = &pid })))
+		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}
