@@ -232,13 +232,10 @@ int cmd_aggregate(int argc, char **argv)
 	pid_t pid = 0;
 	int rc = MA_EXIT_OK, r;
 
+	if (ma_profcmd_wants_help(argc, argv, usage))
+		return MA_EXIT_OK;
 	ma_profcmd_init(&c, argv[0], 20);
 	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			usage(stdout);
-			ma_profcmd_release(&c);
-			return MA_EXIT_OK;
-		}
 		r = ma_profcmd_opt(&c, argc, argv, &i);
 		if (r == 0) {
 			if (strcmp(argv[i], "--cum") == 0) {

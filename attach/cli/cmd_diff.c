@@ -482,11 +482,9 @@ static int parse_args(struct ma_profcmd *c, int argc, char **argv, const char *p
 	const char *v;
 	int r;
 
+	if (ma_profcmd_wants_help(argc, argv, usage))
+		return -1;
 	for (int a = 1; a < argc; a++) {
-		if (ma_is_help(argv[a])) {
-			usage(stdout);
-			return -1;
-		}
 		r = ma_profcmd_opt(c, argc, argv, &a);
 		if (r == 0 && (r = ma_profcmd_value(c->cmd, "--binary-a", argc, argv, &a, &v)) > 0)
 			bin[0] = v;

@@ -208,6 +208,15 @@ static int prepare(struct ma_target *t, void *ctx)
 	return rc;
 }
 
+/* A live frag command: prepare, BODY with the thread borrowed, REPORT after. */
+static int run_live(struct frag_live *fl, int (*body)(struct ma_session *, void *),
+		    int (*report)(struct ma_live *, void *))
+{
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = fl->cmd, .pid = fl->a->pid, .o = &fl->a->o,
+						  .prep = prepare, .body = body, .report = report },
+			   fl);
+}
+
 /*
  * After hooks were installed or removed: jemalloc 5.3 then marks every
  * thread's state "recompute", and a thread that exits before its next
@@ -283,10 +292,7 @@ static int do_start(struct frag_args *a)
 	int rc;
 
 	a->o.for_dlopen = true;
-	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = a->pid, .o = &a->o,
-						     .prep = prepare, .body = start_agent,
-						     .report = settle_and_read },
-			      &fl)))
+	if ((rc = run_live(&fl, start_agent, settle_and_read)))
 		return rc;
 	if (a->json) {
 		struct ma_json j;
@@ -334,10 +340,7 @@ static int do_stop(struct frag_args *a)
 	char b[32];
 	int rc;
 
-	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = a->pid, .o = &a->o,
-						     .prep = prepare, .body = stop_agent,
-						     .report = settle_and_read },
-			      &fl)))
+	if ((rc = run_live(&fl, stop_agent, settle_and_read)))
 		return rc;
 	if (a->json) {
 		struct ma_json j;
@@ -500,10 +503,7 @@ static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_f
 {
 	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d };
 
-	return ma_live_run(&(struct ma_live_cmd){ .cmd = fl.cmd, .pid = a->pid, .o = &a->o,
-						  .prep = prepare, .body = query_agent,
-						  .report = name_live_frames },
-			   &fl);
+	return run_live(&fl, query_agent, name_live_frames);
 }
 
 static uint64_t round_bytes(double v)

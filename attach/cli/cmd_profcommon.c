@@ -38,6 +38,16 @@ void ma_profcmd_init(struct ma_profcmd *c, const char *cmd, long default_top)
 	c->prof.skip = c->skip;
 }
 
+bool ma_profcmd_wants_help(int argc, char **argv, void (*usage)(FILE *f))
+{
+	for (int i = 1; i < argc; i++)
+		if (ma_is_help(argv[i])) {
+			usage(stdout);
+			return true;
+		}
+	return false;
+}
+
 void ma_profcmd_release(struct ma_profcmd *c)
 {
 	for (size_t i = 0; i < c->prof.nskip; i++)

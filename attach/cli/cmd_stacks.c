@@ -38,13 +38,10 @@ int cmd_stacks(int argc, char **argv)
 	double hit_bytes = 0;
 	int rc, r;
 
+	if (ma_profcmd_wants_help(argc, argv, usage))
+		return MA_EXIT_OK;
 	ma_profcmd_init(&c, argv[0], 10);
 	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			usage(stdout);
-			ma_profcmd_release(&c);
-			return MA_EXIT_OK;
-		}
 		r = ma_profcmd_opt(&c, argc, argv, &i);
 		if (r == 0) {
 			if (argv[i][0] == '-' && argv[i][1] != '\0')

@@ -42,6 +42,8 @@ extern const char ma_profcmd_help[];
 
 void ma_profcmd_init(struct ma_profcmd *c, const char *cmd, long default_top);
 void ma_profcmd_release(struct ma_profcmd *c);
+/* -h or --help anywhere in ARGV: print USAGE to stdout and return true. */
+bool ma_profcmd_wants_help(int argc, char **argv, void (*usage)(FILE *f));
 
 /*
  * If argv[*i] is a shared option, consume it (and its value) and return 1;
