@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "steps.h"
@@ -21,11 +23,17 @@ struct step_mark {
 };
 static struct step_mark marks[8];
 static unsigned nmarks;
+/* MEMATTACH_TEST_STEPS=2: when each step ended (for finding where time goes). */
+static bool timing;
+static uint64_t step_ns[4096];
 
 static void print_steps(void)
 {
 	for (unsigned i = 0; i < nmarks; i++)
 		fprintf(stderr, "memattach-test: mark %s=%lu\n", marks[i].label, marks[i].step);
+	for (unsigned long i = 1; timing && i < nsteps && i < 4096; i++)
+		fprintf(stderr, "memattach-test: step %lu +%.1f us\n", i + 1,
+			(double)(step_ns[i] - step_ns[i - 1]) / 1e3);
 	fprintf(stderr, "memattach-test: steps=%lu\n", nsteps);
 }
 
@@ -37,7 +45,8 @@ static void configure(void)
 	configured = true;
 	if (k && *k)
 		kill_after = strtoul(k, NULL, 10);
-	if (p && *p == '1') {
+	timing = p && *p == '2';
+	if (p && (*p == '1' || *p == '2')) {
 		printing = true;
 		atexit(print_steps);
 	}
@@ -55,6 +64,12 @@ void ma_step(void)
 {
 	if (!configured)
 		configure();
+	if (timing && nsteps < 4096) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		step_ns[nsteps] = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	}
 	if (++nsteps == kill_after)
 		kill(getpid(), SIGKILL);
 }
