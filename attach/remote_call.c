@@ -893,7 +893,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	if (!reissued)
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
-	if (ma_unwind(ti->tid, bt) != 0) {
+	if (ma_unwind(s->t, ti->tid, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
 		goto unsafe;
@@ -953,6 +953,7 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 {
 	int rc;
 
+	ma_unwind_prepare(); /* outside the holds; a failure is reported by the walk */
 	reaper_timer(true);
 	rc = choose_thread_loop(s, o);
 	reaper_timer(false);
@@ -1906,6 +1907,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 		ma_runlock_release(lock);
 		return rc;
 	}
+	ma_unwind_prepare();
 	reaper_timer(true);
 	rc = try_thread(&s, ti, bt, why, whylen);
 	reaper_timer(false);

@@ -19,6 +19,7 @@
 #include "arch.h"
 #include "ma_error.h"
 #include "safepoint.h"
+#include "unwtable.h"
 
 static unw_addr_space_t addr_space;
 static unw_accessors_t fast_accessors;
@@ -33,14 +34,13 @@ static unw_accessors_t fast_accessors;
 #define UPAGE 4096
 
 struct fast_upt {
+	const struct ma_target *t;
 	pid_t tid;
 	void *upt;
 	unsigned next;
-	struct {
-		uint64_t base;
-		bool valid;
-		unsigned char data[UPAGE];
-	} page[UCACHE_PAGES];
+	uint64_t base[UCACHE_PAGES];
+	bool valid[UCACHE_PAGES];
+	unsigned char data[UCACHE_PAGES][UPAGE]; /* touched once when allocated: no page fault in a hold */
 };
 
 /*
@@ -48,6 +48,7 @@ struct fast_upt {
  * calls them back with its own: only the current walk's pointer is ours.
  */
 static struct fast_upt *current_walk;
+static struct fast_upt *walk_buf; /* one walk's page cache, allocated once (ma_unwind_prepare) */
 
 static void *upt_arg(void *arg)
 {
@@ -60,16 +61,16 @@ static const unsigned char *cached_page(struct fast_upt *f, uint64_t base)
 	unsigned slot;
 
 	for (unsigned i = 0; i < UCACHE_PAGES; i++)
-		if (f->page[i].valid && f->page[i].base == base)
-			return f->page[i].data;
+		if (f->valid[i] && f->base[i] == base)
+			return f->data[i];
 	slot = f->next++ % UCACHE_PAGES;
-	local.iov_base = f->page[slot].data;
+	local.iov_base = f->data[slot];
 	local.iov_len = UPAGE;
 	remote.iov_base = (void *)(uintptr_t)base;
 	remote.iov_len = UPAGE;
-	f->page[slot].valid = process_vm_readv(f->tid, &local, 1, &remote, 1, 0) == UPAGE;
-	f->page[slot].base = base;
-	return f->page[slot].valid ? f->page[slot].data : NULL;
+	f->valid[slot] = process_vm_readv(f->tid, &local, 1, &remote, 1, 0) == UPAGE;
+	f->base[slot] = base;
+	return f->valid[slot] ? f->data[slot] : NULL;
 }
 
 static int fast_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
@@ -89,9 +90,32 @@ static int fast_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val
 	return _UPT_access_mem(as, addr, val, write, upt_arg(arg));
 }
 
+/* libunwind's own search of a binary-search table (exported, not in its headers). */
+extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip, unw_dyn_info_t *di,
+					      unw_proc_info_t *pi, int need_unwind_info, void *arg);
+
+/* MEMATTACH_TEST_LIBUNWIND_TABLES=1: libunwind's own lookup only (the test compares both). */
+static bool libunwind_tables_only(void)
+{
+	const char *e = getenv("MEMATTACH_TEST_LIBUNWIND_TABLES");
+
+	return e && *e == '1';
+}
+
+/*
+ * The table of the object holding IP, found in the target's memory
+ * (unwtable.h) and searched through our page cache; libunwind's own
+ * lookup (which maps the object's file anew for every frame) only where
+ * that finds none.
+ */
 static int fast_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, int need,
 			       void *arg)
 {
+	unw_dyn_info_t di;
+
+	if (current_walk && current_walk->t && !libunwind_tables_only() &&
+	    ma_unw_table_for(current_walk->t, current_walk->tid, ip, &di) == 0)
+		return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need, arg);
 	return _UPT_find_proc_info(as, ip, pi, need, upt_arg(arg));
 }
 
@@ -100,9 +124,19 @@ static void fast_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void 
 	_UPT_put_unwind_info(as, pi, upt_arg(arg));
 }
 
+/*
+ * libunwind's registry of run-time generated code (_U_dyn_register):
+ * libunwind-ptrace looks for its symbol in every mapped object, each
+ * opened and mapped anew, which costs more than the rest of a walk.
+ * Programs that register code with it are rare; their JIT frames stay
+ * unknown, and a walk that meets one is incomplete (never judged safe).
+ */
 static int fast_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *dil, void *arg)
 {
-	return _UPT_get_dyn_info_list_addr(as, dil, upt_arg(arg));
+	(void)as;
+	(void)dil;
+	(void)arg;
+	return -UNW_ENOINFO;
 }
 
 static int fast_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
@@ -128,15 +162,8 @@ static int fast_get_proc_name(unw_addr_space_t as, unw_word_t addr, char *buf, s
 	return _UPT_get_proc_name(as, addr, buf, len, off, upt_arg(arg));
 }
 
-int ma_unwind(pid_t tid, struct ma_backtrace *bt)
+int ma_unwind_prepare(void)
 {
-	struct fast_upt *f;
-	unw_cursor_t c;
-	int rc;
-
-	bt->n = 0;
-	bt->complete = false;
-	bt->in_signal_handler = false;
 	if (!addr_space) {
 		fast_accessors = _UPT_accessors;
 		fast_accessors.find_proc_info = fast_find_proc_info;
@@ -149,24 +176,41 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 		fast_accessors.get_proc_name = fast_get_proc_name;
 		addr_space = unw_create_addr_space(&fast_accessors, 0);
 		if (!addr_space)
-			return ma_fail(MA_E_INTERNAL, "libunwind: cannot create address space");
+			return -1;
 		unw_set_caching_policy(addr_space, UNW_CACHE_GLOBAL);
 	}
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return ma_fail(MA_E_NOMEM, "out of memory");
+	if (!walk_buf) {
+		if (!(walk_buf = malloc(sizeof(*walk_buf))))
+			return -1;
+		memset(walk_buf, 0, sizeof(*walk_buf)); /* fault its pages in now, not while a thread is held */
+	}
+	return 0;
+}
+
+int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
+{
+	struct fast_upt *f;
+	unw_cursor_t c;
+	int rc;
+
+	bt->n = 0;
+	bt->complete = false;
+	bt->in_signal_handler = false;
+	if (ma_unwind_prepare())
+		return ma_fail(MA_E_INTERNAL, "libunwind: cannot create address space");
+	f = walk_buf;
+	f->next = 0;
+	memset(f->valid, 0, sizeof(f->valid));
+	f->t = t;
 	f->tid = tid;
 	f->upt = _UPT_create(tid);
-	if (!f->upt) {
-		free(f);
+	if (!f->upt)
 		return ma_fail(MA_E_NOMEM, "libunwind: cannot create ptrace context");
-	}
 	current_walk = f;
 	rc = unw_init_remote(&c, addr_space, f);
 	if (rc < 0) {
 		current_walk = NULL;
 		_UPT_destroy(f->upt);
-		free(f);
 		return ma_fail(MA_E_INTERNAL, "libunwind: cannot unwind thread %d (%d)", tid, rc);
 	}
 	do {
@@ -184,12 +228,14 @@ int ma_unwind(pid_t tid, struct ma_backtrace *bt)
 	bt->complete = rc == 0;
 	current_walk = NULL;
 	_UPT_destroy(f->upt);
-	free(f);
 	return 0;
 }
 
 void ma_unwind_release(void)
 {
+	ma_unw_tables_reset();
+	free(walk_buf);
+	walk_buf = NULL;
 	if (addr_space)
 		unw_destroy_addr_space(addr_space);
 	addr_space = NULL;

@@ -51,8 +51,13 @@ const char *ma_thread_rank_class(const struct ma_thread_info *ti);
 
 /* One of jemalloc's background threads (by the name jemalloc gives them)? */
 bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
-/* Unwind the stopped thread TID. */
-int ma_unwind(pid_t tid, struct ma_backtrace *bt);
+/*
+ * Set up the unwinder (libunwind's address space and caches) before any
+ * thread is stopped, so that its cost is not part of a hold.  0 or -1.
+ */
+int ma_unwind_prepare(void);
+/* Unwind the stopped thread TID of T (whose maps locate the unwind tables). */
+int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt);
 /* A frame of BT in the dynamic loader's code; *FRAME its index. */
 bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame);
 /* A frame of BT in a libc function that holds the loader's locks (target.h dl_fns). */

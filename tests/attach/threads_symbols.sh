@@ -3,7 +3,7 @@
 # symbolizer as 'aggregate': libc frames through libc's separate debug file
 # (libc6-dbg), checked against an independent reading of that file by nm.
 . "$(dirname "$0")/../lib.sh"
-plan 7
+plan 8
 
 fix_start daemon -t 3 || { fail "daemon: start"; exit 1; }
 pid=$FIX_PID
@@ -48,6 +48,19 @@ for t in th:
         n += 1
 assert n >= 10, n
 print("checked", n, "libc frames", file=sys.stderr)
+PY
+# The unwind tables memattach finds in the target's memory give the same
+# stacks as libunwind's own lookup (which maps each object's file): the
+# threads in steady waits (main in pthread_join, ctl in read) compared.
+"$MA" threads "$pid" --json >"$TMP/own.json" 2>/dev/null
+MEMATTACH_TEST_LIBUNWIND_TABLES=1 "$MA" threads "$pid" --json >"$TMP/lib.json" 2>/dev/null
+check "stacks from the in-memory tables equal libunwind's own (main and ctl threads)" python3 - "$TMP/own.json" "$TMP/lib.json" <<'PY'
+import json, sys
+def stacks(p):
+    return {t["name"]: [f["ip"] for f in t["frames"]] for t in json.load(open(p))["threads"] if t["name"] in ("daemon", "ctl")}
+a, b = stacks(sys.argv[1]), stacks(sys.argv[2])
+print("# own:", {k: len(v) for k, v in a.items()}, "libunwind:", {k: len(v) for k, v in b.items()})
+sys.exit(0 if len(a) == 2 and a == b and all(len(v) >= 3 for v in a.values()) else 1)
 PY
 check "daemon: integrity verdict ok" grep -q "VERDICT ok" <(fix_cmd "$pid" "$FIX_FD" "$FIX_OUT" verdict)
 fix_quit "$pid" "$FIX_FD"
