@@ -386,7 +386,12 @@ const char *ma_arch_syscall_name(long nr)
 		{ 219, "restart_syscall" }, { 230, "clock_nanosleep" }, { 232, "epoll_wait" },
 		{ 247, "waitid" },     { 270, "pselect6" },    { 271, "ppoll" },
 		{ 281, "epoll_pwait" }, { 288, "accept4" },    { 426, "io_uring_enter" },
-		{ 441, "epoll_pwait2" },
+		{ 441, "epoll_pwait2" }, { 19, "readv" },     { 20, "writev" },
+		{ 40, "sendfile" },    { 42, "connect" },     { 44, "sendto" },
+		{ 46, "sendmsg" },     { 65, "semop" },       { 69, "msgsnd" },
+		{ 70, "msgrcv" },      { 208, "io_getevents" }, { 220, "semtimedop" },
+		{ 243, "mq_timedreceive" }, { 275, "splice" }, { 299, "recvmmsg" },
+		{ 307, "sendmmsg" },   { 333, "io_pgetevents" },
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -457,7 +462,7 @@ bool ma_arch_stop_ends_with_eintr(long nr)
 	}
 }
 
-int ma_arch_socket_wait(long nr)
+int ma_arch_socket_waits(long nr, const unsigned long long *a, int fd[2], int dir[2])
 {
 	switch (nr) {
 	case 0: /* read */
@@ -467,13 +472,20 @@ int ma_arch_socket_wait(long nr)
 	case 47: /* recvmsg */
 	case 288: /* accept4 */
 	case 299: /* recvmmsg */
+		fd[0] = (int)a[0], dir[0] = 1;
 		return 1;
 	case 1: /* write */
 	case 20: /* writev */
+	case 40: /* sendfile: out_fd */
 	case 42: /* connect */
 	case 44: /* sendto */
 	case 46: /* sendmsg */
 	case 307: /* sendmmsg */
+		fd[0] = (int)a[0], dir[0] = 2;
+		return 1;
+	case 275: /* splice: from fd_in, into fd_out */
+		fd[0] = (int)a[0], dir[0] = 1;
+		fd[1] = (int)a[2], dir[1] = 2;
 		return 2;
 	default:
 		return 0;

@@ -434,6 +434,17 @@ static bool socket_has_timeout(pid_t pid, int fd, int dir)
 	return timed;
 }
 
+/* Does syscall NR (arguments A) block on a socket that has a timeout for that direction? */
+static bool socket_wait_timed(pid_t pid, long nr, const unsigned long long *a)
+{
+	int fd[2], dir[2], n = ma_arch_socket_waits(nr, a, fd, dir);
+
+	for (int k = 0; k < n; k++)
+		if (socket_has_timeout(pid, fd[k], dir[k]))
+			return true;
+	return false;
+}
+
 static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 			     const struct clock_ref *ref)
 {
@@ -473,8 +484,7 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
 				ti->eintr_wait = ma_arch_stop_ends_with_eintr(ti->syscall);
-				if (!ti->eintr_wait && ma_arch_socket_wait(ti->syscall) &&
-				    socket_has_timeout(pid, (int)a[0], ma_arch_socket_wait(ti->syscall)))
+				if (!ti->eintr_wait && socket_wait_timed(pid, ti->syscall, a))
 					ti->eintr_wait = ti->timed_wait = true;
 			}
 		}

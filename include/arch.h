@@ -142,8 +142,11 @@ const char *ma_arch_syscall_name(long nr);
 bool ma_arch_is_epoll_wait(long nr);
 /* Does syscall NR with arguments A (six) wait with a timeout? */
 bool ma_arch_is_timed_wait(long nr, const unsigned long long *a);
-/* Blocked in syscall NR on a socket (first argument), does it wait to receive (1), send (2), or neither (0)? */
-int ma_arch_socket_wait(long nr);
+/*
+ * The descriptors syscall NR (arguments A) may block on as a socket, and
+ * for each whether it waits to receive (1) or to send (2): how many (0-2).
+ */
+int ma_arch_socket_waits(long nr, const unsigned long long *a, int fd[2], int dir[2]);
 /* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR (whatever its descriptor)? */
 bool ma_arch_stop_ends_with_eintr(long nr);
 
