@@ -100,6 +100,7 @@ bool ma_arch_interrupted_eintr(const struct user_regs_struct *r)
 {
 	static const long nrs[] = {
 		0 /* read */, 1 /* write */, 17 /* pread64 */, 19 /* readv */, 20 /* writev */,
+		40 /* sendfile */, 275 /* splice */,
 		43 /* accept */, 44 /* sendto */, 45 /* recvfrom */, 46 /* sendmsg */,
 		47 /* recvmsg */, 65 /* semop */,
 		128 /* rt_sigtimedwait */, 208 /* io_getevents */, 220 /* semtimedop */,

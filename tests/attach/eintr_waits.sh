@@ -4,22 +4,22 @@
 # never stopped unless named with --tid: memattach issues such a wait
 # again at once, but a memattach killed between the stop and that write
 # would leave the EINTR to the program, so no other run may stop one.
-# The sysc fixture's sc_idle (epoll_wait, no timeout, nothing ever ready)
-# and sc_idlerecv (recv, SO_RCVTIMEO one hour, nobody writes) never wake
-# on their own: their voluntary_ctxt_switches in /proc move only if a
+# The sysc fixture's sc_idle (epoll_wait, no timeout, nothing ever ready),
+# sc_idlerecv (recv, SO_RCVTIMEO one hour, nobody writes) and sc_idlesplice
+# (splice from such a socket) never wake on their own: their voluntary_ctxt_switches in /proc move only if a
 # tracer stops them.  After every command they must not have moved; then
 # `stats --tid` of each must move them (the check can see a stop) and
 # leave no EINTR (the fixture fails on one).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 18
+plan 19
 need_fixtures sysc
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
-idle=$(tid_of "$pid" sc_idle) idlerecv=$(tid_of "$pid" sc_idlerecv)
+idle=$(tid_of "$pid" sc_idle) idlerecv=$(tid_of "$pid" sc_idlerecv) idlesplice=$(tid_of "$pid" sc_idlesplice)
 switches() { awk '/^voluntary_ctxt_switches/ {print $2}' "/proc/$pid/task/$1/status"; }
-wakes() { echo "$(switches "$idle") $(switches "$idlerecv")"; }
+wakes() { echo "$(switches "$idle") $(switches "$idlerecv") $(switches "$idlesplice")"; }
 
 declare -a cmds=(
 	"stats $pid"
@@ -40,13 +40,13 @@ for c in "${cmds[@]}"; do
 	"$MA" $c >"$TMP/out" 2>"$TMP/err"; rc=$?
 	[ "$c" = "export --pid $pid --once --listen 127.0.0.1:1" ] && rc=0 # its port may be refused: the scrape is what counts
 	w1=$(wakes)
-	check "$c: exit $rc, sc_idle and sc_idlerecv not stopped (voluntary switches $w0 -> $w1)" \
+	check "$c: exit $rc, sc_idle, sc_idlerecv and sc_idlesplice not stopped (voluntary switches $w0 -> $w1)" \
 		eval '[ "$rc" -eq 0 ] && [ "$w0" = "$w1" ]'
 done
-check "threads names both as not stopped" \
-	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: not stopped")" -ge 2 ]'
+check "threads names all three as not stopped" \
+	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: not stopped")" -ge 3 ]'
 # Named, each is stopped (the wake-up is seen) and its wait issued again (no EINTR).
-for t in "$idle" "$idlerecv"; do
+for t in "$idle" "$idlerecv" "$idlesplice"; do
 	a=$(switches "$t")
 	"$MA" stats "$pid" --tid "$t" >"$TMP/out" 2>"$TMP/err"; rc=$?
 	b=$(switches "$t")
