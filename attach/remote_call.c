@@ -1430,6 +1430,19 @@ static int record_own(struct ma_session *s, int i, uint64_t addr, size_t len)
  * leaves a mapping the next run can find; then our magic goes in its
  * first bytes.
  */
+/*
+ * A child another thread forks while the mapping exists must not inherit
+ * it (a copy nobody would ever remove): MADV_DONTFORK.  Not under a
+ * seccomp filter, which was asked about the syscalls we must issue only;
+ * there the child of a fork in those milliseconds keeps a copy.
+ */
+static int keep_from_children(struct ma_session *s, uint64_t addr, size_t len)
+{
+	uint64_t args[3] = { addr, len, MADV_DONTFORK }, ret;
+
+	return s->filtered ? 0 : ma_session_syscall(s, SYS_madvise, args, 3, &ret);
+}
+
 static int map_recorded(struct ma_session *s, int i, size_t len, uint64_t *addr)
 {
 	int rc = 0;
@@ -1456,6 +1469,8 @@ static int map_recorded(struct ma_session *s, int i, size_t len, uint64_t *addr)
 		if (got != want && (rc = record_own(s, i, got, len))) /* a kernel without NOREPLACE */
 			return rc;
 		*addr = got;
+		if ((rc = keep_from_children(s, got, len)))
+			return rc;
 		return ma_mem_write(s->t->proc_pid, got, hdr, sizeof(hdr));
 	}
 	record_own(s, i, 0, 0);

@@ -110,8 +110,9 @@ top_lines() { [ -s "$1" ] && sort "$1" | uniq -c | sort -rn | head -"${2:-3}" | 
 
 report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }
 
-# forkloop_start THREADS: start fixtures/forkloop.c with THREADS workers,
+# forkloop_start THREADS: start fixtures/forkloop.c with THREADS workers
+# (its children check they inherited no anonymous executable mapping),
 # its fork count kept in a shared file (a stuck control thread cannot hide
 # it); sets FIX_PID, FIX_FD, FIX_OUT.  forks: the count so far.
-forkloop_start() { fix_start forkloop -t "$1" -c "$TMP/forks.count"; }
+forkloop_start() { fix_start forkloop -t "$1" -x -c "$TMP/forks.count"; }
 forks() { od -An -t u8 -N8 "$TMP/forks.count" 2>/dev/null | tr -d ' '; }
