@@ -223,7 +223,7 @@ static void test_rows(void)
 	ma_bins_row(&t, 1, &r);
 	CHECK("empty bin: no waste, no regime", r.waste == 0 && r.regime == MA_REGIME_NONE);
 	ma_bins_summary(&t, &st, &sum);
-	CHECK("summary gaps", sum.slab_gap == 900 && sum.page_gap == 500);
+	CHECK("summary gaps", sum.slab_waste == 900 && sum.page_slack == 500);
 	/* inconsistent counters (a racing print) must not underflow */
 	bins[1] = (struct ma_bin){ 64, 64, 4096, 100, 1, 0 };
 	ma_bins_row(&t, 1, &r);
