@@ -778,7 +778,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	int status, rc, sig;
 
 	s->tid = ti->tid;
-	s->hopeless = s->fresh = false;
+	s->hopeless = s->fresh = s->in_eintr_wait = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
@@ -796,6 +796,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		/* A choice among threads tries again later (it may have left the
 		 * wait); one thread asked for (a flush visit) is given up at once. */
 		s->hopeless = s->named != 0;
+		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
@@ -968,8 +969,9 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 
 	for (unsigned round = 0;; round++) {
 		struct ma_thread_info *ti;
-		size_t n, tried = 0, hopeless = 0, fresh = 0;
+		size_t n, tried = 0, hopeless = 0, fresh = 0, waits = 0;
 		pid_t fresh_tid = 0;
+		char wait_who[80] = "";
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -987,6 +989,11 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 					       o->tid);
 			}
 			tried++;
+			if (ma_thread_is_jemalloc_bg(&ti[i])) {
+				/* It runs inside jemalloc: never borrowed, so never stopped. */
+				hopeless++;
+				continue;
+			}
 			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
 			if (rc == 0) {
 				free(ti);
@@ -1013,6 +1020,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
 			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
 			hopeless += s->hopeless;
+			if (s->in_eintr_wait && !waits++)
+				snprintf(wait_who, sizeof(wait_who), "thread %d (%s)", ti[i].tid, ti[i].name);
 			if (s->fresh) {
 				fresh++;
 				fresh_tid = ti[i].tid;
@@ -1024,6 +1033,21 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		if (o->tid && s->fresh)
 			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
 				       "allocator state)", who);
+		/*
+		 * Every thread is either never borrowable or in a wait we do not
+		 * stop (an event loop in epoll_wait, its helpers idle since they
+		 * started): say so and how to go on, after a few rounds (the
+		 * loop may run meanwhile, and be taken while it runs).
+		 */
+		if (!o->tid && waits && hopeless + waits == tried && round >= 20)
+			return ma_fail(MA_E_NOSAFE,
+				       "no thread of process %d can be borrowed without risk: %s%s is "
+				       "blocked in a wait that a stop ends with EINTR (memattach issues it "
+				       "again at once, but a memattach killed in between would leave the "
+				       "EINTR to the program), and the others are jemalloc's background "
+				       "threads or never called into jemalloc; --tid %.*s borrows it anyway",
+				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "",
+				       (int)strcspn(wait_who + 7, " "), wait_who + 7);
 		if (tried && hopeless == tried && fresh)
 			return ma_fail(MA_E_NOSAFE,
 				       "no thread of process %d can be borrowed without leaving a trace: "

@@ -9,7 +9,7 @@
 # and the decomposition must add up to VmRSS.  Redis's background threads
 # may purge between the two readings: up to 5 attempts until one pair agrees.
 . "$(dirname "$0")/../lib.sh"
-plan 8
+plan 9
 
 if ! command -v redis-server >/dev/null; then
 	fail "redis-server missing (make deps installs it)"
@@ -29,9 +29,15 @@ n=$(rc dbsize)
 check "redis holds about half of the keys written ($n)" [ "${n:-0}" -gt 50000 ]
 
 info() { rc info memory | tr -d '\r' | sed -n "s/^$1://p"; }
+# Redis's event loop waits in epoll_wait, which a stop ends with EINTR, and
+# its bio threads never allocate: without --tid nothing may be borrowed,
+# and memattach says so at once, naming the thread to give.
+"$MA" stats "$RPID" >/dev/null 2>"$TMP/refused.err"; rc_no_tid=$?
+check "without --tid: refused (exit $rc_no_tid), naming the event loop and --tid $RPID" \
+	eval '[ "$rc_no_tid" -eq 1 ] && grep -q "epoll_wait.*--tid $RPID borrows it anyway" "$TMP/refused.err"'
 agree=0
 for attempt in 1 2 3 4 5; do
-	"$MA" stats "$RPID" --json >"$TMP/s.json" 2>"$TMP/s.err" || { fail "stats failed: $(cat "$TMP/s.err")"; break; }
+	"$MA" stats "$RPID" --tid "$RPID" --json >"$TMP/s.json" 2>"$TMP/s.err" || { fail "stats failed: $(cat "$TMP/s.err")"; break; }
 	ia=$(info allocator_allocated) fb=$(info allocator_frag_bytes) rb=$(info allocator_rss_bytes)
 	a=$(json_get "$TMP/s.json" allocated) sw=$(json_get "$TMP/s.json" slab_waste)
 	d=$(json_get "$TMP/s.json" dirty) mr=$(json_get "$TMP/s.json" metadata_resident)
