@@ -971,7 +971,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		struct ma_thread_info *ti;
 		size_t n, tried = 0, hopeless = 0, fresh = 0, waits = 0;
 		pid_t fresh_tid = 0;
-		char wait_who[80] = "";
+		char wait_who[80] = "", wait_in[40] = "a wait";
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -1020,8 +1020,12 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
 			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
 			hopeless += s->hopeless;
-			if (s->in_eintr_wait && !waits++)
+			if (s->in_eintr_wait && !waits++) {
 				snprintf(wait_who, sizeof(wait_who), "thread %d (%s)", ti[i].tid, ti[i].name);
+				if (ma_arch_syscall_name(ti[i].syscall))
+					snprintf(wait_in, sizeof(wait_in), "%s",
+						 ma_arch_syscall_name(ti[i].syscall));
+			}
 			if (s->fresh) {
 				fresh++;
 				fresh_tid = ti[i].tid;
@@ -1042,11 +1046,11 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		if (!o->tid && waits && hopeless + waits == tried && round >= 20)
 			return ma_fail(MA_E_NOSAFE,
 				       "no thread of process %d can be borrowed without risk: %s%s is "
-				       "blocked in a wait that a stop ends with EINTR (memattach issues it "
+				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 				       "again at once, but a memattach killed in between would leave the "
 				       "EINTR to the program), and the others are jemalloc's background "
 				       "threads or never called into jemalloc; --tid %.*s borrows it anyway",
-				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "",
+				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in,
 				       (int)strcspn(wait_who + 7, " "), wait_who + 7);
 		if (tried && hopeless == tried && fresh)
 			return ma_fail(MA_E_NOSAFE,
