@@ -261,9 +261,8 @@ void ma_outfile_abort(struct ma_outfile *o)
 	o->fd = -1;
 }
 
-int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
+int ma_scrape_target(pid_t pid, const struct ma_session_opts *o, struct ma_om_target *out)
 {
-	struct ma_session_opts o = { .deadline_ms = deadline_ms };
 	struct ma_proc_status ps;
 	struct ma_live l;
 	int rc, rc2;
@@ -277,7 +276,7 @@ int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out)
 		out->vm_rss = ps.vm_rss;
 		out->vm_hwm = ps.vm_hwm;
 	}
-	if ((rc = ma_live_begin(&l, pid, &o, NULL, NULL)))
+	if ((rc = ma_live_begin(&l, pid, o, NULL, NULL)))
 		return rc; /* nothing left open */
 	rc = ma_collect_stats(&l.s, &out->st);
 	if (!rc)

@@ -1049,7 +1049,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 				       "again at once, but a memattach killed in between would leave the "
 				       "EINTR to the program), and the others are jemalloc's background "
-				       "threads or never called into jemalloc; --tid %.*s borrows it anyway",
+				       "threads or never called into jemalloc; --tid %.*s borrows it anyway "
+				       "(or --allow-eintr-wait)",
 				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in,
 				       (int)strcspn(wait_who + 7, " "), wait_who + 7);
 		if (tried && hopeless == tried && fresh)

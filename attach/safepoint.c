@@ -518,15 +518,16 @@ static int rank(const struct ma_thread_info *ti)
 	if (ti->state == 'S' && ti->syscall >= 0 && !ti->eintr_wait)
 		return ti->timed_wait ? 1 : 0;
 	if (ti->state == 'S' && ti->syscall >= 0)
-		return 2;
+		return 4; /* stopped only when allowed (--tid, --allow-eintr-wait), and last */
 	if (ti->state == 'D' && ti->syscall >= 0)
-		return 3;
-	return 4;
+		return 2;
+	return 3;
 }
 
 /*
- * Best first: an untimed wait, a timed wait, a wait a stop fails with
- * EINTR, uninterruptible, running; jemalloc's background threads last.
+ * Best first: an untimed wait, a timed wait, uninterruptible, running, a
+ * wait a stop ends with EINTR (stopped only when allowed); jemalloc's
+ * background threads last (never borrowed).
  * Among equals, the one idle longest: borrowing it delays the least work
  * (a serving thread that waits between requests has just run).
  */
@@ -545,8 +546,8 @@ static int cmp_rank(const void *a, const void *b)
 const char *ma_thread_rank_class(const struct ma_thread_info *ti)
 {
 	static const char *const names[] = {
-		"untimed wait", "timed wait", "wait a stop interrupts", "uninterruptible",
-		"running", "jemalloc background thread",
+		"untimed wait", "timed wait", "uninterruptible", "running",
+		"wait a stop ends with EINTR", "jemalloc background thread",
 	};
 
 	return names[rank(ti)];

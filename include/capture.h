@@ -32,7 +32,7 @@ struct ma_om_target;
  * OUT (out->ok says whether the allocator was read; failures are left to
  * the caller to count).  0, or the error (message in ma_errmsg()).
  */
-int ma_scrape_target(pid_t pid, int deadline_ms, struct ma_om_target *out);
+int ma_scrape_target(pid_t pid, const struct ma_session_opts *o, struct ma_om_target *out);
 
 /* An output file that appears under its name only once complete. */
 struct ma_outfile {

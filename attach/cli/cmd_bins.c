@@ -33,6 +33,10 @@ static const char usage_text[] =
 	"  --json          all bins in bin order, sizes in bytes\n"
 	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID       borrow this thread (still refused if unsafe)\n"
+	"  --allow-eintr-wait\n"
+	"                  if no other thread can be borrowed, stop one blocked in\n"
+	"                  epoll_wait and the like (a memattach killed right after\n"
+	"                  that stop would leave the wait an EINTR)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)

@@ -27,7 +27,7 @@
 
 static const char usage_text[] =
 	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout MS] [--once]\n\n"
+	"                        [--timeout MS] [--once] [--allow-eintr-wait]\n\n"
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
 	"threads) and answers in the OpenMetrics text format: the headline gauges\n"
@@ -46,6 +46,11 @@ static const char usage_text[] =
 	"                 the extended REGEX, looked up again at each scrape\n"
 	"  --timeout MS   per target, give up finding a safe thread after MS (1000)\n"
 	"  --once         print one scrape on stdout and exit (no server)\n"
+	"  --allow-eintr-wait\n"
+	"                 if no other thread of a target can be borrowed, stop one\n"
+	"                 blocked in epoll_wait and the like (an event loop such as\n"
+	"                 redis's; a memattach killed right after that stop would\n"
+	"                 leave the wait an EINTR)\n"
 	"exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen,\n"
 	"             2 usage error\n";
 
@@ -56,6 +61,7 @@ struct exporter {
 	const char *match;
 	regex_t re;
 	int deadline_ms;
+	bool allow_eintr_wait;
 	bool once;
 	/* failures so far, by pid (a counter must not reset between scrapes) */
 	pid_t fail_pid[MAX_TARGETS];
@@ -102,7 +108,10 @@ static void scrape(struct exporter *e, FILE *f)
 		uint64_t *fails = failures_of(e, pids[i]);
 
 		memset(&t[i], 0, sizeof(t[i]));
-		if (ma_scrape_target(pids[i], e->deadline_ms, &t[i]) != 0) {
+		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
+					     .stop_eintr_wait = e->allow_eintr_wait };
+
+		if (ma_scrape_target(pids[i], &o, &t[i]) != 0) {
 			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
 				t[i].comm[0] ? t[i].comm : "?", ma_errmsg());
 			ma_err_clear();
@@ -235,6 +244,8 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 			i++;
 		} else if (strcmp(argv[i], "--once") == 0) {
 			e->once = true;
+		} else if (strcmp(argv[i], "--allow-eintr-wait") == 0) {
+			e->allow_eintr_wait = true;
 		} else if (argv[i][0] == '-') {
 			return ma_usage_error(argv[0], "unknown option '%s'", argv[i]);
 		} else {

@@ -60,6 +60,10 @@ static const char usage_text[] =
 	"  --json           machine-readable output (sizes in bytes)\n"
 	"  --timeout MS     give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID        borrow this thread (still refused if unsafe)\n"
+	"  --allow-eintr-wait\n"
+	"                   if no other thread can be borrowed, stop one blocked in\n"
+	"                   epoll_wait and the like (a memattach killed right after\n"
+	"                   that stop would leave the wait an EINTR)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8

@@ -35,7 +35,11 @@ static const char usage_text[] =
 	"                the metrics 'memattach export' serves, for this process\n"
 	"                (OpenMetrics text, as Prometheus scrapes it)\n"
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
-	"  --tid TID     borrow this thread (still refused if unsafe)\n";
+	"  --tid TID     borrow this thread (still refused if unsafe)\n"
+	"  --allow-eintr-wait\n"
+	"                if no other thread can be borrowed, stop one blocked in\n"
+	"                epoll_wait and the like (a memattach killed right after\n"
+	"                that stop would leave the wait an EINTR)\n";
 
 struct stats_result {
 	struct ma_je_stats st;
@@ -136,7 +140,7 @@ static int print_openmetrics(const char *cmd, pid_t pid, const struct ma_session
 	ma_install_signal_guards();
 	if (o->tid)
 		return ma_usage_error(cmd, "--tid cannot be combined with --format openmetrics");
-	if (ma_scrape_target(pid, o->deadline_ms, &t)) {
+	if (ma_scrape_target(pid, o, &t)) {
 		ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		return MA_EXIT_FAIL;
 	}

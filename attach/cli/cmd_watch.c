@@ -54,6 +54,10 @@ static const char usage_text[] =
 	"  --timeout MS   per sample, give up finding a thread safe to borrow\n"
 	"                 after MS (500; the sample is kept without allocator stats)\n"
 	"  --tid TID      borrow this thread (still refused if unsafe)\n"
+	"  --allow-eintr-wait\n"
+	"                 if no other thread can be borrowed, stop one blocked in\n"
+	"                 epoll_wait and the like (a memattach killed right after\n"
+	"                 that stop would leave the wait an EINTR)\n"
 	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
 	"             1 could not start, 2 usage error\n";
 

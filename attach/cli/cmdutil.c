@@ -177,6 +177,11 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		++*i;
 		return true;
 	}
+	if (strcmp(arg, "--allow-eintr-wait") == 0) {
+		/* Without a better thread, one blocked in epoll_wait and the like may be stopped. */
+		o->stop_eintr_wait = true;
+		return true;
+	}
 	if (strcmp(arg, "--tid") == 0 && val && ma_parse_pid(val, &o->tid)) {
 		/* Asked for by name: borrowed even if that creates its jemalloc
 		 * state, or if it is in a wait a stop ends with EINTR. */
