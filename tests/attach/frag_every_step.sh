@@ -21,7 +21,8 @@ need_fixtures daemon
 
 # fix_start polling every 10 ms: the first sweep replaces its target ~100 times.
 start_target() {
-	FIX_POLL_MS=10 fix_start daemon -t 2 -n 512 || return 1
+	# one worker: every thread visit after a hook change is the same code
+	FIX_POLL_MS=10 fix_start daemon -t 1 -n 512 || return 1
 	T_PID=$FIX_PID T_FD=$FIX_FD T_OUT=$FIX_OUT T_DIR=$(dirname "$FIX_OUT")
 }
 quit_target() { # -> the fixture's exit status (fixlib: 0 = verdict ok)
