@@ -95,11 +95,14 @@ fix_quit() {
 # one-line document's plain number is read without starting python (the
 # attach loops call this thousands of times); anything else goes to python.
 json_get() {
-	local line v
-	if [ "$(wc -l <"$1")" -le 1 ] && read -r line <"$1" && [[ $line == '{"'* ]]; then
-		v=${line#*\"$2\":}
-		v=${v%%[,\}]*}
-		if [ "$v" != "$line" ] && [[ $v =~ ^-?[0-9]+$ ]] && [ "$(grep -o "\"$2\":" <<<"$line" | wc -l)" -eq 1 ]; then
+	local line v rest lines=()
+	# One-line JSON with the key once and an integer value: read in bash
+	# alone (no process per call: tests call this in loops of hundreds).
+	mapfile -t -n 2 lines <"$1"
+	if [ "${#lines[@]}" -eq 1 ] && line=${lines[0]} && [[ $line == '{"'* ]]; then
+		rest=${line#*\"$2\":}
+		v=${rest%%[,\}]*}
+		if [ "$rest" != "$line" ] && [[ $v =~ ^-?[0-9]+$ ]] && [[ $rest != *\"$2\":* ]]; then
 			echo "$v"
 			return 0
 		fi
