@@ -14,7 +14,7 @@
 
 static int cmp_sym_addr(const void *a, const void *b)
 {
-	const struct ma_sym *x = a, *y = b;
+	const struct ma_elf_sym *x = a, *y = b;
 
 	if (x->addr != y->addr)
 		return x->addr < y->addr ? -1 : 1;
@@ -28,12 +28,12 @@ static int cmp_sym_addr(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-static const struct ma_sym *sort_base;
+static const struct ma_elf_sym *sort_base;
 
 static int cmp_idx_name(const void *a, const void *b)
 {
-	const struct ma_sym *x = &sort_base[*(const size_t *)a];
-	const struct ma_sym *y = &sort_base[*(const size_t *)b];
+	const struct ma_elf_sym *x = &sort_base[*(const size_t *)a];
+	const struct ma_elf_sym *y = &sort_base[*(const size_t *)b];
 	int c = strcmp(x->name, y->name);
 
 	if (c)
@@ -76,14 +76,14 @@ static int read_symtab(struct ma_elf *e, Elf_Scn *scn, GElf_Shdr *sh, size_t *ca
 			continue;
 		if (e->nsyms == *cap) {
 			size_t ncap = *cap ? *cap * 2 : 1024;
-			struct ma_sym *p = realloc(e->syms, ncap * sizeof(*p));
+			struct ma_elf_sym *p = realloc(e->syms, ncap * sizeof(*p));
 
 			if (!p)
 				return ma_fail(MA_E_NOMEM, "out of memory reading symbols");
 			e->syms = p;
 			*cap = ncap;
 		}
-		e->syms[e->nsyms++] = (struct ma_sym){
+		e->syms[e->nsyms++] = (struct ma_elf_sym){
 			.addr = s.st_value,
 			.size = s.st_size,
 			.name = name,
@@ -311,7 +311,7 @@ void ma_elf_release(struct ma_elf *e)
 	e->fd = -1;
 }
 
-const struct ma_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
+const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 {
 	size_t lo = 0, hi = e->nsyms;
 
@@ -330,7 +330,7 @@ const struct ma_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 	return NULL;
 }
 
-const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
+const struct ma_elf_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
 {
 	size_t lo = 0, hi = e->nsyms;
 

@@ -536,7 +536,7 @@ static uint32_t add_lines(struct ma_symbolizer *s, uint32_t f, uint32_t oi)
  * return address in it.
  */
 static uint32_t func_of_sym(struct ma_symbolizer *s, struct ma_symobj *o, uint32_t oi,
-			    const struct ma_elf *e, const struct ma_sym *sym)
+			    const struct ma_elf *e, const struct ma_elf_sym *sym)
 {
 	uint32_t **cache = e == &o->debug ? &o->debug_funcs : &o->elf_funcs;
 	size_t i = (size_t)(sym - e->syms);
@@ -558,7 +558,7 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	uint64_t a = pc ? pc - 1 : 0, vaddr = a;
 	uint32_t oi = MA_NONE;
 	struct ma_symobj *o = NULL;
-	const struct ma_sym *sym = NULL;
+	const struct ma_elf_sym *sym = NULL;
 	const struct ma_elf *se = NULL; /* the ELF SYM is from */
 	char key[4200];
 	uint32_t f, fn;

@@ -520,7 +520,7 @@ static int static_text_ranges(struct ma_jemalloc *je, const struct ma_elf *e)
 	bool have_files = false;
 
 	for (size_t i = 0; i < e->nsyms; i++) {
-		const struct ma_sym *s = &e->syms[i];
+		const struct ma_elf_sym *s = &e->syms[i];
 		bool mine;
 
 		if (s->type != 2 /* STT_FUNC */)
@@ -657,7 +657,7 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 	char name[64];
 
 	for (int p = 0; p < 3; p++) {
-		const struct ma_sym *s;
+		const struct ma_elf_sym *s;
 
 		snprintf(name, sizeof(name), "%smallctl", prefixes[p]);
 		s = ma_elf_sym_by_name(e, name);
@@ -747,7 +747,7 @@ static void find_dl_functions(struct ma_target *t, struct ma_elf *e, uint64_t bi
 	static const char *const locked[] = { "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym",
 					       "dladdr", "dladdr1", "dlinfo", "dl_iterate_phdr",
 					       "__libc_dlopen_mode" };
-	const struct ma_sym *s;
+	const struct ma_elf_sym *s;
 
 	if (!t->dlopen_fn && (s = ma_elf_sym_by_name(e, "dlopen")) && s->type == 2)
 		t->dlopen_fn = s->addr + bias;
@@ -772,7 +772,7 @@ static void find_fork(struct ma_target *t)
 	for (int pass = 0; pass < 2 && !t->fork_fn.hi; pass++) {
 		for (size_t i = 0; i < t->nmaps && !t->fork_fn.hi; i++) {
 			const struct ma_mapping *m = &t->maps[i], *first;
-			const struct ma_sym *s;
+			const struct ma_elf_sym *s;
 			struct ma_elf e;
 			int fd;
 

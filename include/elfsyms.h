@@ -21,7 +21,7 @@ struct ma_elf_seg {
 	uint32_t flags; /* PF_X | PF_W | PF_R */
 };
 
-struct ma_sym {
+struct ma_elf_sym {
 	uint64_t addr; /* st_value (link-time virtual address) */
 	uint64_t size; /* st_size, or distance to the next symbol if 0 */
 	const char *name;
@@ -37,7 +37,7 @@ struct ma_elf {
 	bool has_symtab, has_dynsym;
 	struct ma_elf_seg *segs;
 	size_t nsegs;
-	struct ma_sym *syms; /* sorted by addr */
+	struct ma_elf_sym *syms; /* sorted by addr */
 	uint64_t *addrs; /* syms[i].addr, packed: the address search stays in cache */
 	uint64_t *ends; /* syms[i].addr + syms[i].size, packed likewise */
 	/* bucket b = (vaddr - bucket_base) >> bucket_shift: the first symbol
@@ -60,9 +60,9 @@ int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what);
 void ma_elf_release(struct ma_elf *e);
 
 /* Symbol named exactly NAME (globals preferred), or NULL (also on OOM). */
-const struct ma_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name);
+const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name);
 /* Symbol whose [addr, addr+size) contains VADDR, or NULL. */
-const struct ma_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr);
+const struct ma_elf_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr);
 /* File offset -> link-time vaddr through the PT_LOAD segments; 0 or -1. */
 int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr);
 /*

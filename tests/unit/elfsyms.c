@@ -7,7 +7,7 @@
 int main(void)
 {
 	struct ma_elf e;
-	const struct ma_sym *s, *t;
+	const struct ma_elf_sym *s, *t;
 
 	CHECK("open libjemalloc", ma_elf_open(&e, "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2") == 0);
 	s = ma_elf_sym_by_name(&e, "mallctl");
