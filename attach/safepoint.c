@@ -162,6 +162,29 @@ static int fast_get_proc_name(unw_addr_space_t as, unw_word_t addr, char *buf, s
 	return _UPT_get_proc_name(as, addr, buf, len, off, upt_arg(arg));
 }
 
+/*
+ * Does the walk's last frame have unwind info (an FDE)?  libunwind ends a
+ * walk at a frame without one by guessing from the frame pointer, and
+ * gives it a made-up procedure: that "end" may be a function built without
+ * CFI called from deep inside jemalloc (a hook).  A real end of stack
+ * (_start, clone3) has its FDE.  Judged only where the object's table is
+ * found in memory (unwtable.h); elsewhere the walk stands as it is.
+ */
+static bool last_frame_has_cfi(const struct ma_target *t, pid_t tid, const struct ma_backtrace *bt,
+			       struct fast_upt *f)
+{
+	uint64_t ip = bt->ip[bt->n - 1] - (bt->n > 1); /* a return address: inside the call */
+	unw_proc_info_t pi;
+	unw_dyn_info_t di;
+
+	if (!t || libunwind_tables_only() || ma_unw_table_for(t, tid, ip, &di) != 0)
+		return true;
+	memset(&pi, 0, sizeof(pi));
+	if (_Ux86_64_dwarf_search_unwind_table(addr_space, ip, &di, &pi, 0, f) < 0)
+		return false;
+	return true;
+}
+
 int ma_unwind_prepare(void)
 {
 	if (!addr_space) {
@@ -224,8 +247,14 @@ int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
 			bt->in_signal_handler = true;
 		rc = unw_step(&c);
 	} while (rc > 0 && bt->n < MA_MAX_FRAMES);
-	/* A walk cut off at MA_MAX_FRAMES is not complete: deeper frames are unknown. */
-	bt->complete = rc == 0;
+	/*
+	 * A walk cut off at MA_MAX_FRAMES is not complete: deeper frames are
+	 * unknown.  Nor is one that ended at a frame without unwind info:
+	 * libunwind then guesses from the frame pointer and may stop early
+	 * (code built without CFI, called from inside jemalloc by a hook),
+	 * while a real end of stack (_start, clone3) is marked by its CFI.
+	 */
+	bt->complete = rc == 0 && bt->n > 0 && last_frame_has_cfi(t, tid, bt, f);
 	current_walk = NULL;
 	_UPT_destroy(f->upt);
 	return 0;

@@ -14,8 +14,10 @@ fix_start manythreads -t 2 -c -a || { fail "manythreads -c -a: start"; exit 1; }
 pid=$FIX_PID
 coro=$(tid_of "$pid" coro) alt=$(tid_of "$pid" altstack)
 "$MA" threads "$pid" >"$TMP/t.txt" 2>&1
-check "coroutine thread: UNSAFE, not on its own stack" \
-	grep -q "^thread $coro \"coro\".*UNSAFE (runs on a stack that is not its own" "$TMP/t.txt"
+# (its walk now also ends at makecontext's trampoline, which has no CFI:
+# either reason makes it UNSAFE)
+check "coroutine thread: UNSAFE, not on its own stack or its walk not provably complete" \
+	grep -Eq "^thread $coro \"coro\".*UNSAFE \((runs on a stack that is not its own|stack unwinding stopped)" "$TMP/t.txt"
 check "alternate-stack handler: UNSAFE, in a signal handler" \
 	grep -q "^thread $alt \"altstack\".*UNSAFE (it is running a signal handler)" "$TMP/t.txt"
 used=0
