@@ -972,6 +972,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		size_t n, tried = 0, hopeless = 0, fresh = 0, waits = 0;
 		pid_t fresh_tid = 0;
 		char wait_who[80] = "", wait_in[40] = "a wait";
+		pid_t wait_tid = 0;
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -1021,6 +1022,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
 			hopeless += s->hopeless;
 			if (s->in_eintr_wait && !waits++) {
+				wait_tid = ti[i].tid;
 				snprintf(wait_who, sizeof(wait_who), "thread %d (%s)", ti[i].tid, ti[i].name);
 				if (ma_arch_syscall_name(ti[i].syscall))
 					snprintf(wait_in, sizeof(wait_in), "%s",
@@ -1049,10 +1051,9 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 				       "again at once, but a memattach killed in between would leave the "
 				       "EINTR to the program), and the others are jemalloc's background "
-				       "threads or never called into jemalloc; --tid %.*s borrows it anyway "
+				       "threads or never called into jemalloc; --tid %d borrows it anyway "
 				       "(or --allow-eintr-wait)",
-				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in,
-				       (int)strcspn(wait_who + 7, " "), wait_who + 7);
+				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in, wait_tid);
 		if (tried && hopeless == tried && fresh)
 			return ma_fail(MA_E_NOSAFE,
 				       "no thread of process %d can be borrowed without leaving a trace: "
@@ -1454,12 +1455,6 @@ static int record_own(struct ma_session *s, int i, uint64_t addr, size_t len)
 }
 
 /*
- * mmap LEN bytes read+write for slot I: the address is chosen and written
- * into the stub header before the syscall, so a run killed at any instant
- * leaves a mapping the next run can find; then our magic goes in its
- * first bytes.
- */
-/*
  * A child another thread forks while the mapping exists must not inherit
  * it (a copy nobody would ever remove): MADV_DONTFORK.  Not under a
  * seccomp filter, which was asked about the syscalls we must issue only;
@@ -1472,6 +1467,12 @@ static int keep_from_children(struct ma_session *s, uint64_t addr, size_t len)
 	return s->filtered ? 0 : ma_session_syscall(s, SYS_madvise, args, 3, &ret);
 }
 
+/*
+ * mmap LEN bytes read+write for slot I: the address is chosen and written
+ * into the stub header before the syscall, so a run killed at any instant
+ * leaves a mapping the next run can find; then our magic goes in its
+ * first bytes.
+ */
 static int map_recorded(struct ma_session *s, int i, size_t len, uint64_t *addr)
 {
 	int rc = 0;

@@ -297,17 +297,24 @@ bool ma_backtrace_in_dl_locked(const struct ma_target *t, const struct ma_backtr
 	return false;
 }
 
-bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame)
+/* The first frame of BT whose code is in R (*FRAME its index); R {0,0}: none. */
+static bool frame_in_range(const struct ma_backtrace *bt, struct ma_range r, size_t *frame)
 {
-	for (size_t i = 0; i < bt->n && t->loader.hi; i++) {
+	for (size_t i = 0; i < bt->n && r.hi; i++) {
+		/* Above frame 0 the ip is a return address: look at the call. */
 		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
 
-		if (pc >= t->loader.lo && pc < t->loader.hi) {
+		if (pc >= r.lo && pc < r.hi) {
 			*frame = i;
 			return true;
 		}
 	}
 	return false;
+}
+
+bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame)
+{
+	return frame_in_range(bt, t->loader, frame);
 }
 
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
@@ -332,22 +339,14 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 	/* Tests only: MEMATTACH_TEST_IGNORE_FORK=1 lets a thread inside fork() through. */
 	bool check_fork = !(getenv("MEMATTACH_TEST_IGNORE_FORK") && *getenv("MEMATTACH_TEST_IGNORE_FORK") == '1');
 
-	for (size_t i = 0; check_fork && i < bt->n && t->fork_fn.hi; i++) {
-		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
-
-		if (pc < t->fork_fn.lo || pc >= t->fork_fn.hi)
-			continue;
+	if (check_fork && frame_in_range(bt, t->fork_fn, &frame)) {
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in fork(): between the atfork handlers "
-			 "it holds every allocator lock", i, (unsigned long long)bt->ip[i]);
+			 "it holds every allocator lock", frame, (unsigned long long)bt->ip[frame]);
 		return false;
 	}
-	for (size_t i = 0; i < bt->n && t->agent.hi; i++) {
-		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
-
-		if (pc < t->agent.lo || pc >= t->agent.hi)
-			continue;
+	if (frame_in_range(bt, t->agent, &frame)) {
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in memattach's frag agent: an allocation "
-			 "hook, which may hold the agent's lock", i, (unsigned long long)bt->ip[i]);
+			 "hook, which may hold the agent's lock", frame, (unsigned long long)bt->ip[frame]);
 		return false;
 	}
 	if (ma_backtrace_in_loader(t, bt, &frame)) {
