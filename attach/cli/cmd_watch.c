@@ -117,19 +117,27 @@ static bool target_gone(pid_t pid, int rc)
 /*
  * Our own visit (scratch pages, the dump's buffers) can raise VmHWM a
  * little: fold that into the baseline so it does not count as a peak.
- * Only a little: a larger rise during the visit is the target growing
- * (it keeps running), and the next sample must still see it as a peak.
+ * HWM_END is read before the borrowed thread runs again, so a thread
+ * that was stopped mid-growth adds nothing to it; a larger rise during
+ * the visit is the rest of the target growing, and the next sample must
+ * still see it as a peak.
  */
 #define OWN_HWM_SLACK (512UL << 10)
 
-static void absorb_own_hwm(struct watch *w, uint64_t hwm_before)
+static void absorb_own_hwm(struct watch *w, uint64_t hwm_before, uint64_t hwm_end)
+{
+	if (hwm_end > w->last_hwm && hwm_end - hwm_before <= OWN_HWM_SLACK)
+		w->last_hwm = hwm_end;
+}
+
+/* VmHWM now, or 0 if it cannot be read (then nothing is folded in). */
+static uint64_t hwm_now(pid_t pid)
 {
 	struct ma_proc_status ps;
+	uint64_t hwm = ma_process_status(pid, &ps) == 0 ? ps.vm_hwm : 0;
 
-	if (ma_process_status(w->pid, &ps) == 0 && ps.vm_hwm > w->last_hwm &&
-	    ps.vm_hwm - hwm_before <= OWN_HWM_SLACK)
-		w->last_hwm = ps.vm_hwm;
 	ma_err_clear();
+	return hwm;
 }
 
 /* A VmRSS rise smaller than this over the last high is no new peak. */
@@ -156,6 +164,27 @@ static void note_top(struct watch *w, uint64_t level, uint64_t t_ms)
 	}
 }
 
+/*
+ * A new high is about to be dumped: read /proc again now that the thread
+ * is stopped, so the row (and the baseline after the dump) is the height
+ * the dump shows, not the height a moment before the stop.
+ */
+static void reread_at_stop(struct watch *w, struct ma_proc_status *ps, struct ma_sample *x,
+			   uint64_t *level)
+{
+	struct ma_proc_status now;
+
+	if (ma_process_status(w->pid, &now) == 0 && now.vm_hwm >= ps->vm_hwm) {
+		*ps = now;
+		x->rss = now.vm_rss;
+		x->hwm = now.vm_hwm;
+		w->lifetime_hwm = now.vm_hwm;
+		new_high(w, ps, level);
+		note_top(w, *level, x->t_ms);
+	}
+	ma_err_clear();
+}
+
 /* One sample: /proc status, then (if a thread is safe) stats and maybe a dump. */
 static int sample(struct watch *w)
 {
@@ -163,7 +192,7 @@ static int sample(struct watch *w)
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
 	struct ma_headline h;
-	uint64_t level = 0;
+	uint64_t level = 0, hwm_end;
 	bool high;
 	size_t n = 0;
 	char b[32], c[32], d[32], e[32];
@@ -195,6 +224,8 @@ static int sample(struct watch *w)
 		w->skipped++; /* busy in jemalloc right now: no stats this time */
 		ma_err_clear();
 	} else {
+		if (high)
+			reread_at_stop(w, &ps, &x, &level);
 		rc = ma_collect_stats(&w->l.s, &st);
 		if (!rc) {
 			x.have_stats = true;
@@ -232,9 +263,10 @@ static int sample(struct watch *w)
 				w->prof_warned = true;
 			}
 		}
+		hwm_end = hwm_now(w->pid);
 		if (ma_live_restore(&w->l) && !rc)
 			rc = MA_E_INTERNAL;
-		absorb_own_hwm(w, ps.vm_hwm);
+		absorb_own_hwm(w, x.hwm, hwm_end);
 		if (rc && target_gone(w->pid, rc)) {
 			w->exited = true;
 			return 0;
