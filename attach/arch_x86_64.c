@@ -198,8 +198,12 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; 
  */
 #define AREA_GPRS 0
 #define AREA_SIGMASK 128
+#define AREA_PENDING 136 /* the stub's rt_sigpending result */
+#define AREA_ACTION 144	 /* the stub's rt_sigaction result (32 bytes) */
+#define AREA_BLOCK 176	 /* the signals the trap's rt_sigprocmask blocks */
 #define AREA_XSAVE 192
 #define RED_ZONE 128
+#define SA_RESTART_FLAG 0x10000000
 
 size_t ma_arch_state_area_size(size_t xlen)
 {
@@ -208,11 +212,12 @@ size_t ma_arch_state_area_size(size_t xlen)
 
 uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen)
 {
-	return (saved->rsp - RED_ZONE - ma_arch_state_area_size(xlen)) & ~(uint64_t)63;
+	/* 16 bytes between it and the red zone: the stub's final ip slot */
+	return (saved->rsp - RED_ZONE - 16 - ma_arch_state_area_size(xlen)) & ~(uint64_t)63;
 }
 
 void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
-			const struct ma_cpu_state *xs, uint64_t sigmask)
+			const struct ma_cpu_state *xs, uint64_t sigmask, uint64_t block)
 {
 	uint64_t gprs[16] = {
 		resume->r15, resume->r14, resume->r13, resume->r12, resume->rbp, resume->rbx,
@@ -223,6 +228,7 @@ void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resu
 	memset(area, 0, ma_arch_state_area_size(xs->xstate_len));
 	memcpy(area + AREA_GPRS, gprs, sizeof(gprs));
 	memcpy(area + AREA_SIGMASK, &sigmask, sizeof(sigmask));
+	memcpy(area + AREA_BLOCK, &block, sizeof(block));
 	/* Bytes 464..511 hold the kernel's software fields; xrstor ignores them. */
 	memcpy(area + AREA_XSAVE, xs->xstate, xs->xstate_len);
 }
@@ -264,8 +270,65 @@ static uint64_t xrstor_mask(const struct ma_cpu_state *xs)
 	return (bv & (1ULL << 18)) ? ~(uint64_t)0 : ~(uint64_t)(1ULL << 18);
 }
 
+/*
+ * The kernel's restart code that stands for the syscall the thread was
+ * stopped in (XS->regs), as RESUME resumes it: -ERESTARTSYS (a handler
+ * without SA_RESTART ends it with EINTR), -ERESTARTNOHAND (any handler
+ * does: also for -ERESTART_RESTARTBLOCK and our own EINTR re-issue), or
+ * -ERESTARTNOINTR (nothing does: also when RESUME restarts nothing).
+ */
+static long restart_kind(const struct ma_cpu_state *xs, const struct user_regs_struct *resume)
+{
+	long ax = (long)xs->regs.rax;
+
+	if (resume->rip + MA_SYSCALL_INSN_LEN != xs->regs.rip || ax == -ERESTARTNOINTR)
+		return -ERESTARTNOINTR;
+	return ax == -ERESTARTSYS ? -ERESTARTSYS : -ERESTARTNOHAND;
+}
+
+/*
+ * What a signal that waits for the thread when the stub gives it back
+ * would have done to the syscall the thread was stopped in, as the
+ * kernel's signal code decides it at the first handler it runs.  MAY_ASK:
+ * the stub may make the two syscalls that find out (a seccomp filter
+ * might forbid them; then the restart stays as RESUME has it).  *WATCH: 0
+ * if no signal can change anything, else all signals; *RESTART: the
+ * sa_flags bits that make the kernel restart anyway (SA_RESTART for
+ * -ERESTARTSYS, none when any handler means EINTR).
+ */
+static void eintr_rule(const struct ma_cpu_state *xs, const struct user_regs_struct *resume,
+		       bool may_ask, uint64_t *watch, uint64_t *restart)
+{
+	long kind = restart_kind(xs, resume);
+
+	*watch = may_ask && kind != -ERESTARTNOINTR ? ~(uint64_t)0 : 0;
+	*restart = kind == -ERESTARTSYS ? SA_RESTART_FLAG : 0;
+}
+
+void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_struct *resume,
+		       uint64_t stub_addr, uint64_t area_addr, struct user_regs_struct *out)
+{
+	*out = xs->regs;
+	out->rip = stub_addr + MA_STUB_TRAP_END;
+	out->rsp = area_addr; /* a handler's frame goes below the state area */
+	out->orig_rax = 14;   /* rt_sigprocmask, what a restart issues */
+	out->rax = (unsigned long long)restart_kind(xs, resume);
+	out->rdi = 0; /* SIG_BLOCK */
+	out->rsi = area_addr + AREA_BLOCK;
+	out->rdx = 0;
+	out->r10 = 8;
+	out->eflags &= ~(unsigned long long)FLAG_TF;
+}
+
+/* A rel8 jump at AT (its opcode byte) to TARGET. */
+static void patch_rel8(unsigned char *code, size_t at, size_t target)
+{
+	code[at + 1] = (unsigned char)(int8_t)((long)target - (long)(at + 2));
+}
+
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
-			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs)
+			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
+			  bool may_ask)
 {
 	static const unsigned char marker[] = {
 		0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
@@ -273,6 +336,44 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 		0x0f, 0x05, /* syscall  <- the tracer stops here */
 	};
 	static const unsigned char movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
+	static const unsigned char cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
+	static const unsigned char pending[] = {
+		0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
+		0x48, 0x8d, 0xbc, 0x24, AREA_PENDING, 0x00, 0x00, 0x00, /* lea PENDING(%rsp),%rdi */
+		0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
+		0x0f, 0x05, /* syscall */
+		0x48, 0x8b, 0x9c, 0x24, AREA_PENDING, 0x00, 0x00, 0x00, /* mov PENDING(%rsp),%rbx */
+		0x48, 0x8b, 0x8c, 0x24, AREA_SIGMASK, 0x00, 0x00, 0x00, /* mov SIGMASK(%rsp),%rcx */
+		0x48, 0xf7, 0xd1, /* not %rcx */
+		0x48, 0x21, 0xcb, /* and %rcx,%rbx: pending, and unblocked once the mask is back */
+	};
+	static const unsigned char and_watch[] = { 0x48, 0x23, 0x1d }; /* and d(%rip),%rbx */
+	static const unsigned char next_signal[] = {
+		0x48, 0x85, 0xdb, /* loop: test %rbx,%rbx */
+		0x74, 0x00, /* jz keep (patched) */
+		0x48, 0x0f, 0xbc, 0xfb, /* bsf %rbx,%rdi: the lowest, the kernel's first */
+		0x48, 0x0f, 0xb3, 0xfb, /* btr %rdi,%rbx */
+		0xff, 0xc7, /* inc %edi: the signal number */
+		0xb8, 0x0d, 0x00, 0x00, 0x00, /* mov $13,%eax (rt_sigaction) */
+		0x31, 0xf6, /* xor %esi,%esi */
+		0x48, 0x8d, 0x94, 0x24, AREA_ACTION, 0x00, 0x00, 0x00, /* lea ACTION(%rsp),%rdx */
+		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
+		0x0f, 0x05, /* syscall */
+		0x85, 0xc0, /* test %eax,%eax */
+		0x75, 0x00, /* jnz loop (patched) */
+		0x48, 0x83, 0xbc, 0x24, AREA_ACTION, 0x00, 0x00, 0x00, 0x01, /* cmpq $1,ACTION(%rsp) */
+		0x76, 0x00, /* jbe loop: SIG_DFL or SIG_IGN runs no handler (patched) */
+		0x48, 0x8b, 0x84, 0x24, AREA_ACTION + 8, 0x00, 0x00, 0x00, /* mov ACTION+8(%rsp),%rax */
+	};
+	static const unsigned char and_restart[] = { 0x48, 0x23, 0x05 }; /* and d(%rip),%rax */
+	static const unsigned char eintr[] = {
+		0x75, 0x00, /* jnz keep: the kernel would restart (patched) */
+		0x48, 0xc7, 0x44, 0x24, AREA_GPRS + 8 * 10, 0xfc, 0xff, 0xff, 0xff, /* movq $-4,rax slot */
+	};
+	static const unsigned char mov_rax[] = { 0x48, 0x8b, 0x05 }; /* mov d(%rip),%rax */
+	static const unsigned char jmp8[] = { 0xeb, 0x00 }; /* jmp store (patched) */
+	static const unsigned char je32[] = { 0x0f, 0x84, 0, 0, 0, 0 }; /* je keep (patched) */
+	static const unsigned char store_rip[] = { 0x48, 0x89, 0x84, 0x24 }; /* mov %rax,d(%rsp) */
 	static const unsigned char setmask[] = {
 		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
 		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
@@ -291,16 +392,60 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 		0x9d, /* popfq */
 	};
 	static const unsigned char mov_rsp[] = { 0x48, 0x8b, 0x25 }; /* mov d(%rip),%rsp */
-	static const unsigned char jmp_ind[] = { 0xff, 0x25 }; /* jmp *d(%rip) */
-	uint64_t mask = xrstor_mask(xs), rsp = resume->rsp, rip = resume->rip;
+	static const unsigned char ret_red[] = { 0xc2, RED_ZONE, 0x00 }; /* ret $128 */
+	static const unsigned char trap[] = {
+		0x0f, 0x05, /* syscall: what the kernel restarts into */
+		0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
+		0x0f, 0x85, 0, 0, 0, 0, /* jne MARKER_END (patched) */
+	};
+	static const unsigned char jmp32[] = { 0xe9, 0, 0, 0, 0 }; /* jmp to the EINTR ending (patched) */
+	uint64_t mask = xrstor_mask(xs), rip_slot = resume->rsp - RED_ZONE - 8;
+	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
 	unsigned char mov_eax[5] = { 0xb8 }, mov_edx[5] = { 0xba };
-	size_t n = 0;
+	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, j_store, keep;
+	int32_t rip_off = (int32_t)(rip_slot - area_addr);
 
+	eintr_rule(xs, resume, may_ask, &watch, &restart);
 	memset(code, 0xcc, MA_STUB_REGION);
 	emit(code, &n, marker, sizeof(marker));
 	/* n == MA_STUB_MARKER_END: the self-restore path. */
 	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
 	emit(code, &n, (const unsigned char *)&area_addr, 8);
+	/*
+	 * The thread was stopped in a syscall the stub restarts: a signal
+	 * that waits for it now would have ended the syscall with EINTR if
+	 * its handler says so.  Ask the kernel, as its signal code would.
+	 */
+	emit_riprel(code, &n, stub_addr, cmp_watch, sizeof(cmp_watch), stub_addr + MA_STUB_SLOT_WATCH, 1);
+	code[n++] = 0x00; /* $0 */
+	j_skip = n;
+	emit(code, &n, je32, sizeof(je32));
+	emit(code, &n, pending, sizeof(pending));
+	emit_riprel(code, &n, stub_addr, and_watch, sizeof(and_watch), stub_addr + MA_STUB_SLOT_WATCH, 0);
+	loop = n;
+	j_done = n + 3;
+	j_err = n + 40;
+	j_dfl = n + 51;
+	emit(code, &n, next_signal, sizeof(next_signal));
+	emit_riprel(code, &n, stub_addr, and_restart, sizeof(and_restart),
+		    stub_addr + MA_STUB_SLOT_RESTART, 0);
+	j_restart = n;
+	emit(code, &n, eintr, sizeof(eintr));
+	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP_EINTR, 0);
+	j_store = n;
+	emit(code, &n, jmp8, sizeof(jmp8));
+	keep = n;
+	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP, 0);
+	put32(code + j_skip + 2, (int32_t)((long)keep - (long)(j_skip + sizeof(je32))));
+	patch_rel8(code, j_done, keep);
+	patch_rel8(code, j_err, loop);
+	patch_rel8(code, j_dfl, loop);
+	patch_rel8(code, j_restart, keep);
+	patch_rel8(code, j_store, n);
+	/* The ip goes just below the red zone, where `ret $128` takes it from. */
+	emit(code, &n, store_rip, sizeof(store_rip));
+	put32(code + n, rip_off);
+	n += 4;
 	emit(code, &n, setmask, sizeof(setmask));
 	put32(mov_eax + 1, (int32_t)(uint32_t)mask);
 	put32(mov_edx + 1, (int32_t)(uint32_t)(mask >> 32));
@@ -308,10 +453,26 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	emit(code, &n, mov_edx, sizeof(mov_edx));
 	emit(code, &n, xrstor, sizeof(xrstor));
 	emit(code, &n, pops, sizeof(pops));
+	/* rsp at the ip's slot, then ip and rsp back in one instruction: no signal comes between. */
 	emit_riprel(code, &n, stub_addr, mov_rsp, sizeof(mov_rsp), stub_addr + MA_STUB_SLOT_RSP, 0);
-	emit_riprel(code, &n, stub_addr, jmp_ind, sizeof(jmp_ind), stub_addr + MA_STUB_SLOT_RIP, 0);
-	memcpy(code + MA_STUB_SLOT_RSP, &rsp, 8);
+	emit(code, &n, ret_red, sizeof(ret_red));
+	/*
+	 * The trap (ma_arch_trap_regs): the kernel's signal code either ran
+	 * a handler and ended the syscall with EINTR (then here, rax -EINTR),
+	 * or restarted it as our rt_sigprocmask(SIG_BLOCK) (then here, rax 0,
+	 * signals blocked): the self-restore path, as after the marker.
+	 */
+	emit(code, &n, trap, sizeof(trap));
+	put32(code + n - 4, (int32_t)((long)MA_STUB_MARKER_END - (long)n));
+	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
+	emit(code, &n, (const unsigned char *)&area_addr, 8);
+	emit(code, &n, jmp32, sizeof(jmp32));
+	put32(code + n - 4, (int32_t)((long)(j_restart + 2) - (long)n));
+	memcpy(code + MA_STUB_SLOT_RSP, &rip_slot, 8);
 	memcpy(code + MA_STUB_SLOT_RIP, &rip, 8);
+	memcpy(code + MA_STUB_SLOT_RIP_EINTR, &rip_eintr, 8);
+	memcpy(code + MA_STUB_SLOT_WATCH, &watch, 8);
+	memcpy(code + MA_STUB_SLOT_RESTART, &restart, 8);
 	return n;
 }
 

@@ -540,6 +540,27 @@ int ma_session_check_syscalls(struct ma_session *s, const struct ma_sc_query *q,
  * self-restore code.  Stopped at the marker already, the kernel is about
  * to run a syscall: swapping its number and arguments costs no stop.
  */
+/*
+ * The way in: trap registers first (ma_arch_trap_regs), then the signal
+ * mask.  A memattach that dies after the first leaves the kernel to act
+ * on a signal as on the syscall the thread was stopped in; after the
+ * second, the trap only blocks what is blocked and the stub restores.
+ */
+static int block_through_trap(struct ma_session *s)
+{
+	struct user_regs_struct trap;
+	int rc;
+
+	ma_arch_trap_regs(&s->saved, &s->resume, s->stub, s->area, &trap);
+	if ((rc = ma_arch_set_regs(s->tid, &trap)))
+		return rc;
+	s->changed = true;
+	if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
+		return rc;
+	s->mask_blocked = true;
+	return 0;
+}
+
 static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 			int timeout_ms, uint64_t *ret)
 {
@@ -557,14 +578,17 @@ static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int
 		r.rsp = s->area; /* a signal frame would go below the state area */
 		ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, nr, args, nargs);
 	}
+	if (!s->mask_blocked && s->trap_ok && (rc = block_through_trap(s)))
+		return rc;
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
 	s->changed = true;
 	s->at_marker = false;
 	/*
-	 * The first change of the thread was its registers, to this syscall;
-	 * now its signals are blocked.  Dying between the two, the stub's
-	 * restore path puts the mask back anyway.
+	 * Without the trap (a seccomp filter forbids its syscall), the first
+	 * change was the registers, to this syscall; now the signals are
+	 * blocked.  Dying between the two, the stub's restore path puts the
+	 * mask back, but a handler may have run in the stub first.
 	 */
 	if (!s->mask_blocked) {
 		if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
@@ -1340,6 +1364,40 @@ static void remove_leftovers(struct ma_session *s, const bool *stale)
 
 /* ---- setting up ---- */
 
+/*
+ * May the stub's self-restore ask the kernel about waiting signals
+ * (rt_sigpending, then rt_sigaction for each)?  Under a filter that
+ * forbids it, the stub restarts the syscall as it stood.
+ */
+static bool stub_may_ask_signals(struct ma_session *s)
+{
+	struct ma_sc_query q[65];
+	uint64_t any = 0x7f0000000000ULL; /* the state area's address is chosen later */
+
+	q[0] = (struct ma_sc_query){ SYS_rt_sigpending, { any, 8 }, s->stub + MA_STUB_PENDING_SYSCALL_END,
+				     "rt_sigpending (the stub's self-restore)" };
+	for (int sig = 1; sig <= 64; sig++)
+		q[sig] = (struct ma_sc_query){ SYS_rt_sigaction, { (uint64_t)sig, 0, any, 8 },
+					       s->stub + MA_STUB_ACTION_SYSCALL_END,
+					       "rt_sigaction (the stub's self-restore)" };
+	if (ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0])) == 0)
+		return true;
+	ma_err_clear();
+	return false;
+}
+
+/* May the trap's rt_sigprocmask run (ma_arch_trap_regs)?  Else the old way in. */
+static bool trap_allowed(struct ma_session *s)
+{
+	struct ma_sc_query q = { SYS_rt_sigprocmask, { SIG_BLOCK, 0x7f0000000000ULL, 0, 8 },
+				 s->stub + MA_STUB_TRAP_END, "rt_sigprocmask (the way in)" };
+
+	if (ma_seccomp_check(s->t->pid, s->tid, &q, 1) == 0)
+		return true;
+	ma_err_clear();
+	return false;
+}
+
 static int check_seccomp(struct ma_session *s, size_t data_len)
 {
 	uint64_t ip = s->stub + MA_STUB_MARKER_END;
@@ -1360,12 +1418,17 @@ static int check_seccomp(struct ma_session *s, size_t data_len)
 		{ SYS_futex, { any, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 		{ SYS_futex, { any, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 	};
-	int mode = ma_seccomp_mode(s->t->pid, s->tid);
+	int mode = ma_seccomp_mode(s->t->pid, s->tid), rc;
 
+	s->stub_asks_signals = s->trap_ok = true;
 	if (mode == 0)
 		return 0;
 	s->filtered = true;
-	return ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]));
+	if ((rc = ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]))))
+		return rc;
+	s->stub_asks_signals = stub_may_ask_signals(s);
+	s->trap_ok = trap_allowed(s);
+	return 0;
 }
 
 static void fill_header(const struct ma_session *s, struct ma_stub_header *h)
@@ -1381,6 +1444,8 @@ static void fill_header(const struct ma_session *s, struct ma_stub_header *h)
 		h->map[2 + i] = s->inherited[i];
 }
 
+_Static_assert(MA_STUB_HEADER + sizeof(struct ma_stub_header) <= MA_STUB_REGION, "stub header");
+
 /* Write the state area and the stub: memory only this session uses; the thread is unchanged. */
 static int write_stub(struct ma_session *s)
 {
@@ -1392,12 +1457,12 @@ static int write_stub(struct ma_session *s)
 	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
 	if (!(area = aligned_alloc(64, s->area_len)))
 		return ma_fail(MA_E_NOMEM, "out of memory");
-	ma_arch_build_area(area, &s->resume, &s->saved, s->sigmask);
+	ma_arch_build_area(area, &s->resume, &s->saved, s->sigmask, borrowed_mask());
 	rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len);
 	free(area);
 	if (rc)
 		return rc;
-	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved);
+	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved, s->stub_asks_signals);
 	fill_header(s, &h);
 	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
 	if ((rc = ma_mem_write(s->t->proc_pid, s->stub, stub, sizeof(stub))))

@@ -26,14 +26,42 @@ static unsigned nmarks;
 /* MEMATTACH_TEST_STEPS=2: when each step ended (for finding where time goes). */
 static bool timing;
 static uint64_t step_ns[4096];
+static int step_req[4096]; /* the ptrace request, or -1 for a memory write */
+
+static const char *step_name(int req)
+{
+	switch (req) {
+	case -1: return "write";
+	case PTRACE_GETREGS: return "GETREGS";
+	case PTRACE_SETREGS: return "SETREGS";
+	case PTRACE_GETFPREGS: return "GETFPREGS";
+	case PTRACE_SETFPREGS: return "SETFPREGS";
+	case PTRACE_GETREGSET: return "GETREGSET";
+	case PTRACE_SETREGSET: return "SETREGSET";
+	case PTRACE_SEIZE: return "SEIZE";
+	case PTRACE_INTERRUPT: return "INTERRUPT";
+	case PTRACE_CONT: return "CONT";
+	case PTRACE_SYSCALL: return "SYSCALL";
+	case PTRACE_DETACH: return "DETACH";
+	case PTRACE_PEEKDATA: return "PEEKDATA";
+	case PTRACE_POKEDATA: return "POKEDATA";
+	case PTRACE_GETSIGINFO: return "GETSIGINFO";
+	case PTRACE_GETSIGMASK: return "GETSIGMASK";
+	case PTRACE_SETSIGMASK: return "SETSIGMASK";
+	case PTRACE_LISTEN: return "LISTEN";
+	case PTRACE_GETEVENTMSG: return "GETEVENTMSG";
+	case PTRACE_SETOPTIONS: return "SETOPTIONS";
+	default: return "ptrace";
+	}
+}
 
 static void print_steps(void)
 {
 	for (unsigned i = 0; i < nmarks; i++)
 		fprintf(stderr, "memattach-test: mark %s=%lu\n", marks[i].label, marks[i].step);
 	for (unsigned long i = 1; timing && i < nsteps && i < 4096; i++)
-		fprintf(stderr, "memattach-test: step %lu +%.1f us\n", i + 1,
-			(double)(step_ns[i] - step_ns[i - 1]) / 1e3);
+		fprintf(stderr, "memattach-test: step %lu +%.1f us %s\n", i + 1,
+			(double)(step_ns[i] - step_ns[i - 1]) / 1e3, step_name(step_req[i]));
 	fprintf(stderr, "memattach-test: steps=%lu\n", nsteps);
 }
 
@@ -60,7 +88,7 @@ void ma_step_mark(const char *label)
 		marks[nmarks++] = (struct step_mark){ label, nsteps };
 }
 
-void ma_step(void)
+static void count_step(int req)
 {
 	if (!configured)
 		configure();
@@ -69,9 +97,15 @@ void ma_step(void)
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		step_ns[nsteps] = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+		step_req[nsteps] = req;
 	}
 	if (++nsteps == kill_after)
 		kill(getpid(), SIGKILL);
+}
+
+void ma_step(void)
+{
+	count_step(-1);
 }
 
 long ma_ptrace(int request, pid_t tid, void *addr, void *data)
@@ -79,7 +113,7 @@ long ma_ptrace(int request, pid_t tid, void *addr, void *data)
 	long r = ptrace((enum __ptrace_request)request, tid, addr, data);
 	int e = errno;
 
-	ma_step();
+	count_step(request);
 	errno = e;
 	return r;
 }

@@ -82,34 +82,66 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
  * If the tracer died instead, the syscall just runs and the code after it
  * restores the thread by itself: signal mask, xstate and general registers
  * from the state area on the thread's own stack (below its red zone, where
- * a signal frame would go), then stack pointer and ip from the stub's
- * slots.  It writes nothing: the stub's page is not writable.
+ * a signal frame would go), then stack pointer and ip.  Before the mask
+ * goes back it asks the kernel (rt_sigpending, rt_sigaction) whether a
+ * signal waiting for the thread would have ended the syscall it was
+ * stopped in with EINTR rather than a restart, and resumes it that way.
+ * It writes only into the state area and the word below the red zone
+ * (the stub's page is not writable).
+ *
+ * The way in has a trap of its own (ma_arch_trap_regs): registers and
+ * signal mask are two ptrace requests, and a memattach that dies between
+ * them must leave neither a handler run in our code that cost the
+ * stopped syscall its EINTR, nor a thread waiting with its signals
+ * blocked.
  */
 #define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
 #define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
 #define MA_STUB_MARKER_NR 39 /* __NR_getpid */
-#define MA_STUB_RESTORE_SYSCALL_END 48 /* after the restore path's rt_sigprocmask */
-#define MA_STUB_SLOT_RSP 112
-#define MA_STUB_SLOT_RIP 120
-#define MA_STUB_HEADER 128 /* the session's header (remote.h) */
-#define MA_STUB_REGION 304
+#define MA_STUB_PENDING_SYSCALL_END 54 /* after the restore path's rt_sigpending */
+#define MA_STUB_ACTION_SYSCALL_END 121 /* after the restore path's rt_sigaction */
+#define MA_STUB_RESTORE_SYSCALL_END 214 /* after the restore path's rt_sigprocmask */
+#define MA_STUB_TRAP_END 269 /* after the trap's `syscall` (ma_arch_trap_regs) */
+#define MA_STUB_SLOT_RSP 296 /* the stack pointer the final `ret` starts from */
+#define MA_STUB_SLOT_RIP 304 /* the resume ip */
+#define MA_STUB_SLOT_RIP_EINTR 312 /* the ip when the syscall ends with EINTR */
+#define MA_STUB_SLOT_WATCH 320 /* 0: no pending signal can change the resume */
+#define MA_STUB_SLOT_RESTART 328 /* sa_flags that still mean restart */
+#define MA_STUB_HEADER 336 /* the session's header (remote.h) */
+#define MA_STUB_REGION 512
 
 /* Size of the state area for an xstate image of XLEN bytes. */
 size_t ma_arch_state_area_size(size_t xlen);
 /* Where the state area goes: below SAVED's red zone, 64-byte aligned. */
 uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen);
-/* The state area image restoring RESUME, XS and SIGMASK. */
+/* The state area image restoring RESUME, XS and SIGMASK (BLOCK: what the trap blocks). */
 void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
-			const struct ma_cpu_state *xs, uint64_t sigmask);
+			const struct ma_cpu_state *xs, uint64_t sigmask, uint64_t block);
+/*
+ * The first registers a borrowed thread gets, before its signals are
+ * blocked: on its way out of the stop the kernel's own signal code acts
+ * on them as on the syscall it was stopped in (XS->regs, resumed as
+ * RESUME says): a handler that would have ended that syscall with EINTR
+ * runs and the stub resumes the thread with EINTR; otherwise the kernel
+ * "restarts" into rt_sigprocmask(SIG_BLOCK, the area's block set) in the
+ * stub, which then restores the thread.  A living memattach blocks the
+ * signals with ptrace next and sets the registers of its first syscall,
+ * so the trap never runs.
+ */
+void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_struct *resume,
+		       uint64_t stub_addr, uint64_t area_addr, struct user_regs_struct *out);
 /* Offset of the signal mask in the state area. */
 #define MA_AREA_SIGMASK 128
 /*
  * Build the stub (MA_STUB_REGION bytes, for address STUB_ADDR, restoring
- * from the area at AREA_ADDR and jumping to RESUME's ip).  Returns the
- * code length (< MA_STUB_SLOT_RSP).
+ * from the area at AREA_ADDR and jumping to RESUME's ip, or with EINTR
+ * when a waiting signal's handler would have had it: XS->regs are the
+ * registers as stopped; MAY_ASK false leaves the restart as RESUME has
+ * it).  Returns the code length (<= MA_STUB_SLOT_RSP).
  */
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
-			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs);
+			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
+			  bool may_ask);
 /*
  * Build the batch runner into CODE: batch(entries, n) calls each entry's
  * function with its six arguments and stores the result (struct

@@ -66,6 +66,8 @@ struct ma_session {
 	uint64_t id; /* random, in every header */
 	bool seized;
 	bool filtered; /* a seccomp filter judges our syscalls */
+	bool stub_asks_signals; /* the stub's self-restore may ask about waiting signals */
+	bool trap_ok; /* the way in may go through the trap (ma_arch_trap_regs) */
 	bool changed; /* registers or signal mask changed: restore on close */
 	bool mask_blocked;
 	bool stub_written;

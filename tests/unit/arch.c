@@ -5,7 +5,9 @@
  * stack pointer, the signal mask and the SSE state, then jumps to the
  * resume address.
  */
+#include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,11 @@
 
 #include "arch.h"
 #include "check.h"
+
+static bool is_syscall(const unsigned char *code, size_t end)
+{
+	return code[end - 2] == 0x0f && code[end - 1] == 0x05;
+}
 
 static void offsets(void)
 {
@@ -30,19 +37,24 @@ static void offsets(void)
 	memset(&r, 0, sizeof(r));
 	r.rsp = 0x7fff00001000;
 	r.rip = 0x401000;
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs);
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true);
 	CHECK("stub: code ends before the slots", n <= MA_STUB_SLOT_RSP);
 	CHECK("stub: syscall at MA_STUB_SYSCALL",
 	      code[MA_STUB_SYSCALL] == 0x0f && code[MA_STUB_SYSCALL + 1] == 0x05);
 	CHECK("stub: marker end follows it", MA_STUB_MARKER_END == MA_STUB_SYSCALL + 2);
-	CHECK("stub: restore path's syscall ends at MA_STUB_RESTORE_SYSCALL_END",
-	      code[MA_STUB_RESTORE_SYSCALL_END - 2] == 0x0f && code[MA_STUB_RESTORE_SYSCALL_END - 1] == 0x05);
-	CHECK("stub: rip slot holds the resume ip", memcmp(code + MA_STUB_SLOT_RIP, &r.rip, 8) == 0);
-	CHECK("stub: rsp slot holds the resume sp", memcmp(code + MA_STUB_SLOT_RSP, &r.rsp, 8) == 0);
-	CHECK("stub: header fits", MA_STUB_HEADER <= MA_STUB_REGION);
-	CHECK("area: 64-byte aligned below the red zone",
+	CHECK("stub: restore path's syscalls end at MA_STUB_{PENDING,ACTION,RESTORE}_SYSCALL_END",
+	      is_syscall(code, MA_STUB_PENDING_SYSCALL_END) &&
+		      is_syscall(code, MA_STUB_ACTION_SYSCALL_END) &&
+		      is_syscall(code, MA_STUB_RESTORE_SYSCALL_END));
+	CHECK("stub: rip slots hold the resume ip and the one after the syscall",
+	      memcmp(code + MA_STUB_SLOT_RIP, &r.rip, 8) == 0 &&
+		      *(uint64_t *)(code + MA_STUB_SLOT_RIP_EINTR) == r.rip + 2);
+	CHECK("stub: rsp slot holds the word below the red zone",
+	      *(uint64_t *)(code + MA_STUB_SLOT_RSP) == r.rsp - 136);
+	CHECK("stub: slots between the code and the header", MA_STUB_SLOT_RESTART + 8 <= MA_STUB_HEADER);
+	CHECK("area: 64-byte aligned below the red zone and the ip slot",
 	      ma_arch_state_area_addr(&r, 2696) % 64 == 0 &&
-		      ma_arch_state_area_addr(&r, 2696) + ma_arch_state_area_size(2696) <= r.rsp - 128);
+		      ma_arch_state_area_addr(&r, 2696) + ma_arch_state_area_size(2696) <= r.rsp - 136);
 	ma_arch_state_free(&xs);
 }
 
@@ -50,10 +62,25 @@ static void offsets(void)
 uint64_t landed[17];
 static uint64_t want[17];
 static uint64_t want_mask;
+/* 1: the stub restarted the syscall, 2: it resumed after it (EINTR) */
+volatile uint64_t outcome;
+static uint64_t want_outcome;
+static volatile int handled[65];
+static int want_handled[65];
 void landing(void);
 void check_landed(void);
-/* Store rax..r15, rsp and rflags, then check them in C (in the child). */
+void syscall_pad(void);
+/*
+ * syscall_pad stands for a `syscall` instruction (2 bytes): the restart
+ * resumes at it, EINTR right after it.  Either way the registers are kept
+ * (mov to memory and jmp touch no register and no flag).
+ */
 __asm__(".text\n"
+	".globl syscall_pad\n"
+	"syscall_pad:\n"
+	"  jmp 1f\n" /* 2 bytes: here is the restart */
+	"  movq $2, outcome(%rip)\n  jmp landing\n"
+	"1: movq $1, outcome(%rip)\n  jmp landing\n"
 	".globl landing\n"
 	"landing:\n"
 	"  mov %rax, landed+0(%rip)\n  mov %rbx, landed+8(%rip)\n  mov %rcx, landed+16(%rip)\n"
@@ -64,7 +91,7 @@ __asm__(".text\n"
 	"  mov %rsp, landed+120(%rip)\n  pushfq\n  popq landed+128(%rip)\n"
 	"  and $-16, %rsp\n  call check_landed\n  hlt\n");
 
-/* Exit status 0 if every register, the flags and the mask came back. */
+/* Exit status 0 if every register, the flags, the mask and the outcome came back. */
 void check_landed(void)
 {
 	sigset_t cur;
@@ -77,10 +104,46 @@ void check_landed(void)
 	for (int sig = 1; sig <= 64; sig++)
 		if (sigismember(&cur, sig) == 1)
 			m |= 1ULL << (sig - 1);
-	_exit(m == want_mask ? 0 : 9);
+	if (m != want_mask)
+		_exit(9);
+	if (outcome != want_outcome)
+		_exit(8);
+	for (int sig = 1; sig <= 64; sig++)
+		if (handled[sig] != want_handled[sig])
+			_exit(7);
+	_exit(0);
 }
 
-static void self_restore(void)
+static void on_signal(int sig)
+{
+	handled[sig]++;
+}
+
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define NO_HANDLER ((void (*)(int))0) /* leave the disposition as it is */
+
+/* One signal the child makes pending (blocked) before it runs the stub. */
+struct pending_sig {
+	int sig;
+	void (*handler)(int); /* on_signal, SIG_IGN, SIG_DFL */
+	int flags;	      /* SA_RESTART or 0 */
+	bool in_mask;	      /* blocked by the restored mask too */
+};
+
+struct scenario {
+	const char *name;
+	long stopped_ax;       /* rax as stopped: -ERESTART*, or 0 (not in a syscall) */
+	bool may_ask;
+	struct pending_sig sigs[3];
+	int nsigs;
+	bool want_eintr;
+	long trap_rax; /* 0: enter after the marker; else at the trap's end with this rax */
+};
+
+/* The stub built for a thread stopped as SC says, run for real in a child. */
+static void self_restore(const struct scenario *sc)
 {
 	unsigned char *stub = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	size_t stack_len = 1 << 16;
@@ -91,6 +154,7 @@ static void self_restore(void)
 	unsigned char *img;
 	pid_t child;
 	int status;
+	char name[160];
 
 	ma_arch_state_alloc(&xs);
 	memset(xs.xstate, 0, MA_XSTATE_MAX);
@@ -107,42 +171,114 @@ static void self_restore(void)
 	r.eflags = 0x202 | 0x1 | 0x80; /* IF, CF, SF */
 	r.rsp = (uint64_t)(stack + stack_len - 256);
 	r.rip = (uint64_t)landing;
+	xs.regs = r; /* as stopped: not in a syscall */
+	want_outcome = 0;
+	if (sc->stopped_ax) {
+		/* Stopped in read (nr 0) with SC's restart code; RESUME has the restart applied. */
+		xs.regs.rip = (uint64_t)syscall_pad + 2;
+		xs.regs.rax = (uint64_t)sc->stopped_ax;
+		xs.regs.orig_rax = 0;
+		r.rip = (uint64_t)syscall_pad;
+		r.rax = 0;
+		want_outcome = sc->want_eintr ? 2 : 1;
+	}
 	{
-		uint64_t w[17] = { r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.r8, r.r9, r.r10,
-				   r.r11, r.r12, r.r13, r.r14, r.r15, r.rsp, r.eflags };
+		uint64_t w[17] = { sc->want_eintr ? (uint64_t)-4 : r.rax, r.rbx, r.rcx, r.rdx, r.rsi,
+				   r.rdi, r.rbp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15,
+				   r.rsp, r.eflags };
 
 		memcpy(want, w, sizeof(w));
 	}
 	want_mask = 1ULL << (SIGUSR2 - 1);
+	memset(want_handled, 0, sizeof(want_handled));
+	for (int i = 0; i < sc->nsigs; i++) {
+		if (sc->sigs[i].in_mask)
+			want_mask |= 1ULL << (sc->sigs[i].sig - 1);
+		else if (sc->sigs[i].handler == on_signal)
+			want_handled[sc->sigs[i].sig] = 1;
+	}
 	area = ma_arch_state_area_addr(&r, xs.xstate_len);
 	img = aligned_alloc(64, ma_arch_state_area_size(xs.xstate_len));
-	ma_arch_build_area(img, &r, &xs, want_mask);
+	ma_arch_build_area(img, &r, &xs, want_mask, ~0ULL);
 	memcpy((void *)area, img, ma_arch_state_area_size(xs.xstate_len));
-	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs);
+	/* Below the red zone: what the ip slot held before must not matter. */
+	*(uint64_t *)(r.rsp - 136) = 0xdeadbeef;
+	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs, sc->may_ask);
 	mprotect(stub, 4096, PROT_READ | PROT_EXEC);
-	/* In a child, with other registers and an empty mask: run the restore path. */
+	/* In a child, signals pending and blocked, other registers: run the restore path. */
 	child = fork();
 	if (child == 0) {
-		sigset_t none;
+		sigset_t all, none;
 
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		for (int i = 0; i < sc->nsigs; i++) {
+			struct sigaction sa;
+
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_handler = sc->sigs[i].handler;
+			sa.sa_flags = sc->sigs[i].flags;
+			if (sc->sigs[i].handler != NO_HANDLER)
+				sigaction(sc->sigs[i].sig, &sa, NULL);
+			kill(getpid(), sc->sigs[i].sig);
+		}
 		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (sc->trap_rax)
+			__asm__ volatile("mov %0, %%rsp\n mov %2, %%rax\n jmp *%1\n" ::"r"(area - 512),
+					 "r"((uint64_t)stub + MA_STUB_TRAP_END), "r"(sc->trap_rax));
 		__asm__ volatile("mov %0, %%rsp\n jmp *%1\n" ::"r"(area - 512),
 				 "r"((uint64_t)stub + MA_STUB_MARKER_END));
 		_exit(99);
 	}
 	waitpid(child, &status, 0);
-	CHECK("self-restore: registers, flags, stack pointer and signal mask back, ip at resume",
-	      WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	snprintf(name, sizeof(name), "self-restore, %s: registers, flags, stack pointer, mask, %s",
+		 sc->name, !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
+	CHECK(name, WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		printf("# child status 0x%x (exit 10+i: register i differs, 9: mask)\n", status);
+		printf("# child status 0x%x (exit 10+i: register i differs, 9: mask, 8: restart/EINTR, "
+		       "7: handlers run)\n", status);
 	ma_arch_state_free(&xs);
 	free(img);
+	munmap(stub, 4096);
+	munmap(stack, stack_len);
 }
+
+static const struct scenario scenarios[] = {
+	{ "not in a syscall", 0, true, { { 0 } }, 0, false, 0 },
+	{ "not in a syscall, a handler's signal waits", 0, true,
+	  { { SIGUSR1, on_signal, 0, false } }, 1, false, 0 },
+	{ "ERESTARTSYS, nothing waits", -ERESTARTSYS, true, { { 0 } }, 0, false, 0 },
+	{ "ERESTARTSYS, handler without SA_RESTART", -ERESTARTSYS, true,
+	  { { SIGUSR1, on_signal, 0, false } }, 1, true, 0 },
+	{ "ERESTARTSYS, handler without SA_RESTART, stub may not ask", -ERESTARTSYS, false,
+	  { { SIGUSR1, on_signal, 0, false } }, 1, false, 0 },
+	{ "ERESTARTSYS, handler with SA_RESTART", -ERESTARTSYS, true,
+	  { { SIGUSR1, on_signal, SA_RESTART, false } }, 1, false, 0 },
+	{ "ERESTARTSYS, ignored signal", -ERESTARTSYS, true, { { SIGUSR1, SIG_IGN, 0, false } }, 1,
+	  false, 0 },
+	{ "ERESTARTSYS, default-ignored signal", -ERESTARTSYS, true,
+	  { { SIGWINCH, SIG_DFL, 0, false } }, 1, false, 0 },
+	{ "ERESTARTSYS, handler's signal blocked by the program", -ERESTARTSYS, true,
+	  { { SIGUSR1, on_signal, 0, true } }, 1, false, 0 },
+	{ "ERESTARTSYS, first handler SA_RESTART, second not", -ERESTARTSYS, true,
+	  { { SIGUSR1, on_signal, SA_RESTART, false }, { SIGTERM, on_signal, 0, false } }, 2, false, 0 },
+	{ "ERESTARTSYS, first no handler, then one without SA_RESTART", -ERESTARTSYS, true,
+	  { { SIGWINCH, SIG_DFL, 0, false }, { 40, on_signal, 0, false } }, 2, true, 0 },
+	{ "ERESTARTNOHAND, handler with SA_RESTART", -ERESTARTNOHAND, true,
+	  { { SIGUSR1, on_signal, SA_RESTART, false } }, 1, true, 0 },
+	{ "ERESTARTNOINTR, handler without SA_RESTART", -ERESTARTNOINTR, true,
+	  { { SIGUSR1, on_signal, 0, false } }, 1, false, 0 },
+	/* The trap's ending: the kernel ran a handler (EINTR) or restarted into the block (0). */
+	{ "trap ended with EINTR", -ERESTARTSYS, true, { { 0 } }, 0, true, -EINTR },
+	{ "trap restarted into the block, handler without SA_RESTART waits", -ERESTARTSYS, true,
+	  { { SIGUSR1, on_signal, 0, false } }, 1, true, 1 },
+	{ "trap restarted into the block, nothing waits", -ERESTARTSYS, true, { { 0 } }, 0, false, 1 },
+};
 
 int main(void)
 {
 	offsets();
-	self_restore();
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		self_restore(&scenarios[i]);
 	CHECK_DONE();
 }
