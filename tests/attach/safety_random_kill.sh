@@ -11,6 +11,10 @@
 #   sysc    (threads in blocking syscalls; stats uses --tid of one of them)
 #   regs    (-k 1 -i 20000000: one register checker, it spins a CPU;
 #           stats uses --tid regs_0)
+#   sigs    (-n -i 1000: sig_rx in read(), a signal whose handler lacks
+#           SA_RESTART every 1 ms; stats uses --tid sig_rx: each signal
+#           must end the read with EINTR, even one that waited for a
+#           thread whose memattach was killed)
 # After every run the target must be alive (a dead one is counted, named
 # and restarted).  At the end: every target alive, not stopped or traced,
 # verdict ok (regs: 0 mismatches), still making progress, memattach works
@@ -18,14 +22,16 @@
 # mappings and descriptors it had at the start.  0 deaths expected.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 22
-need_fixtures daemon sysc regs safety_tool
+plan 28
+need_fixtures daemon sysc regs sigs safety_tool
 RUNS=${RUNS:-1000}
 WINDOW_US=${WINDOW_US:-}
 CMDS=(stats bins heap-dump purge)
-NAMES=(daemon sysc regs)
-declare -A ARGS_OF=([daemon]="-t 4" [sysc]="" [regs]="-k 1 -i 20000000")
-declare -A TIDS_OF=([daemon]="" [sysc]="sc_read sc_sleep sc_epoll sc_futex sc_accept" [regs]="regs_0")
+NAMES=(daemon sysc regs sigs)
+declare -A ARGS_OF=([daemon]="-t 4" [sysc]="" [regs]="-k 1 -i 20000000" [sigs]="-n -i 1000")
+declare -A TIDS_OF=([daemon]="" [sysc]="sc_read sc_sleep sc_epoll sc_futex sc_accept" [regs]="regs_0" [sigs]="sig_rx")
+# the verdict's field that must grow
+declare -A PROGRESS_OF=([daemon]=checks [sysc]=checks [regs]=checks [sigs]=received)
 declare -A PID FD OUT DIR C0 X0 F0 DEATHS
 
 start() { # start NAME
@@ -52,7 +58,7 @@ bsleep 1 # the daemon's heap reaches its steady size
 for n in "${NAMES[@]}"; do
 	for c in "${CMDS[@]}"; do cmd_args "$n" "$c"; "$MA" "${A[@]}" >/dev/null 2>&1; done
 	X0[$n]=$(anon_exec "${PID[$n]}") F0[$n]=$(fd_count "${PID[$n]}")
-	v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" checks)
+	v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" "${PROGRESS_OF[$n]}")
 	DEATHS[$n]=0
 done
 
@@ -79,7 +85,7 @@ killed=0 finished=0 failed=0 other=0 deaths=0 window=0
 : >"$TMP/failed.txt"; : >"$TMP/other.txt"; : >"$TMP/deaths.txt"
 declare -A PER_CMD LAST
 for i in $(seq 0 $((RUNS - 1))); do
-	n=${NAMES[$((i % 3))]} c=${CMDS[$((i / 3 % 4))]}
+	n=${NAMES[$((i % ${#NAMES[@]}))]} c=${CMDS[$((i / ${#NAMES[@]} % 4))]}
 	tids=(${TIDS_OF[$n]}) tid=""
 	[ "$c" = stats ] && [ "${#tids[@]}" -gt 0 ] && tid=${tids[$((RANDOM % ${#tids[@]}))]}
 	cmd_args "$n" "$c" "$tid"
@@ -111,7 +117,7 @@ for i in $(seq 0 $((RUNS - 1))); do
 		LAST[$n]=""
 		start "$n" || { fail "$n: restart"; exit 1; }
 		X0[$n]=$(anon_exec "${PID[$n]}") F0[$n]=$(fd_count "${PID[$n]}")
-		v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" checks)
+		v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" "${PROGRESS_OF[$n]}")
 		continue
 	fi
 	LAST[$n]="$c${tid:+ --tid $tid}' exit '$rc"
@@ -121,7 +127,7 @@ echo "# $RUNS runs (${PER_CMD[stats]} stats, ${PER_CMD[bins]} bins, ${PER_CMD[he
 check "$RUNS randomly killed runs: memattach exited 0, 1 or by the kill every time ($other other: $(top_lines "$TMP/other.txt" 2))" [ "$other" -eq 0 ]
 check "$RUNS randomly killed runs: $killed killed mid-run, $finished finished first (the kill landed before the end in most runs)" [ "$killed" -gt $((RUNS / 2)) ]
 echo "# EINTR of the epoll_wait thread from a kill between its stop and the first register write: $window times"
-check "$RUNS randomly killed runs: $deaths target deaths (daemon ${DEATHS[daemon]}, sysc ${DEATHS[sysc]}, regs ${DEATHS[regs]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
+check "$RUNS randomly killed runs: $deaths target deaths (daemon ${DEATHS[daemon]}, sysc ${DEATHS[sysc]}, regs ${DEATHS[regs]}, sigs ${DEATHS[sigs]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
 
 bsleep 0.5
 for n in "${NAMES[@]}"; do
@@ -136,8 +142,8 @@ for n in "${NAMES[@]}"; do
 	v=$(fix_cmd "$pid" "${FD[$n]}" "${OUT[$n]}" verdict)
 	check "$n: verdict ok ($v)" verdict_ok "$v"
 	[ "$n" = regs ] && check "regs: no register changed ($(vfield "$v" mismatches) mismatches)" grep -q ' mismatches=0' <<<"$v"
-	c1=$(vfield "$v" checks)
-	check "$n: still progressing (checks ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
+	c1=$(vfield "$v" "${PROGRESS_OF[$n]}")
+	check "$n: still progressing (${PROGRESS_OF[$n]} ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
 	"$MA" stats "$pid" >/dev/null 2>"$TMP/after.err"; rc=$?
 	check "$n: memattach works afterwards (exit $rc$([ $rc -ne 0 ] && echo ": $(head -1 "$TMP/after.err")"))" [ "$rc" -eq 0 ]
 	x=$(anon_exec "$pid") f=$(fd_count "$pid")
