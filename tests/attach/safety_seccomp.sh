@@ -4,7 +4,9 @@
 # (SECCOMP_RET_KILL_PROCESS) or sends SIGSYS (SECCOMP_RET_TRAP; the
 # fixture never makes that call, so a SIGSYS is an integrity failure) on
 # exactly one syscall, for each of mmap munmap mprotect memfd_create close
-# getpid rt_sigprocmask, and an allow-list of only what the fixture needs
+# getpid rt_sigprocmask rt_sigaction rt_sigpending (127: the last two only
+# the self-restore of a killed memattach would make, so memattach must
+# not need them), and an allow-list of only what the fixture needs
 # (anything else kills the process).  stats, heap-dump and
 # bins --flush-tcache run against each: the target must survive with its
 # verdict ok; memattach either succeeds (exit 0) or refuses (exit 1 with a
@@ -12,9 +14,9 @@
 # were refused is printed.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 31
+plan 39
 need_fixtures seccomp_daemon
-SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask"}
+SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask rt_sigaction 127"}
 VARIANTS=()
 for sc in $SYSCALLS; do VARIANTS+=("kill:$sc" "trap:$sc"); done
 VARIANTS+=(allowlist)
