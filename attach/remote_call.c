@@ -46,7 +46,16 @@
 #define PAGE 4096UL
 #define DEFAULT_DATA (1UL << 20)
 #define STACK_SIZE (256UL << 10)
-#define CODE_LEN PAGE
+#define HEADER_PAGE PAGE /* the scratch mapping's first page: our header */
+/*
+ * Scratch data this small may go on the thread's stack, if it has this
+ * much room below it for the call: a mallctl batch needs a few KiB (the
+ * deepest, the "epoch" refresh, keeps one pointer per arena on the stack:
+ * 32 KiB only with 4,096 arenas).  A main thread's [stack] that has not
+ * grown yet is 132 KiB.
+ */
+#define ON_STACK_MAX (32UL << 10)
+#define ON_STACK_ROOM (64UL << 10)
 /* Room below the red zone that a borrowed thread's stack must have. */
 #define STACK_ROOM (16UL << 10)
 
@@ -561,6 +570,30 @@ static int block_through_trap(struct ma_session *s)
 	return 0;
 }
 
+/*
+ * Set the registers for a syscall or call in the stub, with the thread's
+ * signals blocked from then on.  The first time, through the trap; without
+ * it (a seccomp filter forbids its syscall), the registers first and then
+ * the mask: a memattach dying between the two leaves the stub's restore
+ * path to put the mask back, but a handler may have run in the stub first.
+ */
+static int set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
+{
+	int rc;
+
+	if (!s->mask_blocked && s->trap_ok && (rc = block_through_trap(s)))
+		return rc;
+	if ((rc = ma_arch_set_regs(s->tid, r)))
+		return rc;
+	s->changed = true;
+	if (!s->mask_blocked) {
+		if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
+			return rc;
+		s->mask_blocked = true;
+	}
+	return 0;
+}
+
 static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
 			int timeout_ms, uint64_t *ret)
 {
@@ -578,23 +611,9 @@ static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int
 		r.rsp = s->area; /* a signal frame would go below the state area */
 		ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, nr, args, nargs);
 	}
-	if (!s->mask_blocked && s->trap_ok && (rc = block_through_trap(s)))
+	if ((rc = set_regs_blocked(s, &r)))
 		return rc;
-	if ((rc = ma_arch_set_regs(s->tid, &r)))
-		return rc;
-	s->changed = true;
 	s->at_marker = false;
-	/*
-	 * Without the trap (a seccomp filter forbids its syscall), the first
-	 * change was the registers, to this syscall; now the signals are
-	 * blocked.  Dying between the two, the stub's restore path puts the
-	 * mask back, but a handler may have run in the stub first.
-	 */
-	if (!s->mask_blocked) {
-		if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
-			return rc;
-		s->mask_blocked = true;
-	}
 	rc = run_until(s, GOAL_SYSCALL_EXIT, timeout_ms, &r);
 	if (!rc)
 		*ret = ma_arch_syscall_ret(&r);
@@ -1398,17 +1417,11 @@ static bool trap_allowed(struct ma_session *s)
 	return false;
 }
 
-static int check_seccomp(struct ma_session *s, size_t data_len)
+static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 {
 	uint64_t ip = s->stub + MA_STUB_MARKER_END;
 	uint64_t any = 0x7f0000000000ULL; /* the address is chosen later */
 	struct ma_sc_query q[] = {
-		{ SYS_mmap, { any, CODE_LEN + data_len, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, (uint64_t)-1, 0 },
-		  ip, "mmap (memattach's scratch area)" },
-		{ SYS_mprotect, { any, CODE_LEN, PROT_READ | PROT_EXEC, 0, 0, 0 }, ip,
-		  "mprotect (memattach's code page)" },
-		{ SYS_munmap, { any, CODE_LEN + data_len, 0, 0, 0, 0 }, ip, "munmap" },
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
 		{ SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
 		  s->stub + MA_STUB_RESTORE_SYSCALL_END, "rt_sigprocmask (the stub's self-restore)" },
@@ -1418,13 +1431,21 @@ static int check_seccomp(struct ma_session *s, size_t data_len)
 		{ SYS_futex, { any, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 		{ SYS_futex, { any, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 	};
+	/* The scratch mapping's own syscalls, when the scratch is not on the thread's stack. */
+	struct ma_sc_query qmap[] = {
+		{ SYS_mmap, { any, HEADER_PAGE + data_len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, (uint64_t)-1, 0 },
+		  ip, "mmap (memattach's scratch area)" },
+		{ SYS_munmap, { any, HEADER_PAGE + data_len, 0, 0, 0, 0 }, ip, "munmap" },
+	};
 	int mode = ma_seccomp_mode(s->t->pid, s->tid), rc;
 
 	s->stub_asks_signals = s->trap_ok = true;
 	if (mode == 0)
 		return 0;
 	s->filtered = true;
-	if ((rc = ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]))))
+	if ((rc = ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]))) ||
+	    (!on_stack && (rc = ma_seccomp_check(s->t->pid, s->tid, qmap, 2))))
 		return rc;
 	s->stub_asks_signals = stub_may_ask_signals(s);
 	s->trap_ok = trap_allowed(s);
@@ -1463,6 +1484,10 @@ static int write_stub(struct ma_session *s)
 	if (rc)
 		return rc;
 	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved, s->stub_asks_signals);
+	ma_arch_build_batch(stub + MA_STUB_BATCH);
+	ma_arch_build_append_cb(stub + MA_STUB_APPEND, MA_APPEND_CB_MAX);
+	s->batch_fn = s->stub + MA_STUB_BATCH;
+	s->append_cb = s->stub + MA_STUB_APPEND;
 	fill_header(s, &h);
 	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
 	if ((rc = ma_mem_write(s->t->proc_pid, s->stub, stub, sizeof(stub))))
@@ -1607,43 +1632,45 @@ void ma_session_unmap(struct ma_session *s, uint64_t addr)
 }
 
 /*
- * One mapping: its first page holds the header, the batch runner and the
- * append callback and becomes read+execute (never writable and executable
- * at once; we write it through /proc/PID/mem); the rest, buffers and the
- * private stack, stays read+write.
+ * The scratch data and the calls' private stack: one read+write mapping
+ * whose first page holds our header (the code lives in the stub region).
  */
 static int map_scratch(struct ma_session *s, size_t data_size)
 {
-	unsigned char code[MA_BATCH_MAX_CODE + MA_APPEND_CB_MAX];
-	size_t len = CODE_LEN + data_size + STACK_SIZE, nb;
-	uint64_t addr, args[3], ret;
+	size_t len = HEADER_PAGE + data_size + STACK_SIZE;
+	uint64_t addr;
 	int rc;
 
 	if ((rc = map_recorded(s, 0, len, &addr)))
 		return rc;
-	s->scratch = addr;
-	s->scratch_len = len;
 	s->mapped = true;
-	/* Every byte of the code page is defined: what no code fills traps. */
-	ma_arch_fill_trap(code, sizeof(code));
-	nb = ma_arch_build_batch(code);
-	s->batch_fn = addr + MA_MAP_HEADER;
-	s->append_cb = s->batch_fn + MA_BATCH_MAX_CODE;
-	ma_arch_build_append_cb(code + MA_BATCH_MAX_CODE, MA_APPEND_CB_MAX);
-	(void)nb;
-	if ((rc = ma_mem_write(s->t->proc_pid, s->batch_fn, code, sizeof(code))))
-		return rc;
-	args[0] = addr;
-	args[1] = CODE_LEN;
-	args[2] = PROT_READ | PROT_EXEC;
-	if ((rc = ma_session_syscall(s, SYS_mprotect, args, 3, &ret)))
-		return rc;
-	if (ret != 0)
-		return ma_fail(MA_E_INTERNAL, "mprotect in the target failed: %s", strerror((int)-ret));
-	s->data = addr + CODE_LEN;
+	s->data = addr + HEADER_PAGE;
 	s->data_len = data_size;
 	s->stack_top = addr + len;
 	return 0;
+}
+
+/*
+ * Small data and a short call need no mapping: they go on the thread's
+ * own stack, below the state area (a stack the thread has room on, far
+ * more than the call needs, see ON_STACK_ROOM).  Nothing to map, nothing
+ * to remove, nothing a killed run leaves behind.
+ */
+static bool scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	uint64_t area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
+
+	return data_size <= ON_STACK_MAX && m && area > m->start &&
+	       area - m->start > data_size + ON_STACK_ROOM;
+}
+
+static void scratch_on_stack(struct ma_session *s, size_t data_size)
+{
+	s->mapped = true;
+	s->data = (s->area - data_size) & ~(uint64_t)63;
+	s->data_len = data_size;
+	s->stack_top = s->data - 64;
 }
 
 int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o)
@@ -1651,7 +1678,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	size_t data = o->data_size ? o->data_size : DEFAULT_DATA;
 	bool stale[MA_MAX_STUB_SITES];
 	uint64_t addrs[2];
-	bool busy_left, stale_found = false;
+	bool busy_left, stale_found = false, on_stack;
 	int rc, fd;
 
 	memset(s, 0, sizeof(*s));
@@ -1682,13 +1709,16 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	for (size_t i = 0; i < t->nstub_sites; i++)
 		stale_found |= stale[i];
-	if ((rc = check_seccomp(s, data + STACK_SIZE)))
+	on_stack = o->data_size && scratch_fits_on_stack(s, data);
+	if ((rc = check_seccomp(s, data + STACK_SIZE, on_stack)))
 		goto fail;
 	if ((rc = write_stub(s)))
 		goto fail;
 	/* A killed run's mappings go before ours come: its records never pile up. */
 	remove_leftovers(s, stale);
-	if ((rc = map_scratch(s, data)))
+	if (on_stack)
+		scratch_on_stack(s, data);
+	else if ((rc = map_scratch(s, data)))
 		goto fail;
 	if (stale_found && !busy_left)
 		close_leftover_memfds(s); /* a killed heap-dump's memfd */
@@ -1715,7 +1745,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if (getenv("MEMATTACH_TEST_FAULT") && *getenv("MEMATTACH_TEST_FAULT"))
 		fn = 16; /* tests only: a call that faults at once */
 	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
-	if ((rc = ma_arch_set_regs(s->tid, &r)))
+	if ((rc = set_regs_blocked(s, &r)))
 		return rc;
 	s->ncalls++;
 	s->at_marker = false;
@@ -1884,7 +1914,7 @@ static int detach_through_signal_path(struct ma_session *s)
 
 	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_INTERRUPT", s->tid);
-	if (ma_arch_set_regs(s->tid, &s->saved.regs) || ma_arch_set_xstate(s->tid, &s->saved))
+	if (ma_arch_set_xstate(s->tid, &s->saved) || ma_arch_set_regs(s->tid, &s->saved.regs))
 		return MA_E_INTERNAL;
 	restore_stub_site(s);
 	if (ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
@@ -1913,9 +1943,31 @@ static void count_deferred_signals(struct ma_session *s)
 }
 
 /*
- * Give the thread back: mask, registers, xstate, slack bytes, held
+ * The mask goes back before the registers leave the stub; in between the
+ * registers are the trap's (as on the way in, block_through_trap), so a
+ * memattach that dies there leaves a waiting signal to the kernel's own
+ * signal code, acting on the syscall the thread was stopped in, instead
+ * of to a handler run in the stub, after which the stub would restart
+ * that syscall.
+ */
+static int unblock_through_trap(struct ma_session *s)
+{
+	struct user_regs_struct trap;
+	int rc;
+
+	if (s->trap_ok && s->stub_written) {
+		ma_arch_trap_regs(&s->saved, &s->resume, s->stub, s->area, &trap);
+		if ((rc = ma_arch_set_regs(s->tid, &trap)))
+			return rc;
+	}
+	return set_sigmask(s, s->sigmask);
+}
+
+/*
+ * Give the thread back: mask, xstate, registers, slack bytes, held
  * signals.  The mask goes first, while the registers still point into the
- * stub (whose restore path would set the same mask).  A syscall that our
+ * stub (the trap's, unblock_through_trap); then the xstate, which the
+ * stub's restore path would also put back.  A syscall that our
  * stop made fail with EINTR is issued again, unless a signal now waits
  * for the thread: then the EINTR is that signal's due.
  */
@@ -1931,7 +1983,7 @@ static int restore_and_detach(struct ma_session *s)
 		return rc;
 	s->at_marker = false;
 	count_deferred_signals(s);
-	if (s->mask_blocked && (rc = set_sigmask(s, s->sigmask)))
+	if (s->mask_blocked && (rc = unblock_through_trap(s)))
 		return rc;
 	s->mask_blocked = false;
 	if (!s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs)) {
@@ -1940,7 +1992,8 @@ static int restore_and_detach(struct ma_session *s)
 		if (ma_arch_interrupted_eintr(&s->saved.regs) &&
 		    signal_pending_for(s->t->pid, s->tid, s->sigmask))
 			regs = &s->saved.regs;
-		if (ma_arch_set_regs(s->tid, regs) || ma_arch_set_xstate(s->tid, &s->saved))
+		/* xstate first: until the registers leave the stub, its restore path has it too */
+		if (ma_arch_set_xstate(s->tid, &s->saved) || ma_arch_set_regs(s->tid, regs))
 			rc = MA_E_INTERNAL;
 		restore_stub_site(s);
 		if (s->nheld)

@@ -108,7 +108,9 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
 #define MA_STUB_SLOT_WATCH 320 /* 0: no pending signal can change the resume */
 #define MA_STUB_SLOT_RESTART 328 /* sa_flags that still mean restart */
 #define MA_STUB_HEADER 336 /* the session's header (remote.h) */
-#define MA_STUB_REGION 512
+#define MA_STUB_BATCH 512 /* the batch runner (ma_arch_build_batch) */
+#define MA_STUB_APPEND 576 /* the append callback (ma_arch_build_append_cb) */
+#define MA_STUB_REGION 640
 
 /* Size of the state area for an xstate image of XLEN bytes. */
 size_t ma_arch_state_area_size(size_t xlen);

@@ -172,9 +172,12 @@ static int report(struct ma_live *l, void *ctx)
 	return MA_EXIT_OK;
 }
 
+/* One batch of mallctl reads: small enough for the thread's own stack (no mapping). */
+#define STATS_DATA (16UL << 10)
+
 int cmd_stats(int argc, char **argv)
 {
-	struct ma_session_opts o = { .deadline_ms = 2000 };
+	struct ma_session_opts o = { .deadline_ms = 2000, .data_size = STATS_DATA };
 	struct stats_result r;
 	bool json = false, openmetrics;
 	const char *format = NULL;

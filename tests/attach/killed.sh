@@ -9,10 +9,12 @@ CYCLES=${CYCLES:-20}
 
 
 kill_cycles() { # kill_cycles PID TID WHERE: CYCLES runs that die at WHERE
-	local n=0 env=(MEMATTACH_TEST_KILL_AT="$3")
+	local n=0 env=(MEMATTACH_TEST_KILL_AT="$3") cmd=stats
 	[ "$3" = fault ] && env+=(MEMATTACH_TEST_FAULT=1)
+	# stats keeps its scratch on the thread's stack: no syscall to die after
+	[ "$3" = syscall ] && cmd=bins
 	for _ in $(seq "$CYCLES"); do
-		env "${env[@]}" "$MA" stats "$1" --tid "$2" >/dev/null 2>&1
+		env "${env[@]}" "$MA" $cmd "$1" --tid "$2" >/dev/null 2>&1
 		[ $? -eq 137 ] && n=$((n + 1))
 	done
 	echo "$n"
@@ -22,7 +24,8 @@ fix_start regs -i 2000000 || { fail "regs: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 tid=$(tid_of "$pid" regs_0)
 # call: just before a call; marker: at the return stub after one; syscall:
-# after a syscall issued through the stub; fault: after a call faulted.
+# after a syscall issued through the stub (bins: its scratch is a
+# mapping); fault: after a call faulted.
 for where in call marker syscall fault; do
 	n=$(kill_cycles "$pid" "$tid" "$where")
 	check "regs: memattach was killed at '$where' $n/$CYCLES times" [ "$n" -eq "$CYCLES" ]
