@@ -606,6 +606,8 @@ static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int
 		if ((rc = ma_arch_get_regs(s->tid, &r)))
 			return rc;
 		ma_arch_replace_syscall(&r, nr, args, nargs);
+		/* Off the call's stack, which may be the mapping this syscall unmaps. */
+		r.rsp = s->area;
 	} else {
 		r = s->saved.regs;
 		r.rsp = s->area; /* a signal frame would go below the state area */
@@ -748,7 +750,31 @@ static void release_untouched(struct ma_session *s, int sig)
 	s->seized = false;
 }
 
-/* Is there room on the thread's stack for the state area and a signal frame below? */
+/*
+ * The lowest address of the borrowed thread's stack, or 0 when it cannot
+ * be known.  The main thread's is its [stack] mapping's start.  A
+ * pthread's stack is known when the thread library allocated it: a
+ * mapping of its own with the guard page (no access) right below.  A
+ * stack the program supplied (pthread_attr_setstack) may be carved out of
+ * a larger mapping whose lower part is the program's own data, which
+ * memattach's state below the stack pointer would overwrite (an outside
+ * attack: 1,728 bytes below a thread stack with 1,200 free).
+ */
+static uint64_t stack_bottom(const struct ma_session *s)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	const struct ma_mapping *below;
+
+	if (!m)
+		return 0;
+	if (m->path && strcmp(m->path, "[stack]") == 0)
+		return m->start;
+	below = m->start ? ma_target_mapping_at(s->t, m->start - 1) : NULL;
+	if (below && below->end == m->start && memcmp(below->perms, "---", 3) == 0)
+		return m->start;
+	return 0;
+}
+
 /*
  * Is there room for a call below the stack pointer?  When not, *NEVER says
  * whether the whole stack mapping is smaller than that (waiting cannot help).
@@ -757,9 +783,10 @@ static bool stack_has_room(const struct ma_session *s, bool *never)
 {
 	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
 	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
+	uint64_t bottom = stack_bottom(s);
 
-	*never = m && m->end - m->start <= need;
-	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && s->saved.regs.rsp - m->start > need;
+	*never = m && m->end - bottom <= need;
+	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && s->saved.regs.rsp - bottom > need;
 }
 
 /*
@@ -947,6 +974,13 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if (!on_own_stack(s, ti->tid)) {
 		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
 			 "handler on another stack): what it interrupted cannot be seen");
+		goto unsafe;
+	}
+	if (!stack_bottom(s)) {
+		snprintf(why, whylen, "runs on a stack the program supplied (no guard page below "
+			 "it): where it ends cannot be known, and memattach's saved state goes "
+			 "below the stack pointer");
+		s->hopeless = true;
 		goto unsafe;
 	}
 	if (!stack_has_room(s, &s->hopeless)) {
@@ -1658,11 +1692,11 @@ static int map_scratch(struct ma_session *s, size_t data_size)
  */
 static bool scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
 {
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
 	uint64_t area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
+	uint64_t bottom = stack_bottom(s);
 
-	return data_size <= ON_STACK_MAX && m && area > m->start &&
-	       area - m->start > data_size + ON_STACK_ROOM;
+	return data_size <= ON_STACK_MAX && bottom && area > bottom &&
+	       area - bottom > data_size + ON_STACK_ROOM;
 }
 
 static void scratch_on_stack(struct ma_session *s, size_t data_size)

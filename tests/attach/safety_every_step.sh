@@ -19,7 +19,9 @@
 #           sigs -n -i 1000: stats --tid sig_rx, a thread in read() that a
 #           signal whose handler lacks SA_RESTART reaches every 1 ms: every
 #           one must end the read with EINTR (the fixture tells a handler
-#           run in memattach's code after which the read slept on)
+#           run in memattach's code after which the read slept on);
+#           sigs: bins --tid sig_rx, signals every 0.5 ms while bins
+#           unmaps the scratch mapping its calls ran on
 # (Without --tid, a thread in a wait a stop ends with EINTR is never
 # stopped at all: attach/eintr_waits.sh shows it directly.)
 # STEP_CAP (default 250): a sweep longer than this kills at every step up
@@ -28,7 +30,7 @@
 # restarts are slow; the check names say where it stopped).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 94
+plan 103
 need_fixtures daemon regs sysc sigs
 STEP_CAP=${STEP_CAP:-250}
 MAX_DEATHS=${MAX_DEATHS:-5}
@@ -231,6 +233,14 @@ start_target || { fail "sigs: start"; exit 1; }
 sweep "sigs -n: stats --tid sig_rx" "stats @PID@ --tid @TID:sig_rx@"
 stop_target; rc=$?
 check "sigs -n: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+
+# bins works in a scratch mapping it unmaps at the end: a signal every
+# 0.5 ms (SA_RESTART) must never find the thread on that stack.
+T_NAME=sigs T_CONF= T_ARGS=() PROGRESS=received
+start_target || { fail "sigs: start"; exit 1; }
+sweep "sigs: bins --tid sig_rx" "bins @PID@ --tid @TID:sig_rx@"
+stop_target; rc=$?
+check "sigs: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 
 echo "# steps per command: ${STEPS_REPORT[*]}"
 report_time
