@@ -177,7 +177,7 @@ static int report(struct ma_live *l, void *ctx)
 
 int cmd_stats(int argc, char **argv)
 {
-	struct ma_session_opts o = { .deadline_ms = 2000, .data_size = STATS_DATA };
+	struct ma_session_opts o = { .deadline_ms = 2000 };
 	struct stats_result r;
 	bool json = false, openmetrics;
 	const char *format = NULL;
@@ -201,7 +201,8 @@ int cmd_stats(int argc, char **argv)
 		return ma_usage_error(argv[0], "a PID is required");
 	}
 	if (openmetrics)
-		return print_openmetrics(argv[0], pid, &o);
+		return print_openmetrics(argv[0], pid, &o); /* headline and bins: a scratch mapping */
+	o.data_size = STATS_DATA;
 	r.json = json;
 	return ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = pid, .o = &o,
 						  .body = read_stats, .report = report },
