@@ -188,7 +188,6 @@ void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t
 uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r) { return r->fs_base; }
 uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r) { return r->rsp; }
-void ma_arch_fill_trap(unsigned char *code, size_t len) { memset(code, 0xcc, len); }
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
 
 /*

@@ -47,6 +47,8 @@
 #define DEFAULT_DATA (1UL << 20)
 #define STACK_SIZE (256UL << 10)
 #define HEADER_PAGE PAGE /* the scratch mapping's first page: our header */
+/* An address argument for a seccomp query, where the address is chosen later. */
+#define UNCHOSEN_ADDR 0x7f0000000000ULL
 /*
  * Scratch data this small may go on the thread's stack, if it has this
  * much room below it for the call: a mallctl batch needs a few KiB (the
@@ -549,49 +551,51 @@ int ma_session_check_syscalls(struct ma_session *s, const struct ma_sc_query *q,
  * self-restore code.  Stopped at the marker already, the kernel is about
  * to run a syscall: swapping its number and arguments costs no stop.
  */
-/*
- * The way in: trap registers first (ma_arch_trap_regs), then the signal
- * mask.  A memattach that dies after the first leaves the kernel to act
- * on a signal as on the syscall the thread was stopped in; after the
- * second, the trap only blocks what is blocked and the stub restores.
- */
-static int block_through_trap(struct ma_session *s)
+/* The trap's registers (ma_arch_trap_regs): the way in and the way out. */
+static int set_trap_regs(struct ma_session *s)
 {
 	struct user_regs_struct trap;
-	int rc;
 
 	ma_arch_trap_regs(&s->saved, &s->resume, s->stub, s->area, &trap);
-	if ((rc = ma_arch_set_regs(s->tid, &trap)))
-		return rc;
-	s->changed = true;
-	if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
-		return rc;
-	s->mask_blocked = true;
-	return 0;
+	return ma_arch_set_regs(s->tid, &trap);
+}
+
+/* Block the thread's signals while it is borrowed (borrowed_mask). */
+static int block_signals(struct ma_session *s)
+{
+	int rc = set_sigmask(s, s->sigmask | borrowed_mask());
+
+	if (!rc)
+		s->mask_blocked = true;
+	return rc;
 }
 
 /*
  * Set the registers for a syscall or call in the stub, with the thread's
- * signals blocked from then on.  The first time, through the trap; without
- * it (a seccomp filter forbids its syscall), the registers first and then
- * the mask: a memattach dying between the two leaves the stub's restore
- * path to put the mask back, but a handler may have run in the stub first.
+ * signals blocked from then on.  The first time, through the trap: its
+ * registers first, then the mask.  A memattach that dies after the first
+ * leaves the kernel to act on a signal as on the syscall the thread was
+ * stopped in; after the second, the trap only blocks what is blocked and
+ * the stub restores.  Without the trap (a seccomp filter forbids its
+ * syscall), the registers first and then the mask: a memattach dying
+ * between the two leaves the stub's restore path to put the mask back,
+ * but a handler may have run in the stub first.
  */
 static int set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
 {
 	int rc;
 
-	if (!s->mask_blocked && s->trap_ok && (rc = block_through_trap(s)))
-		return rc;
+	if (!s->mask_blocked && s->trap_ok) {
+		if ((rc = set_trap_regs(s)))
+			return rc;
+		s->changed = true;
+		if ((rc = block_signals(s)))
+			return rc;
+	}
 	if ((rc = ma_arch_set_regs(s->tid, r)))
 		return rc;
 	s->changed = true;
-	if (!s->mask_blocked) {
-		if ((rc = set_sigmask(s, s->sigmask | borrowed_mask())))
-			return rc;
-		s->mask_blocked = true;
-	}
-	return 0;
+	return s->mask_blocked ? 0 : block_signals(s);
 }
 
 static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
@@ -1417,6 +1421,15 @@ static void remove_leftovers(struct ma_session *s, const bool *stale)
 
 /* ---- setting up ---- */
 
+/* Does the thread's filter allow all of Q (N queries)?  For what memattach can do without. */
+static bool filter_allows(struct ma_session *s, const struct ma_sc_query *q, size_t n)
+{
+	if (ma_seccomp_check(s->t->pid, s->tid, q, n) == 0)
+		return true;
+	ma_err_clear();
+	return false;
+}
+
 /*
  * May the stub's self-restore ask the kernel about waiting signals
  * (rt_sigpending, then rt_sigaction for each)?  Under a filter that
@@ -1425,36 +1438,29 @@ static void remove_leftovers(struct ma_session *s, const bool *stale)
 static bool stub_may_ask_signals(struct ma_session *s)
 {
 	struct ma_sc_query q[65];
-	uint64_t any = 0x7f0000000000ULL; /* the state area's address is chosen later */
 
-	q[0] = (struct ma_sc_query){ SYS_rt_sigpending, { any, 8 }, s->stub + MA_STUB_PENDING_SYSCALL_END,
+	q[0] = (struct ma_sc_query){ SYS_rt_sigpending, { UNCHOSEN_ADDR, 8 },
+				     s->stub + MA_STUB_PENDING_SYSCALL_END,
 				     "rt_sigpending (the stub's self-restore)" };
 	for (int sig = 1; sig <= 64; sig++)
-		q[sig] = (struct ma_sc_query){ SYS_rt_sigaction, { (uint64_t)sig, 0, any, 8 },
+		q[sig] = (struct ma_sc_query){ SYS_rt_sigaction, { (uint64_t)sig, 0, UNCHOSEN_ADDR, 8 },
 					       s->stub + MA_STUB_ACTION_SYSCALL_END,
 					       "rt_sigaction (the stub's self-restore)" };
-	if (ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0])) == 0)
-		return true;
-	ma_err_clear();
-	return false;
+	return filter_allows(s, q, sizeof(q) / sizeof(q[0]));
 }
 
 /* May the trap's rt_sigprocmask run (ma_arch_trap_regs)?  Else the old way in. */
 static bool trap_allowed(struct ma_session *s)
 {
-	struct ma_sc_query q = { SYS_rt_sigprocmask, { SIG_BLOCK, 0x7f0000000000ULL, 0, 8 },
+	struct ma_sc_query q = { SYS_rt_sigprocmask, { SIG_BLOCK, UNCHOSEN_ADDR, 0, 8 },
 				 s->stub + MA_STUB_TRAP_END, "rt_sigprocmask (the way in)" };
 
-	if (ma_seccomp_check(s->t->pid, s->tid, &q, 1) == 0)
-		return true;
-	ma_err_clear();
-	return false;
+	return filter_allows(s, &q, 1);
 }
 
 static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 {
-	uint64_t ip = s->stub + MA_STUB_MARKER_END;
-	uint64_t any = 0x7f0000000000ULL; /* the address is chosen later */
+	uint64_t ip = s->stub + MA_STUB_MARKER_END, any = UNCHOSEN_ADDR;
 	struct ma_sc_query q[] = {
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
 		{ SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
@@ -1978,7 +1984,7 @@ static void count_deferred_signals(struct ma_session *s)
 
 /*
  * The mask goes back before the registers leave the stub; in between the
- * registers are the trap's (as on the way in, block_through_trap), so a
+ * registers are the trap's (as on the way in, set_regs_blocked), so a
  * memattach that dies there leaves a waiting signal to the kernel's own
  * signal code, acting on the syscall the thread was stopped in, instead
  * of to a handler run in the stub, after which the stub would restart
@@ -1986,14 +1992,10 @@ static void count_deferred_signals(struct ma_session *s)
  */
 static int unblock_through_trap(struct ma_session *s)
 {
-	struct user_regs_struct trap;
 	int rc;
 
-	if (s->trap_ok && s->stub_written) {
-		ma_arch_trap_regs(&s->saved, &s->resume, s->stub, s->area, &trap);
-		if ((rc = ma_arch_set_regs(s->tid, &trap)))
-			return rc;
-	}
+	if (s->trap_ok && s->stub_written && (rc = set_trap_regs(s)))
+		return rc;
 	return set_sigmask(s, s->sigmask);
 }
 

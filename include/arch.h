@@ -152,8 +152,6 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
  */
 #define MA_BATCH_MAX_CODE 64
 size_t ma_arch_build_batch(unsigned char *code);
-/* Fill LEN bytes of code space with trapping instructions (x86: int3). */
-void ma_arch_fill_trap(unsigned char *code, size_t len);
 /* Return value of the call, read at the stub marker. */
 uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
 

@@ -90,9 +90,7 @@ struct ma_session {
 	struct ma_map_record own[2]; /* scratch mapping, one more (ma_session_map) */
 	struct ma_cpu_state saved; /* as stopped */
 	struct user_regs_struct resume; /* what to restore (restart emulated) */
-	uint64_t scratch; /* code page (header, batch runner, append callback; r-x), */
-	size_t scratch_len; /* then buffers and the private stack (rw-) */
-	uint64_t batch_fn, append_cb;
+	uint64_t batch_fn, append_cb; /* in the stub region */
 	uint64_t data, data_len, data_used; /* bump-allocated buffers */
 	uint64_t stack_top;
 	int call_timeout_ms;
