@@ -2,6 +2,7 @@
  * arch_x86_64.c - all x86-64 knowledge: registers, xstate, call set-up,
  * syscall restart, and the self-restoring return stub.
  */
+#include <assert.h>
 #include <elf.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -191,22 +192,40 @@ uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r) { return r->rsp
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
 
 /*
- * The state area, on the borrowed thread's own stack below its red zone:
- * 16 slots popped in order (r15 ... rdi, rflags), the signal mask at 128,
- * the xsave image at 192 (64-byte aligned).
+ * The state area, on the borrowed thread's own stack below its red zone,
+ * is a signal frame's ucontext (what rt_sigreturn reads at the stack
+ * pointer): flags, link, alternate stack (16), the registers in
+ * sigcontext order (40), the signal mask (296); then the stub's own
+ * words, and the xsave image at 384 (64-byte aligned) that the
+ * sigcontext's fpstate points to, with the kernel's software fields set
+ * so that rt_sigreturn restores every component the thread uses.
  */
-#define AREA_GPRS 0
-#define AREA_SIGMASK 128
-#define AREA_PENDING 136 /* the stub's rt_sigpending result */
-#define AREA_ACTION 144	 /* the stub's rt_sigaction result (32 bytes) */
-#define AREA_BLOCK 176	 /* the signals the trap's rt_sigprocmask blocks */
-#define AREA_XSAVE 192
+#define AREA_UC_STACK 16 /* stack_t: ss_sp, ss_flags, ss_size */
+#define AREA_MC 40	 /* struct sigcontext: r8 ... r15 rdi rsi rbp rbx rdx rax rcx rsp rip eflags */
+#define MC_RAX (AREA_MC + 8 * 13)
+#define MC_RIP (AREA_MC + 8 * 16)
+#define MC_SEGS (AREA_MC + 8 * 18) /* cs, gs, fs, ss (16 bits each) */
+#define MC_FPSTATE (AREA_MC + 8 * 23)
+#define AREA_SIGMASK 296 /* uc_sigmask */
+#define AREA_PENDING 304 /* the stub's rt_sigpending result */
+#define AREA_ACTION 312	 /* the stub's rt_sigaction result (32 bytes) */
+#define AREA_BLOCK 344	 /* the signals the trap's rt_sigprocmask blocks */
+#define AREA_XSAVE 384
 #define RED_ZONE 128
 #define SA_RESTART_FLAG 0x10000000
+#define UC_FLAGS 0x7 /* UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS, as the kernel's own */
+#define SS_FLAGS_UNREAD 3 /* no valid mode: rt_sigreturn then leaves the alternate stack alone */
+#define FP_XSTATE_MAGIC1 0x46505853U
+#define FP_XSTATE_MAGIC2 0x46505845U
+#define SW_BYTES 464 /* the xsave image's software fields (struct _fpx_sw_bytes) */
+#define XFEATURE_TILE_DATA 18
+
+_Static_assert(AREA_SIGMASK == MA_AREA_SIGMASK, "arch.h's MA_AREA_SIGMASK");
+_Static_assert(AREA_UC_STACK == MA_AREA_UC_STACK, "arch.h's MA_AREA_UC_STACK");
 
 size_t ma_arch_state_area_size(size_t xlen)
 {
-	return AREA_XSAVE + ((xlen + 63) & ~(size_t)63);
+	return AREA_XSAVE + ((xlen + 4 + 63) & ~(size_t)63); /* + FP_XSTATE_MAGIC2 */
 }
 
 uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen)
@@ -215,21 +234,91 @@ uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xl
 	return (saved->rsp - RED_ZONE - 16 - ma_arch_state_area_size(xlen)) & ~(uint64_t)63;
 }
 
-void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
+static uint64_t xsave_bv(const struct ma_cpu_state *xs)
+{
+	uint64_t bv;
+
+	memcpy(&bv, xs->xstate + 512, sizeof(bv));
+	return bv;
+}
+
+/* The features the kernel lets user space have: the word it puts first in NT_X86_XSTATE's software fields. */
+static uint64_t user_features(const struct ma_cpu_state *xs)
+{
+	uint64_t f;
+	uint32_t lo, hi;
+
+	memcpy(&f, xs->xstate + SW_BYTES, sizeof(f));
+	if (f)
+		return f;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0)); /* XCR0 */
+	return (uint64_t)hi << 32 | lo;
+}
+
+/*
+ * What xrstor (ours or rt_sigreturn's) may restore: everything, except
+ * AMX tile data when the saved image does not hold it: a thread that
+ * never asked for AMX has it disabled (XFD), and touching it would fault.
+ */
+static uint64_t xrstor_mask(const struct ma_cpu_state *xs)
+{
+	return (xsave_bv(xs) & (1ULL << XFEATURE_TILE_DATA)) ? ~(uint64_t)0
+							     : ~(uint64_t)(1ULL << XFEATURE_TILE_DATA);
+}
+
+/*
+ * The size of the image rt_sigreturn restores: all of it, or up to the
+ * tile data the thread does not hold (the kernel refuses a size beyond
+ * the thread's own, and a thread without AMX has the smaller one).
+ */
+static uint32_t sigframe_xstate_size(const struct ma_cpu_state *xs)
+{
+	uint32_t a, b, c, d;
+
+	if (!(user_features(xs) & ~xrstor_mask(xs)))
+		return (uint32_t)xs->xstate_len;
+	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(XFEATURE_TILE_DATA));
+	return b && b < xs->xstate_len ? b : (uint32_t)xs->xstate_len; /* b: the tile data's offset */
+}
+
+/* The xsave image as a signal frame's fpstate: software fields and the closing magic. */
+static void put_sigframe_xstate(unsigned char *img, const struct ma_cpu_state *xs)
+{
+	uint32_t size = sigframe_xstate_size(xs), magic1 = FP_XSTATE_MAGIC1, ext = size + 4;
+	uint32_t magic2 = FP_XSTATE_MAGIC2;
+	uint64_t features = user_features(xs) & xrstor_mask(xs);
+
+	memset(img + SW_BYTES, 0, 48);
+	memcpy(img + SW_BYTES, &magic1, 4);
+	memcpy(img + SW_BYTES + 4, &ext, 4);
+	memcpy(img + SW_BYTES + 8, &features, 8);
+	memcpy(img + SW_BYTES + 16, &size, 4);
+	memcpy(img + size, &magic2, 4);
+}
+
+void ma_arch_build_area(unsigned char *area, uint64_t area_addr, const struct user_regs_struct *resume,
 			const struct ma_cpu_state *xs, uint64_t sigmask, uint64_t block)
 {
-	uint64_t gprs[16] = {
-		resume->r15, resume->r14, resume->r13, resume->r12, resume->rbp, resume->rbx,
-		resume->r11, resume->r10, resume->r9, resume->r8, resume->rax, resume->rcx,
-		resume->rdx, resume->rsi, resume->rdi, resume->eflags & ~(uint64_t)FLAG_TF,
+	uint64_t mc[18] = {
+		resume->r8,  resume->r9,  resume->r10, resume->r11, resume->r12, resume->r13,
+		resume->r14, resume->r15, resume->rdi, resume->rsi, resume->rbp, resume->rbx,
+		resume->rdx, resume->rax, resume->rcx, resume->rsp, resume->rip,
+		resume->eflags & ~(uint64_t)FLAG_TF,
 	};
+	uint16_t segs[4] = { (uint16_t)resume->cs, (uint16_t)resume->gs, (uint16_t)resume->fs,
+			     (uint16_t)resume->ss };
+	uint64_t flags = UC_FLAGS, ss_flags = SS_FLAGS_UNREAD, fpstate = area_addr + AREA_XSAVE;
 
 	memset(area, 0, ma_arch_state_area_size(xs->xstate_len));
-	memcpy(area + AREA_GPRS, gprs, sizeof(gprs));
+	memcpy(area, &flags, 8);
+	memcpy(area + AREA_UC_STACK + 8, &ss_flags, 4);
+	memcpy(area + AREA_MC, mc, sizeof(mc));
+	memcpy(area + MC_SEGS, segs, sizeof(segs));
+	memcpy(area + MC_FPSTATE, &fpstate, 8);
 	memcpy(area + AREA_SIGMASK, &sigmask, sizeof(sigmask));
 	memcpy(area + AREA_BLOCK, &block, sizeof(block));
-	/* Bytes 464..511 hold the kernel's software fields; xrstor ignores them. */
 	memcpy(area + AREA_XSAVE, xs->xstate, xs->xstate_len);
+	put_sigframe_xstate(area + AREA_XSAVE, xs); /* xrstor ignores the software fields */
 }
 
 static void put32(unsigned char *p, int32_t v)
@@ -254,19 +343,6 @@ static void emit_riprel(unsigned char *code, size_t *n, uint64_t code_addr,
 	emit(code, n, op, oplen);
 	put32(code + *n, (int32_t)(target - (code_addr + *n + 4 + tail)));
 	*n += 4;
-}
-
-/*
- * xrstor's feature mask: everything, except AMX tile data (bit 18) when
- * the saved image does not hold it: a thread that never asked for AMX has
- * it disabled (XFD), and touching it would fault.
- */
-static uint64_t xrstor_mask(const struct ma_cpu_state *xs)
-{
-	uint64_t bv;
-
-	memcpy(&bv, xs->xstate + 512, sizeof(bv));
-	return (bv & (1ULL << 18)) ? ~(uint64_t)0 : ~(uint64_t)(1ULL << 18);
 }
 
 /*
@@ -325,24 +401,122 @@ static void patch_rel8(unsigned char *code, size_t at, size_t target)
 	code[at + 1] = (unsigned char)(int8_t)((long)target - (long)(at + 2));
 }
 
+/* Where the two endings start (their syscalls: MA_STUB_*_SYSCALL_END). */
+#define STUB_SIGRETURN_ENDING (MA_STUB_ALTSTACK_SYSCALL_END - 14)
+#define STUB_POP_ENDING (MA_STUB_RESTORE_SYSCALL_END - 28)
+
+/* A disp32 operand for a state-area offset. */
+#define D32(x) (unsigned char)((x) & 0xff), (unsigned char)(((x) >> 8) & 0xff), 0x00, 0x00
+
+/*
+ * The ending that gives the thread back by rt_sigreturn, as the end of a
+ * signal handler does: registers, flags, xstate and signal mask in one
+ * step, so a signal that waits is handled with the thread's own context,
+ * never in the stub.  The alternate stack is read first, for
+ * rt_sigreturn sets it from the frame.
+ */
+static void emit_sigreturn_ending(unsigned char *code, size_t *n)
+{
+	static const unsigned char ending[] = {
+		0xb8, 0x83, 0x00, 0x00, 0x00, /* mov $131,%eax (sigaltstack) */
+		0x31, 0xff, /* xor %edi,%edi: read only */
+		0x48, 0x8d, 0x74, 0x24, MA_AREA_UC_STACK, /* lea UC_STACK(%rsp),%rsi */
+		0x0f, 0x05, /* syscall */
+		0xb8, 0x0f, 0x00, 0x00, 0x00, /* mov $15,%eax (rt_sigreturn) */
+		0x0f, 0x05, /* syscall: does not return here */
+	};
+
+	emit(code, n, ending, sizeof(ending));
+}
+
+/*
+ * The ending for a filter that forbids rt_sigreturn or sigaltstack: mask,
+ * xstate, registers (popped from the frame), then ip and stack pointer in
+ * one `ret`.  A signal that waits is handled just after the mask goes
+ * back, in the stub.
+ */
+static void emit_pop_ending(unsigned char *code, size_t *n, uint64_t stub_addr, uint64_t mask)
+{
+	static const unsigned char setmask[] = {
+		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
+		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
+		0x48, 0x8d, 0xb4, 0x24, D32(AREA_SIGMASK), /* lea SIGMASK(%rsp),%rsi */
+		0x31, 0xd2, /* xor %edx,%edx */
+		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
+		0x0f, 0x05, /* syscall */
+	};
+	static const unsigned char xrstor[] = {
+		0x48, 0x0f, 0xae, 0xac, 0x24, D32(AREA_XSAVE), /* xrstor64 XSAVE(%rsp) */
+		0x48, 0x8d, 0x64, 0x24, AREA_MC, /* lea MC(%rsp),%rsp */
+	};
+	static const unsigned char pops[] = {
+		0x41, 0x58, 0x41, 0x59, 0x41, 0x5a, 0x41, 0x5b, /* r8 r9 r10 r11 */
+		0x41, 0x5c, 0x41, 0x5d, 0x41, 0x5e, 0x41, 0x5f, /* r12 r13 r14 r15 */
+		0x5f, 0x5e, 0x5d, 0x5b, 0x5a, 0x58, 0x59, /* rdi rsi rbp rbx rdx rax rcx */
+		0x48, 0x8d, 0x64, 0x24, 0x10, /* lea 16(%rsp),%rsp: past rsp and rip */
+		0x9d, /* popfq */
+	};
+	static const unsigned char mov_rsp[] = { 0x48, 0x8b, 0x25 }; /* mov d(%rip),%rsp */
+	static const unsigned char ret_red[] = { 0xc2, RED_ZONE, 0x00 }; /* ret $128 */
+	unsigned char mov_eax[5] = { 0xb8 }, mov_edx[5] = { 0xba };
+
+	emit(code, n, setmask, sizeof(setmask));
+	put32(mov_eax + 1, (int32_t)(uint32_t)mask);
+	put32(mov_edx + 1, (int32_t)(uint32_t)(mask >> 32));
+	emit(code, n, mov_eax, sizeof(mov_eax));
+	emit(code, n, mov_edx, sizeof(mov_edx));
+	emit(code, n, xrstor, sizeof(xrstor));
+	emit(code, n, pops, sizeof(pops));
+	/* rsp at the ip's slot, then ip and rsp back in one instruction: no signal comes between. */
+	emit_riprel(code, n, stub_addr, mov_rsp, sizeof(mov_rsp), stub_addr + MA_STUB_SLOT_RSP, 0);
+	emit(code, n, ret_red, sizeof(ret_red));
+}
+
+/* A rel32 jump (E9) at *N to TARGET. */
+static void emit_jmp32(unsigned char *code, size_t *n, size_t target)
+{
+	code[(*n)++] = 0xe9;
+	put32(code + *n, (int32_t)((long)target - (long)(*n + 4)));
+	*n += 4;
+}
+
+/*
+ * The two ways the restore path ends.  rt_sigreturn gives a waiting
+ * signal the thread's own context, but it also discards a syscall's
+ * restart block (nanosleep, a timed futex or poll stopped with
+ * -ERESTART_RESTARTBLOCK resume through restart_syscall, which then
+ * fails with EINTR): such a restart pops instead, as does everything
+ * under a seccomp filter that forbids rt_sigreturn or sigaltstack.
+ */
+static bool restart_needs_block(const struct ma_cpu_state *xs, const struct user_regs_struct *resume)
+{
+	return resume->rax == NR_restart_syscall && resume->rip + MA_SYSCALL_INSN_LEN == xs->regs.rip;
+}
+
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
-			  bool may_ask)
+			  bool may_ask, bool by_sigreturn)
 {
 	static const unsigned char marker[] = {
 		0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
 		0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
 		0x0f, 0x05, /* syscall  <- the tracer stops here */
+		0xeb, 0x00, /* jmp the restore path, past the trap (patched) */
+	};
+	static const unsigned char trap[] = {
+		0x0f, 0x05, /* syscall: what the kernel restarts into */
+		0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
+		0x75, 0x00, /* jne the restore path (patched) */
 	};
 	static const unsigned char movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
 	static const unsigned char cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
 	static const unsigned char pending[] = {
 		0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
-		0x48, 0x8d, 0xbc, 0x24, AREA_PENDING, 0x00, 0x00, 0x00, /* lea PENDING(%rsp),%rdi */
+		0x48, 0x8d, 0xbc, 0x24, D32(AREA_PENDING), /* lea PENDING(%rsp),%rdi */
 		0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
 		0x0f, 0x05, /* syscall */
-		0x48, 0x8b, 0x9c, 0x24, AREA_PENDING, 0x00, 0x00, 0x00, /* mov PENDING(%rsp),%rbx */
-		0x48, 0x8b, 0x8c, 0x24, AREA_SIGMASK, 0x00, 0x00, 0x00, /* mov SIGMASK(%rsp),%rcx */
+		0x48, 0x8b, 0x9c, 0x24, D32(AREA_PENDING), /* mov PENDING(%rsp),%rbx */
+		0x48, 0x8b, 0x8c, 0x24, D32(AREA_SIGMASK), /* mov SIGMASK(%rsp),%rcx */
 		0x48, 0xf7, 0xd1, /* not %rcx */
 		0x48, 0x21, 0xcb, /* and %rcx,%rbx: pending, and unblocked once the mask is back */
 	};
@@ -355,59 +529,49 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 		0xff, 0xc7, /* inc %edi: the signal number */
 		0xb8, 0x0d, 0x00, 0x00, 0x00, /* mov $13,%eax (rt_sigaction) */
 		0x31, 0xf6, /* xor %esi,%esi */
-		0x48, 0x8d, 0x94, 0x24, AREA_ACTION, 0x00, 0x00, 0x00, /* lea ACTION(%rsp),%rdx */
+		0x48, 0x8d, 0x94, 0x24, D32(AREA_ACTION), /* lea ACTION(%rsp),%rdx */
 		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
 		0x0f, 0x05, /* syscall */
 		0x85, 0xc0, /* test %eax,%eax */
 		0x75, 0x00, /* jnz loop (patched) */
-		0x48, 0x83, 0xbc, 0x24, AREA_ACTION, 0x00, 0x00, 0x00, 0x01, /* cmpq $1,ACTION(%rsp) */
+		0x48, 0x83, 0xbc, 0x24, D32(AREA_ACTION), 0x01, /* cmpq $1,ACTION(%rsp) */
 		0x76, 0x00, /* jbe loop: SIG_DFL or SIG_IGN runs no handler (patched) */
-		0x48, 0x8b, 0x84, 0x24, AREA_ACTION + 8, 0x00, 0x00, 0x00, /* mov ACTION+8(%rsp),%rax */
+		0x48, 0x8b, 0x84, 0x24, D32(AREA_ACTION + 8), /* mov ACTION+8(%rsp),%rax */
 	};
 	static const unsigned char and_restart[] = { 0x48, 0x23, 0x05 }; /* and d(%rip),%rax */
+	static const unsigned char jnz8[] = { 0x75, 0x00 }; /* jnz keep: the kernel would restart (patched) */
 	static const unsigned char eintr[] = {
-		0x75, 0x00, /* jnz keep: the kernel would restart (patched) */
-		0x48, 0xc7, 0x44, 0x24, AREA_GPRS + 8 * 10, 0xfc, 0xff, 0xff, 0xff, /* movq $-4,rax slot */
+		0x48, 0xc7, 0x84, 0x24, D32(MC_RAX), 0xfc, 0xff, 0xff, 0xff, /* movq $-4,rax in the frame */
 	};
 	static const unsigned char mov_rax[] = { 0x48, 0x8b, 0x05 }; /* mov d(%rip),%rax */
-	static const unsigned char jmp8[] = { 0xeb, 0x00 }; /* jmp store (patched) */
 	static const unsigned char je32[] = { 0x0f, 0x84, 0, 0, 0, 0 }; /* je keep (patched) */
 	static const unsigned char store_rip[] = { 0x48, 0x89, 0x84, 0x24 }; /* mov %rax,d(%rsp) */
-	static const unsigned char setmask[] = {
-		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
-		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
-		0x48, 0x8d, 0xb4, 0x24, AREA_SIGMASK, 0x00, 0x00, 0x00, /* lea 128(%rsp),%rsi */
-		0x31, 0xd2, /* xor %edx,%edx */
-		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
-		0x0f, 0x05, /* syscall */
-	};
-	static const unsigned char xrstor[] = {
-		0x48, 0x0f, 0xae, 0xac, 0x24, AREA_XSAVE, 0x00, 0x00, 0x00, /* xrstor64 192(%rsp) */
-	};
-	static const unsigned char pops[] = {
-		0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, /* r15 r14 r13 r12 */
-		0x5d, 0x5b, 0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, /* rbp rbx r11 r10 r9 */
-		0x41, 0x58, 0x58, 0x59, 0x5a, 0x5e, 0x5f, /* r8 rax rcx rdx rsi rdi */
-		0x9d, /* popfq */
-	};
-	static const unsigned char mov_rsp[] = { 0x48, 0x8b, 0x25 }; /* mov d(%rip),%rsp */
-	static const unsigned char ret_red[] = { 0xc2, RED_ZONE, 0x00 }; /* ret $128 */
-	static const unsigned char trap[] = {
-		0x0f, 0x05, /* syscall: what the kernel restarts into */
-		0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
-		0x0f, 0x85, 0, 0, 0, 0, /* jne MARKER_END (patched) */
-	};
-	static const unsigned char jmp32[] = { 0xe9, 0, 0, 0, 0 }; /* jmp to the EINTR ending (patched) */
-	uint64_t mask = xrstor_mask(xs), rip_slot = resume->rsp - RED_ZONE - 8;
+	uint64_t rip_slot = resume->rsp - RED_ZONE - 8;
 	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
-	unsigned char mov_eax[5] = { 0xb8 }, mov_edx[5] = { 0xba };
-	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, j_store, keep;
-	int32_t rip_off = (int32_t)(rip_slot - area_addr);
+	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, entry, j_trap, eintr_at;
+	bool keep_sigreturns = by_sigreturn && !restart_needs_block(xs, resume);
+	/* The pop ending's `ret` takes the ip from below the red zone; rt_sigreturn from the frame. */
+	int32_t pop_rip = (int32_t)(rip_slot - area_addr);
 
 	eintr_rule(xs, resume, may_ask, &watch, &restart);
 	memset(code, 0xcc, MA_STUB_REGION);
 	emit(code, &n, marker, sizeof(marker));
-	/* n == MA_STUB_MARKER_END: the self-restore path. */
+	/*
+	 * The trap (ma_arch_trap_regs): the kernel's signal code either ran
+	 * a handler and ended the syscall with EINTR (then here, rax -EINTR),
+	 * or restarted it as our rt_sigprocmask(SIG_BLOCK) (then here, rax 0,
+	 * signals blocked): the restore path, as after the marker.
+	 */
+	emit(code, &n, trap, sizeof(trap));
+	j_trap = n - 2;
+	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
+	emit(code, &n, (const unsigned char *)&area_addr, 8);
+	eintr_at = n; /* jmp32 to the EINTR branch, patched below */
+	n += 5;
+	/* The restore path, from the marker or the trap. */
+	entry = n;
+	patch_rel8(code, MA_STUB_MARKER_END, entry);
+	patch_rel8(code, j_trap, entry);
 	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
 	emit(code, &n, (const unsigned char *)&area_addr, 8);
 	/*
@@ -429,44 +593,38 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	emit_riprel(code, &n, stub_addr, and_restart, sizeof(and_restart),
 		    stub_addr + MA_STUB_SLOT_RESTART, 0);
 	j_restart = n;
+	emit(code, &n, jnz8, sizeof(jnz8));
+	/* EINTR: rax -EINTR and the ip after the syscall, then the ending. */
+	{
+		size_t at = eintr_at;
+
+		emit_jmp32(code, &at, n);
+	}
 	emit(code, &n, eintr, sizeof(eintr));
 	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP_EINTR, 0);
-	j_store = n;
-	emit(code, &n, jmp8, sizeof(jmp8));
+	emit(code, &n, store_rip, sizeof(store_rip));
+	put32(code + n, by_sigreturn ? MC_RIP : pop_rip);
+	n += 4;
+	emit_jmp32(code, &n, by_sigreturn ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
+	/* Keep: resume as RESUME says (a restart, or no syscall at all). */
 	keep = n;
 	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP, 0);
+	emit(code, &n, store_rip, sizeof(store_rip));
+	put32(code + n, keep_sigreturns ? MC_RIP : pop_rip);
+	n += 4;
+	emit_jmp32(code, &n, keep_sigreturns ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
 	put32(code + j_skip + 2, (int32_t)((long)keep - (long)(j_skip + sizeof(je32))));
 	patch_rel8(code, j_done, keep);
 	patch_rel8(code, j_err, loop);
 	patch_rel8(code, j_dfl, loop);
 	patch_rel8(code, j_restart, keep);
-	patch_rel8(code, j_store, n);
-	/* The ip goes just below the red zone, where `ret $128` takes it from. */
-	emit(code, &n, store_rip, sizeof(store_rip));
-	put32(code + n, rip_off);
-	n += 4;
-	emit(code, &n, setmask, sizeof(setmask));
-	put32(mov_eax + 1, (int32_t)(uint32_t)mask);
-	put32(mov_edx + 1, (int32_t)(uint32_t)(mask >> 32));
-	emit(code, &n, mov_eax, sizeof(mov_eax));
-	emit(code, &n, mov_edx, sizeof(mov_edx));
-	emit(code, &n, xrstor, sizeof(xrstor));
-	emit(code, &n, pops, sizeof(pops));
-	/* rsp at the ip's slot, then ip and rsp back in one instruction: no signal comes between. */
-	emit_riprel(code, &n, stub_addr, mov_rsp, sizeof(mov_rsp), stub_addr + MA_STUB_SLOT_RSP, 0);
-	emit(code, &n, ret_red, sizeof(ret_red));
-	/*
-	 * The trap (ma_arch_trap_regs): the kernel's signal code either ran
-	 * a handler and ended the syscall with EINTR (then here, rax -EINTR),
-	 * or restarted it as our rt_sigprocmask(SIG_BLOCK) (then here, rax 0,
-	 * signals blocked): the self-restore path, as after the marker.
-	 */
-	emit(code, &n, trap, sizeof(trap));
-	put32(code + n - 4, (int32_t)((long)MA_STUB_MARKER_END - (long)n));
-	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
-	emit(code, &n, (const unsigned char *)&area_addr, 8);
-	emit(code, &n, jmp32, sizeof(jmp32));
-	put32(code + n - 4, (int32_t)((long)(j_restart + 2) - (long)n));
+	assert(n <= STUB_SIGRETURN_ENDING);
+	n = STUB_SIGRETURN_ENDING;
+	emit_sigreturn_ending(code, &n);
+	assert(n <= STUB_POP_ENDING);
+	n = STUB_POP_ENDING;
+	emit_pop_ending(code, &n, stub_addr, xrstor_mask(xs));
+	assert(n <= MA_STUB_SLOT_RSP);
 	memcpy(code + MA_STUB_SLOT_RSP, &rip_slot, 8);
 	memcpy(code + MA_STUB_SLOT_RIP, &rip, 8);
 	memcpy(code + MA_STUB_SLOT_RIP_EINTR, &rip_eintr, 8);

@@ -1449,6 +1449,22 @@ static bool stub_may_ask_signals(struct ma_session *s)
 	return filter_allows(s, q, sizeof(q) / sizeof(q[0]));
 }
 
+/*
+ * May the stub end in rt_sigreturn (after reading the alternate stack)?
+ * Else it ends by popping the registers, after its rt_sigprocmask.
+ */
+static bool stub_may_sigreturn(struct ma_session *s)
+{
+	struct ma_sc_query q[] = {
+		{ SYS_sigaltstack, { 0, s->area + MA_AREA_UC_STACK }, s->stub + MA_STUB_ALTSTACK_SYSCALL_END,
+		  "sigaltstack (the stub's self-restore)" },
+		{ SYS_rt_sigreturn, { 0 }, s->stub + MA_STUB_SIGRETURN_SYSCALL_END,
+		  "rt_sigreturn (the stub's self-restore)" },
+	};
+
+	return filter_allows(s, q, sizeof(q) / sizeof(q[0]));
+}
+
 /* May the trap's rt_sigprocmask run (ma_arch_trap_regs)?  Else the old way in. */
 static bool trap_allowed(struct ma_session *s)
 {
@@ -1463,8 +1479,6 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	uint64_t ip = s->stub + MA_STUB_MARKER_END, any = UNCHOSEN_ADDR;
 	struct ma_sc_query q[] = {
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
-		{ SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
-		  s->stub + MA_STUB_RESTORE_SYSCALL_END, "rt_sigprocmask (the stub's self-restore)" },
 		/* What jemalloc itself does inside our calls (purge, decay, locks). */
 		{ SYS_madvise, { any, PAGE, MADV_DONTNEED, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
 		{ SYS_madvise, { any, PAGE, MADV_FREE, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
@@ -1478,14 +1492,21 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 		  ip, "mmap (memattach's scratch area)" },
 		{ SYS_munmap, { any, HEADER_PAGE + data_len, 0, 0, 0, 0 }, ip, "munmap" },
 	};
+	/* Needed only by the pop ending. */
+	struct ma_sc_query qmask = { SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
+				     s->stub + MA_STUB_RESTORE_SYSCALL_END,
+				     "rt_sigprocmask (the stub's self-restore)" };
 	int mode = ma_seccomp_mode(s->t->pid, s->tid), rc;
 
-	s->stub_asks_signals = s->trap_ok = true;
+	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = true;
 	if (mode == 0)
 		return 0;
 	s->filtered = true;
 	if ((rc = ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]))) ||
 	    (!on_stack && (rc = ma_seccomp_check(s->t->pid, s->tid, qmap, 2))))
+		return rc;
+	s->stub_sigreturns = stub_may_sigreturn(s);
+	if (!s->stub_sigreturns && (rc = ma_seccomp_check(s->t->pid, s->tid, &qmask, 1)))
 		return rc;
 	s->stub_asks_signals = stub_may_ask_signals(s);
 	s->trap_ok = trap_allowed(s);
@@ -1514,16 +1535,15 @@ static int write_stub(struct ma_session *s)
 	struct ma_stub_header h;
 	int rc;
 
-	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
-	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
 	if (!(area = aligned_alloc(64, s->area_len)))
 		return ma_fail(MA_E_NOMEM, "out of memory");
-	ma_arch_build_area(area, &s->resume, &s->saved, s->sigmask, borrowed_mask());
+	ma_arch_build_area(area, s->area, &s->resume, &s->saved, s->sigmask, borrowed_mask());
 	rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len);
 	free(area);
 	if (rc)
 		return rc;
-	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved, s->stub_asks_signals);
+	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved, s->stub_asks_signals,
+			   s->stub_sigreturns);
 	ma_arch_build_batch(stub + MA_STUB_BATCH);
 	ma_arch_build_append_cb(stub + MA_STUB_APPEND, MA_APPEND_CB_MAX);
 	s->batch_fn = s->stub + MA_STUB_BATCH;
@@ -1698,11 +1718,10 @@ static int map_scratch(struct ma_session *s, size_t data_size)
  */
 static bool scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
 {
-	uint64_t area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
 	uint64_t bottom = stack_bottom(s);
 
-	return data_size <= ON_STACK_MAX && bottom && area > bottom &&
-	       area - bottom > data_size + ON_STACK_ROOM;
+	return data_size <= ON_STACK_MAX && bottom && s->area > bottom &&
+	       s->area - bottom > data_size + ON_STACK_ROOM;
 }
 
 static void scratch_on_stack(struct ma_session *s, size_t data_size)
@@ -1749,6 +1768,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	for (size_t i = 0; i < t->nstub_sites; i++)
 		stale_found |= stale[i];
+	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
+	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
 	on_stack = o->data_size && scratch_fits_on_stack(s, data);
 	if ((rc = check_seccomp(s, data + STACK_SIZE, on_stack)))
 		goto fail;

@@ -98,26 +98,29 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
 #define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
 #define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
 #define MA_STUB_MARKER_NR 39 /* __NR_getpid */
-#define MA_STUB_PENDING_SYSCALL_END 54 /* after the restore path's rt_sigpending */
-#define MA_STUB_ACTION_SYSCALL_END 121 /* after the restore path's rt_sigaction */
-#define MA_STUB_RESTORE_SYSCALL_END 214 /* after the restore path's rt_sigprocmask */
-#define MA_STUB_TRAP_END 269 /* after the trap's `syscall` (ma_arch_trap_regs) */
-#define MA_STUB_SLOT_RSP 296 /* the stack pointer the final `ret` starts from */
-#define MA_STUB_SLOT_RIP 304 /* the resume ip */
-#define MA_STUB_SLOT_RIP_EINTR 312 /* the ip when the syscall ends with EINTR */
-#define MA_STUB_SLOT_WATCH 320 /* 0: no pending signal can change the resume */
-#define MA_STUB_SLOT_RESTART 328 /* sa_flags that still mean restart */
-#define MA_STUB_HEADER 336 /* the session's header (remote.h) */
-#define MA_STUB_BATCH 512 /* the batch runner (ma_arch_build_batch) */
-#define MA_STUB_APPEND 576 /* the append callback (ma_arch_build_append_cb) */
-#define MA_STUB_REGION 640
+#define MA_STUB_TRAP_END 14 /* after the trap's `syscall` (ma_arch_trap_regs) */
+#define MA_STUB_PENDING_SYSCALL_END 79 /* after the restore path's rt_sigpending */
+#define MA_STUB_ACTION_SYSCALL_END 146 /* after the restore path's rt_sigaction */
+/* The two endings of the restore path (ma_arch_build_stub's BY_SIGRETURN): */
+#define MA_STUB_ALTSTACK_SYSCALL_END 244 /* after sigaltstack (read the alternate stack) */
+#define MA_STUB_SIGRETURN_SYSCALL_END 251 /* after rt_sigreturn */
+#define MA_STUB_RESTORE_SYSCALL_END 279 /* after the pop ending's rt_sigprocmask */
+#define MA_STUB_SLOT_RSP 344 /* the stack pointer the pop ending's `ret` starts from */
+#define MA_STUB_SLOT_RIP 352 /* the resume ip */
+#define MA_STUB_SLOT_RIP_EINTR 360 /* the ip when the syscall ends with EINTR */
+#define MA_STUB_SLOT_WATCH 368 /* 0: no pending signal can change the resume */
+#define MA_STUB_SLOT_RESTART 376 /* sa_flags that still mean restart */
+#define MA_STUB_HEADER 384 /* the session's header (remote.h) */
+#define MA_STUB_BATCH 552 /* the batch runner (ma_arch_build_batch) */
+#define MA_STUB_APPEND 616 /* the append callback (ma_arch_build_append_cb) */
+#define MA_STUB_REGION 672
 
 /* Size of the state area for an xstate image of XLEN bytes. */
 size_t ma_arch_state_area_size(size_t xlen);
 /* Where the state area goes: below SAVED's red zone, 64-byte aligned. */
 uint64_t ma_arch_state_area_addr(const struct user_regs_struct *saved, size_t xlen);
 /* The state area image restoring RESUME, XS and SIGMASK (BLOCK: what the trap blocks). */
-void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resume,
+void ma_arch_build_area(unsigned char *area, uint64_t area_addr, const struct user_regs_struct *resume,
 			const struct ma_cpu_state *xs, uint64_t sigmask, uint64_t block);
 /*
  * The first registers a borrowed thread gets, before its signals are
@@ -132,8 +135,9 @@ void ma_arch_build_area(unsigned char *area, const struct user_regs_struct *resu
  */
 void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_struct *resume,
 		       uint64_t stub_addr, uint64_t area_addr, struct user_regs_struct *out);
-/* Offset of the signal mask in the state area. */
-#define MA_AREA_SIGMASK 128
+/* Offsets in the state area: the signal mask, the alternate stack (stack_t). */
+#define MA_AREA_SIGMASK 296
+#define MA_AREA_UC_STACK 16
 /*
  * Build the stub (MA_STUB_REGION bytes, for address STUB_ADDR, restoring
  * from the area at AREA_ADDR and jumping to RESUME's ip, or with EINTR
@@ -143,7 +147,7 @@ void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_str
  */
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
-			  bool may_ask);
+			  bool may_ask, bool by_sigreturn);
 /*
  * Build the batch runner into CODE: batch(entries, n) calls each entry's
  * function with its six arguments and stores the result (struct
@@ -164,7 +168,7 @@ uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);
  * calls nothing.  Writes the code into CODE (CAP bytes); returns its
  * length, or 0 if CAP is too small.
  */
-#define MA_APPEND_CB_MAX 64
+#define MA_APPEND_CB_MAX (MA_STUB_REGION - MA_STUB_APPEND)
 size_t ma_arch_build_append_cb(unsigned char *code, size_t cap);
 
 /* Syscalls by number, as /proc/TID/syscall shows them. */

@@ -68,6 +68,7 @@ struct ma_session {
 	bool filtered; /* a seccomp filter judges our syscalls */
 	bool stub_asks_signals; /* the stub's self-restore may ask about waiting signals */
 	bool trap_ok; /* the way in may go through the trap (ma_arch_trap_regs) */
+	bool stub_sigreturns; /* the stub's self-restore ends in rt_sigreturn */
 	bool changed; /* registers or signal mask changed: restore on close */
 	bool mask_blocked;
 	bool stub_written;

@@ -69,7 +69,7 @@ struct ma_proc_status {
 struct ma_stub_site {
 	uint64_t addr; /* 16-byte aligned; MA_STUB_REGION bytes (arch.h) */
 	size_t map_index; /* the private r-x file mapping holding it */
-	unsigned char orig[640]; /* the file's bytes there (>= MA_STUB_REGION) */
+	unsigned char orig[672]; /* the file's bytes there (>= MA_STUB_REGION) */
 };
 
 struct ma_target {

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <stdio.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "arch.h"
@@ -37,8 +38,21 @@ static void offsets(void)
 	memset(&r, 0, sizeof(r));
 	r.rsp = 0x7fff00001000;
 	r.rip = 0x401000;
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true);
-	CHECK("stub: code ends before the slots", n <= MA_STUB_SLOT_RSP);
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true, true);
+	CHECK("stub (rt_sigreturn ending): code ends before the slots", n <= MA_STUB_SLOT_RSP);
+	CHECK("stub (rt_sigreturn ending): sigaltstack, rt_sigreturn and the trap's syscall end at "
+	      "MA_STUB_{ALTSTACK,SIGRETURN}_SYSCALL_END, MA_STUB_TRAP_END",
+	      is_syscall(code, MA_STUB_ALTSTACK_SYSCALL_END) &&
+		      is_syscall(code, MA_STUB_SIGRETURN_SYSCALL_END) && is_syscall(code, MA_STUB_TRAP_END) &&
+		      code[MA_STUB_ALTSTACK_SYSCALL_END - 14] == 0xb8 && code[MA_STUB_ALTSTACK_SYSCALL_END - 13] == 131 &&
+		      code[MA_STUB_SIGRETURN_SYSCALL_END - 7] == 0xb8 && code[MA_STUB_SIGRETURN_SYSCALL_END - 6] == 15);
+	CHECK("stub: header, batch runner and append callback fit between the slots and the region's end",
+	      MA_STUB_HEADER + 168 <= MA_STUB_BATCH && MA_STUB_BATCH - MA_STUB_HEADER >= 168 &&
+		      MA_STUB_BATCH + ma_arch_build_batch(code + MA_STUB_BATCH) <= MA_STUB_APPEND &&
+		      ma_arch_build_append_cb(code + MA_STUB_APPEND, MA_APPEND_CB_MAX) > 0);
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true, false);
+	CHECK("stub (pop ending): code ends before the slots, trap's syscall at MA_STUB_TRAP_END",
+	      n <= MA_STUB_SLOT_RSP && is_syscall(code, MA_STUB_TRAP_END));
 	CHECK("stub: syscall at MA_STUB_SYSCALL",
 	      code[MA_STUB_SYSCALL] == 0x0f && code[MA_STUB_SYSCALL + 1] == 0x05);
 	CHECK("stub: marker end follows it", MA_STUB_MARKER_END == MA_STUB_SYSCALL + 2);
@@ -58,10 +72,18 @@ static void offsets(void)
 	ma_arch_state_free(&xs);
 }
 
-/* Filled by the landing code: the registers as the stub left them. */
+/* Filled by the landing code: the registers as the stub left them, and ymm0. */
 uint64_t landed[17];
+unsigned char landed_ymm0[32];
+static unsigned char want_ymm0[32];
+/* The alternate stack the child set up: it must be the same after the stub. */
+static stack_t want_altstack;
+/* A handler saw a context (registers, ip, stack pointer, xmm0) that is not the thread's own. */
+static volatile int context_bad;
+static bool check_context;
 static uint64_t want[17];
 static uint64_t want_mask;
+static uint64_t want_rip; /* where the thread resumes: a handler's context has it */
 /* 1: the stub restarted the syscall, 2: it resumed after it (EINTR) */
 volatile uint64_t outcome;
 static uint64_t want_outcome;
@@ -89,6 +111,7 @@ __asm__(".text\n"
 	"  mov %r10, landed+72(%rip)\n  mov %r11, landed+80(%rip)\n  mov %r12, landed+88(%rip)\n"
 	"  mov %r13, landed+96(%rip)\n  mov %r14, landed+104(%rip)\n  mov %r15, landed+112(%rip)\n"
 	"  mov %rsp, landed+120(%rip)\n  pushfq\n  popq landed+128(%rip)\n"
+	"  vmovdqu %ymm0, landed_ymm0(%rip)\n"
 	"  and $-16, %rsp\n  call check_landed\n  hlt\n");
 
 /* Exit status 0 if every register, the flags, the mask and the outcome came back. */
@@ -98,8 +121,10 @@ void check_landed(void)
 	uint64_t m = 0;
 
 	for (int i = 0; i < 17; i++)
-		if (landed[i] != want[i])
+		if (landed[i] != want[i]) {
+			fprintf(stderr, "# register %d: %#lx, want %#lx\n", i, (unsigned long)landed[i], (unsigned long)want[i]);
 			_exit(10 + i);
+		}
 	sigprocmask(SIG_BLOCK, NULL, &cur);
 	for (int sig = 1; sig <= 64; sig++)
 		if (sigismember(&cur, sig) == 1)
@@ -111,17 +136,53 @@ void check_landed(void)
 	for (int sig = 1; sig <= 64; sig++)
 		if (handled[sig] != want_handled[sig])
 			_exit(7);
+	if (memcmp(landed_ymm0, want_ymm0, 32) != 0)
+		_exit(6);
+	{
+		stack_t ss;
+
+		if (sigaltstack(NULL, &ss) != 0 || ss.ss_sp != want_altstack.ss_sp ||
+		    ss.ss_size != want_altstack.ss_size || ss.ss_flags != want_altstack.ss_flags)
+			_exit(5);
+	}
+	if (context_bad)
+		_exit(4);
 	_exit(0);
 }
 
+/* The scenarios' handler (run with SA_SIGINFO): counts, and checks the context it was given. */
 static void on_signal(int sig)
 {
 	handled[sig]++;
 }
 
+static void on_signal_info(int sig, siginfo_t *si, void *ucv)
+{
+	const ucontext_t *uc = ucv;
+	const greg_t *g = uc->uc_mcontext.gregs;
+	/* want[]: rax rbx rcx rdx rsi rdi rbp r8 ... r15 rsp; rip is the landing's */
+	static const int regs[16] = { REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI, REG_RBP,
+				      REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14,
+				      REG_R15, REG_RSP };
+
+	(void)si;
+	on_signal(sig);
+	/* Two handlers at once: the kernel sets up the second on top of the first (its ip is the handler's). */
+	if (!check_context || g[REG_RIP] == (greg_t)(uintptr_t)on_signal_info)
+		return;
+	for (int i = 0; i < 16; i++)
+		if ((uint64_t)g[regs[i]] != want[i])
+			context_bad = 1;
+	if ((uint64_t)g[REG_RIP] != want_rip)
+		context_bad = 1;
+	if (memcmp(uc->uc_mcontext.fpregs->_xmm[0].element, want_ymm0, 16) != 0)
+		context_bad = 1;
+}
+
 #define ERESTARTSYS 512
 #define ERESTARTNOINTR 513
 #define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
 #define NO_HANDLER ((void (*)(int))0) /* leave the disposition as it is */
 
 /* One signal the child makes pending (blocked) before it runs the stub. */
@@ -142,8 +203,29 @@ struct scenario {
 	long trap_rax; /* 0: enter after the marker; else at the trap's end with this rax */
 };
 
+/*
+ * A legacy+AVX xsave image (standard format) of 832 bytes: default FCW
+ * and MXCSR, xmm0 and the upper half of ymm0 set, all else in init state.
+ */
+static void avx_image(struct ma_cpu_state *xs)
+{
+	memset(xs->xstate, 0, MA_XSTATE_MAX);
+	xs->xstate[0] = 0x7f;
+	xs->xstate[1] = 0x03;
+	xs->xstate[24] = 0x80;
+	xs->xstate[25] = 0x1f;
+	xs->xstate[512] = 0x7; /* XSTATE_BV: x87, SSE, AVX */
+	for (int i = 0; i < 16; i++) {
+		want_ymm0[i] = (unsigned char)(0xa0 + i);      /* xmm0 at 160 */
+		want_ymm0[16 + i] = (unsigned char)(0x50 + i); /* its upper half at 576 */
+	}
+	memcpy(xs->xstate + 160, want_ymm0, 16);
+	memcpy(xs->xstate + 576, want_ymm0 + 16, 16);
+	xs->xstate_len = 832;
+}
+
 /* The stub built for a thread stopped as SC says, run for real in a child. */
-static void self_restore(const struct scenario *sc)
+static void self_restore(const struct scenario *sc, bool by_sigreturn)
 {
 	unsigned char *stub = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	size_t stack_len = 1 << 16;
@@ -157,18 +239,13 @@ static void self_restore(const struct scenario *sc)
 	char name[160];
 
 	ma_arch_state_alloc(&xs);
-	memset(xs.xstate, 0, MA_XSTATE_MAX);
-	/* A legacy-only xsave image: default FCW and MXCSR, everything else in init state. */
-	xs.xstate[0] = 0x7f;
-	xs.xstate[1] = 0x03;
-	xs.xstate[24] = 0x80;
-	xs.xstate[25] = 0x1f;
-	xs.xstate_len = 576;
+	avx_image(&xs);
 	memset(&r, 0, sizeof(r));
 	r.rax = 101, r.rbx = 102, r.rcx = 103, r.rdx = 104, r.rsi = 105, r.rdi = 106, r.rbp = 107;
 	r.r8 = 108, r.r9 = 109, r.r10 = 110, r.r11 = 111, r.r12 = 112, r.r13 = 113, r.r14 = 114;
 	r.r15 = 115;
 	r.eflags = 0x202 | 0x1 | 0x80; /* IF, CF, SF */
+	r.cs = 0x33, r.ss = 0x2b; /* user code and stack segments, as PTRACE_GETREGS gives them */
 	r.rsp = (uint64_t)(stack + stack_len - 256);
 	r.rip = (uint64_t)landing;
 	xs.regs = r; /* as stopped: not in a syscall */
@@ -179,7 +256,7 @@ static void self_restore(const struct scenario *sc)
 		xs.regs.rax = (uint64_t)sc->stopped_ax;
 		xs.regs.orig_rax = 0;
 		r.rip = (uint64_t)syscall_pad;
-		r.rax = 0;
+		r.rax = sc->stopped_ax == -ERESTART_RESTARTBLOCK ? 219 /* restart_syscall */ : 0;
 		want_outcome = sc->want_eintr ? 2 : 1;
 	}
 	{
@@ -189,6 +266,8 @@ static void self_restore(const struct scenario *sc)
 
 		memcpy(want, w, sizeof(w));
 	}
+	want_rip = r.rip + (sc->want_eintr ? 2 : 0);
+	check_context = by_sigreturn;
 	want_mask = 1ULL << (SIGUSR2 - 1);
 	memset(want_handled, 0, sizeof(want_handled));
 	for (int i = 0; i < sc->nsigs; i++) {
@@ -199,17 +278,21 @@ static void self_restore(const struct scenario *sc)
 	}
 	area = ma_arch_state_area_addr(&r, xs.xstate_len);
 	img = aligned_alloc(64, ma_arch_state_area_size(xs.xstate_len));
-	ma_arch_build_area(img, &r, &xs, want_mask, ~0ULL);
+	ma_arch_build_area(img, area, &r, &xs, want_mask, ~0ULL);
 	memcpy((void *)area, img, ma_arch_state_area_size(xs.xstate_len));
 	/* Below the red zone: what the ip slot held before must not matter. */
 	*(uint64_t *)(r.rsp - 136) = 0xdeadbeef;
-	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs, sc->may_ask);
+	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs, sc->may_ask, by_sigreturn);
 	mprotect(stub, 4096, PROT_READ | PROT_EXEC);
 	/* In a child, signals pending and blocked, other registers: run the restore path. */
 	child = fork();
 	if (child == 0) {
 		sigset_t all, none;
 
+		static char alt[1 << 16];
+
+		want_altstack = (stack_t){ .ss_sp = alt, .ss_size = sizeof(alt), .ss_flags = 0 };
+		sigaltstack(&want_altstack, NULL);
 		sigfillset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
 		for (int i = 0; i < sc->nsigs; i++) {
@@ -218,11 +301,17 @@ static void self_restore(const struct scenario *sc)
 			memset(&sa, 0, sizeof(sa));
 			sa.sa_handler = sc->sigs[i].handler;
 			sa.sa_flags = sc->sigs[i].flags;
+			if (sc->sigs[i].handler == on_signal) {
+				sa.sa_sigaction = on_signal_info;
+				sa.sa_flags |= SA_SIGINFO;
+			}
 			if (sc->sigs[i].handler != NO_HANDLER)
 				sigaction(sc->sigs[i].sig, &sa, NULL);
 			kill(getpid(), sc->sigs[i].sig);
 		}
 		sigemptyset(&none);
+		/* Not what the stub must restore: */
+		__asm__ volatile("vpcmpeqd %%ymm0, %%ymm0, %%ymm0" ::: "xmm0");
 		if (sc->trap_rax)
 			__asm__ volatile("mov %0, %%rsp\n mov %2, %%rax\n jmp *%1\n" ::"r"(area - 512),
 					 "r"((uint64_t)stub + MA_STUB_TRAP_END), "r"(sc->trap_rax));
@@ -231,12 +320,14 @@ static void self_restore(const struct scenario *sc)
 		_exit(99);
 	}
 	waitpid(child, &status, 0);
-	snprintf(name, sizeof(name), "self-restore, %s: registers, flags, stack pointer, mask, %s",
-		 sc->name, !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
+	snprintf(name, sizeof(name), "self-restore (%s ending), %s: registers, flags, stack pointer, "
+		 "mask, ymm0, alternate stack%s, %s", by_sigreturn ? "rt_sigreturn" : "pop", sc->name,
+		 by_sigreturn ? ", handlers given the thread's own context" : "",
+		 !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
 	CHECK(name, WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		printf("# child status 0x%x (exit 10+i: register i differs, 9: mask, 8: restart/EINTR, "
-		       "7: handlers run)\n", status);
+		       "7: handlers run, 6: ymm0, 5: alternate stack, 4: a handler's context)\n", status);
 	ma_arch_state_free(&xs);
 	free(img);
 	munmap(stub, 4096);
@@ -268,6 +359,10 @@ static const struct scenario scenarios[] = {
 	  { { SIGUSR1, on_signal, SA_RESTART, false } }, 1, true, 0 },
 	{ "ERESTARTNOINTR, handler without SA_RESTART", -ERESTARTNOINTR, true,
 	  { { SIGUSR1, on_signal, 0, false } }, 1, false, 0 },
+	/* restart_syscall needs the restart block, which rt_sigreturn would discard: popped. */
+	{ "ERESTART_RESTARTBLOCK, nothing waits", -ERESTART_RESTARTBLOCK, true, { { 0 } }, 0, false, 0 },
+	{ "ERESTART_RESTARTBLOCK, handler with SA_RESTART", -ERESTART_RESTARTBLOCK, true,
+	  { { SIGUSR1, on_signal, SA_RESTART, false } }, 1, true, 0 },
 	/* The trap's ending: the kernel ran a handler (EINTR) or restarted into the block (0). */
 	{ "trap ended with EINTR", -ERESTARTSYS, true, { { 0 } }, 0, true, -EINTR },
 	{ "trap restarted into the block, handler without SA_RESTART waits", -ERESTARTSYS, true,
@@ -278,7 +373,9 @@ static const struct scenario scenarios[] = {
 int main(void)
 {
 	offsets();
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		self_restore(&scenarios[i]);
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+		self_restore(&scenarios[i], true);
+		self_restore(&scenarios[i], false);
+	}
 	CHECK_DONE();
 }
