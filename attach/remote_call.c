@@ -1965,17 +1965,13 @@ static int restore_stub_site(struct ma_session *s)
  * get_signal on its way out), let it reach that stop and detach there.  A
  * signal that arrived meanwhile is then handled by the kernel itself,
  * EINTR or restart by the handler's SA_RESTART, as if we had never been
- * there.  The interrupt is queued before the registers are set: should
- * memattach die in between, the pending wake-up still sends the thread
- * through the restart code.
+ * there (the interrupt is queued by restore_and_detach).
  */
 static int detach_through_signal_path(struct ma_session *s)
 {
 	int status, sig = 0;
 
-	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
-		return ptrace_errno("PTRACE_INTERRUPT", s->tid);
-	if (ma_arch_set_xstate(s->tid, &s->saved) || ma_arch_set_regs(s->tid, &s->saved.regs))
+	if (ma_arch_set_regs(s->tid, &s->saved.regs))
 		return MA_E_INTERNAL;
 	restore_stub_site(s);
 	if (ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
@@ -2021,16 +2017,17 @@ static int unblock_through_trap(struct ma_session *s)
 }
 
 /*
- * Give the thread back: mask, xstate, registers, slack bytes, held
- * signals.  The mask goes first, while the registers still point into the
- * stub (the trap's, unblock_through_trap); then the xstate, which the
- * stub's restore path would also put back.  A syscall that our
+ * Give the thread back: xstate, mask, registers, slack bytes, held
+ * signals.  The xstate goes first, while the registers are the stub's;
+ * the mask while the registers are the trap's (unblock_through_trap);
+ * then the thread's own registers.  A syscall that our
  * stop made fail with EINTR is issued again, unless a signal now waits
  * for the thread: then the EINTR is that signal's due.
  */
 static int restore_and_detach(struct ma_session *s)
 {
 	const struct user_regs_struct *regs = &s->resume;
+	bool through_signal_path;
 	int rc = 0;
 
 	struct user_regs_struct r;
@@ -2040,17 +2037,33 @@ static int restore_and_detach(struct ma_session *s)
 		return rc;
 	s->at_marker = false;
 	count_deferred_signals(s);
+	/*
+	 * What can go first goes first, while the registers are still the
+	 * stub's and the signals blocked (the stub's restore path would put
+	 * the xstate back too): only one request then separates the mask
+	 * from the thread's own registers, the window in which a memattach
+	 * killed leaves a signal's handler the trap's context.
+	 */
+	if (ma_arch_set_xstate(s->tid, &s->saved))
+		return MA_E_INTERNAL;
+	through_signal_path = !s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs);
+	/*
+	 * The interrupt is queued before the registers are set: should
+	 * memattach die after it, the pending wake-up still sends the thread
+	 * through the kernel's restart code.
+	 */
+	if (through_signal_path && ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
+		return ptrace_errno("PTRACE_INTERRUPT", s->tid);
 	if (s->mask_blocked && (rc = unblock_through_trap(s)))
 		return rc;
 	s->mask_blocked = false;
-	if (!s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs)) {
+	if (through_signal_path) {
 		rc = detach_through_signal_path(s);
 	} else {
 		if (ma_arch_interrupted_eintr(&s->saved.regs) &&
 		    signal_pending_for(s->t->pid, s->tid, s->sigmask))
 			regs = &s->saved.regs;
-		/* xstate first: until the registers leave the stub, its restore path has it too */
-		if (ma_arch_set_xstate(s->tid, &s->saved) || ma_arch_set_regs(s->tid, regs))
+		if (ma_arch_set_regs(s->tid, regs))
 			rc = MA_E_INTERNAL;
 		restore_stub_site(s);
 		if (s->nheld)

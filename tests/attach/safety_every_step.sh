@@ -21,7 +21,8 @@
 #           one must end the read with EINTR (the fixture tells a handler
 #           run in memattach's code after which the read slept on);
 #           sigs: bins --tid sig_rx, signals every 0.5 ms while bins
-#           unmaps the scratch mapping its calls ran on
+#           unmaps the scratch mapping its calls ran on; sigs also checks
+#           the context every handler is shown
 # (Without --tid, a thread in a wait a stop ends with EINTR is never
 # stopped at all: attach/eintr_waits.sh shows it directly.)
 # STEP_CAP (default 250): a sweep longer than this kills at every step up
@@ -167,6 +168,8 @@ sweep() {
 	check "$label: no thread traced after the sweep ($(traced_tasks "$T_PID") traced)" [ "$(traced_tasks "$T_PID")" -eq 0 ]
 	v1=$(fix_cmd "$T_PID" "$T_FD" "$T_OUT" verdict); c1=$(vfield "$v1" "$PROGRESS")
 	check "$label: verdict after the kills ok ($v1)" verdict_ok "$v1"
+	# sigs: a handler shown any context but the read's (or the trap's, counted apart) fails the verdict
+	[ "$T_NAME" = sigs ] && echo "# $label: handlers shown memattach's trap context (README Limits: the two one-request windows): $(vfield "$v1" trap_context); any other context: $(vfield "$v1" bad_context)"
 	check "$label: target still progressing ($PROGRESS ${c0:-?} -> ${c1:-?})" [ "${c1:-0}" -gt "${c0:-0}" ]
 	expand "$tpl"
 	"$MA" "${ARGS[@]}" >/dev/null 2>"$TMP/after.err"; rc=$?

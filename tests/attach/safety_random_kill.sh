@@ -141,6 +141,8 @@ for n in "${NAMES[@]}"; do
 	check "$n: alive at the end, $s threads stopped, $t traced" [ "$s" -eq 0 -a "$t" -eq 0 ]
 	v=$(fix_cmd "$pid" "${FD[$n]}" "${OUT[$n]}" verdict)
 	check "$n: verdict ok ($v)" verdict_ok "$v"
+	# sigs' verdict is bad if a handler saw a context neither the read's nor the trap's
+	[ "$n" = sigs ] && echo "# sigs: handlers shown memattach's trap context (README Limits: the two one-request windows): $(vfield "$v" trap_context); any other context: $(vfield "$v" bad_context)"
 	[ "$n" = regs ] && check "regs: no register changed ($(vfield "$v" mismatches) mismatches)" grep -q ' mismatches=0' <<<"$v"
 	c1=$(vfield "$v" "${PROGRESS_OF[$n]}")
 	check "$n: still progressing (${PROGRESS_OF[$n]} ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
