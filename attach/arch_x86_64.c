@@ -488,7 +488,7 @@ static void emit_jmp32(unsigned char *code, size_t *n, size_t target)
  * fails with EINTR): such a restart pops instead, as does everything
  * under a seccomp filter that forbids rt_sigreturn or sigaltstack.
  */
-static bool restart_needs_block(const struct ma_cpu_state *xs, const struct user_regs_struct *resume)
+bool ma_arch_stub_restore_pops(const struct ma_cpu_state *xs, const struct user_regs_struct *resume)
 {
 	return resume->rax == NR_restart_syscall && resume->rip + MA_SYSCALL_INSN_LEN == xs->regs.rip;
 }
@@ -549,7 +549,7 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	uint64_t rip_slot = resume->rsp - RED_ZONE - 8;
 	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
 	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, entry, j_trap, eintr_at;
-	bool keep_sigreturns = by_sigreturn && !restart_needs_block(xs, resume);
+	bool keep_sigreturns = by_sigreturn && !ma_arch_stub_restore_pops(xs, resume);
 	/* The pop ending's `ret` takes the ip from below the red zone; rt_sigreturn from the frame. */
 	int32_t pop_rip = (int32_t)(rip_slot - area_addr);
 

@@ -873,6 +873,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
+	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -2017,6 +2018,71 @@ static int unblock_through_trap(struct ma_session *s)
 }
 
 /*
+ * Is the thread where the stub's restore path begins, and may that path
+ * give it back (rt_sigreturn: registers, xstate and mask in one step)?
+ * Then letting it go is the whole way out: no trap, no window.  Not for
+ * held signals (redelivered by memattach), a restart through
+ * restart_syscall (whose block rt_sigreturn would discard), or a stub a
+ * seccomp filter keeps from asking which signals wait (the kernel's own
+ * signal path must then decide EINTR or restart).
+ */
+static bool stub_can_give_back(struct ma_session *s)
+{
+	struct __ptrace_syscall_info info;
+	struct user_regs_struct r;
+
+	if (!s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
+	    !s->mask_blocked || ma_arch_stub_restore_pops(&s->saved, &s->resume) ||
+	    ma_arch_get_regs(s->tid, &r) != 0 ||
+	    r.rip != s->stub + MA_STUB_MARKER_END) {
+		ma_err_clear();
+		return false;
+	}
+	memset(&info, 0, sizeof(info));
+	if (ma_ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info) <= 0)
+		return false;
+	/* At the marker's getpid (it runs, then the restore path), or after one of our syscalls. */
+	return (info.op == PTRACE_SYSCALL_INFO_ENTRY && info.entry.nr == MA_STUB_MARKER_NR) ||
+	       info.op == PTRACE_SYSCALL_INFO_EXIT;
+}
+
+/*
+ * The thread left the stub once /proc shows it blocked with its ip
+ * elsewhere (nothing jumps back into the stub); then its bytes go back.
+ * A thread still running after a few ms leaves them to the next run,
+ * which finds them by their header as it finds a killed run's.  The
+ * thread is not held meanwhile.
+ */
+static void restore_stub_when_left(struct ma_session *s)
+{
+	char path[96], buf[512], *tok[10], *save = NULL;
+	bool left = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", s->t->pid, s->tid);
+	for (int tries = 0; tries < 50 && !left; tries++) {
+		int ntok = 0;
+		uint64_t pc;
+		FILE *f = fopen(path, "re");
+
+		if (!f)
+			return; /* gone (or the process exec'd): nothing to put back into */
+		if (fgets(buf, sizeof(buf), f))
+			for (char *p = strtok_r(buf, " \n", &save); p && ntok < 10;
+			     p = strtok_r(NULL, " \n", &save))
+				tok[ntok++] = p;
+		fclose(f);
+		if (ntok == 9 || ntok == 3) {
+			pc = strtoull(tok[ntok - 1], NULL, 16);
+			left = pc < s->stub || pc >= s->stub + MA_STUB_REGION;
+		}
+		if (!left)
+			usleep(200);
+	}
+	if (left && restore_stub_site(s))
+		ma_err_clear();
+}
+
+/*
  * Give the thread back: xstate, mask, registers, slack bytes, held
  * signals.  The xstate goes first, while the registers are the stub's;
  * the mask while the registers are the trap's (unblock_through_trap);
@@ -2032,11 +2098,19 @@ static int restore_and_detach(struct ma_session *s)
 
 	struct user_regs_struct r;
 
+	count_deferred_signals(s);
+	if (stub_can_give_back(s)) {
+		s->at_marker = false;
+		if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)
+			return ptrace_errno("PTRACE_DETACH", s->tid);
+		s->seized = s->mask_blocked = false;
+		s->gave_back_by_stub = true;
+		return 0;
+	}
 	/* At the marker's entry: let its getpid run rather than skip it (nr -1 meets seccomp). */
 	if (s->at_marker && (rc = run_until(s, GOAL_SYSCALL_EXIT, s->call_timeout_ms, &r)))
 		return rc;
 	s->at_marker = false;
-	count_deferred_signals(s);
 	/*
 	 * What can go first goes first, while the registers are still the
 	 * stub's and the signals blocked (the stub's restore path would put
@@ -2113,6 +2187,8 @@ int ma_session_close(struct ma_session *s)
 	if (s->t_stop_ns)
 		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	s->t_stop_ns = 0;
+	if (s->gave_back_by_stub)
+		restore_stub_when_left(s); /* after the hold */
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;

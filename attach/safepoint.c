@@ -37,9 +37,12 @@ struct fast_upt {
 	const struct ma_target *t;
 	pid_t tid;
 	void *upt;
+	bool rehearsal; /* a walk of a running thread from /proc's sp and pc (ma_unwind_rehearse) */
+	uint64_t sp, pc;
 	unsigned next;
 	uint64_t base[UCACHE_PAGES];
 	bool valid[UCACHE_PAGES];
+	bool stable[UCACHE_PAGES]; /* in a read-only mapping: kept from one walk to the next */
 	unsigned char data[UCACHE_PAGES][UPAGE]; /* touched once when allocated: no page fault in a hold */
 };
 
@@ -53,6 +56,15 @@ static struct fast_upt *walk_buf; /* one walk's page cache, allocated once (ma_u
 static void *upt_arg(void *arg)
 {
 	return arg == current_walk ? current_walk->upt : arg;
+}
+
+/* Unwind tables and code: what a later walk may read again without asking the target. */
+static bool in_read_only_mapping(const struct ma_target *t, uint64_t base)
+{
+	for (size_t i = 0; t && i < t->nmaps; i++)
+		if (base >= t->maps[i].start && base + UPAGE <= t->maps[i].end)
+			return t->maps[i].perms[1] != 'w' && t->maps[i].inode != 0;
+	return false;
 }
 
 static const unsigned char *cached_page(struct fast_upt *f, uint64_t base)
@@ -70,6 +82,7 @@ static const unsigned char *cached_page(struct fast_upt *f, uint64_t base)
 	remote.iov_len = UPAGE;
 	f->valid[slot] = process_vm_readv(f->tid, &local, 1, &remote, 1, 0) == UPAGE;
 	f->base[slot] = base;
+	f->stable[slot] = f->valid[slot] && in_read_only_mapping(f->t, base);
 	return f->valid[slot] ? f->data[slot] : NULL;
 }
 
@@ -142,6 +155,13 @@ static int fast_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *dil, voi
 static int fast_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
 			   void *arg)
 {
+	if (current_walk && current_walk->rehearsal && arg == current_walk) {
+		/* Only the stack pointer and ip are known of a running thread. */
+		if (write)
+			return -UNW_EREADONLYREG;
+		*val = reg == UNW_X86_64_RIP ? current_walk->pc : reg == UNW_X86_64_RSP ? current_walk->sp : 0;
+		return 0;
+	}
 	return _UPT_access_reg(as, reg, val, write, upt_arg(arg));
 }
 
@@ -210,6 +230,18 @@ int ma_unwind_prepare(void)
 	return 0;
 }
 
+/* A new walk keeps the pages of read-only mappings; the stack and data are read afresh. */
+static void begin_walk(struct fast_upt *f, const struct ma_target *t, pid_t tid)
+{
+	if (f->t != t)
+		memset(f->stable, 0, sizeof(f->stable));
+	for (unsigned i = 0; i < UCACHE_PAGES; i++)
+		f->valid[i] = f->valid[i] && f->stable[i];
+	f->t = t;
+	f->tid = tid;
+	f->rehearsal = false;
+}
+
 int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
 {
 	struct fast_upt *f;
@@ -222,10 +254,7 @@ int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
 	if (ma_unwind_prepare())
 		return ma_fail(MA_E_INTERNAL, "libunwind: cannot create address space");
 	f = walk_buf;
-	f->next = 0;
-	memset(f->valid, 0, sizeof(f->valid));
-	f->t = t;
-	f->tid = tid;
+	begin_walk(f, t, tid);
 	f->upt = _UPT_create(tid);
 	if (!f->upt)
 		return ma_fail(MA_E_NOMEM, "libunwind: cannot create ptrace context");
@@ -258,6 +287,49 @@ int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
 	current_walk = NULL;
 	_UPT_destroy(f->upt);
 	return 0;
+}
+
+/*
+ * A walk of thread TID while it still runs, from the stack pointer and
+ * ip /proc shows for a thread blocked in a syscall: its result is thrown
+ * away, but what it found stays (libunwind's cache of each ip's unwind
+ * rules, the tables located, their pages), so the walk of the stopped
+ * thread that follows mostly reads its stack.  Done before the stop, it
+ * takes nothing from the hold; a thread not in a syscall is not walked.
+ */
+void ma_unwind_rehearse(const struct ma_target *t, pid_t tid)
+{
+	unsigned long long sp = 0, pc = 0;
+	struct fast_upt *f;
+	unw_cursor_t c;
+	char path[64], buf[256];
+	FILE *fp;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", t->pid, tid);
+	if (!(fp = fopen(path, "re")))
+		return;
+	if (fgets(buf, sizeof(buf), fp))
+		n = sscanf(buf, "%*d %*x %*x %*x %*x %*x %*x %llx %llx", &sp, &pc);
+	fclose(fp);
+	if (n != 2 || !sp || !pc || ma_unwind_prepare())
+		return;
+	f = walk_buf;
+	begin_walk(f, t, tid);
+	f->rehearsal = true;
+	f->sp = sp;
+	f->pc = pc;
+	if (!(f->upt = _UPT_create(tid)))
+		return;
+	current_walk = f;
+	if (unw_init_remote(&c, addr_space, f) >= 0)
+		for (int i = 0; i < MA_MAX_FRAMES && unw_step(&c) > 0; i++)
+			;
+	current_walk = NULL;
+	f->rehearsal = false;
+	_UPT_destroy(f->upt);
+	/* The stack is read again by the real walk (it may have moved on). */
+	begin_walk(f, t, tid);
 }
 
 void ma_unwind_release(void)

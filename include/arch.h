@@ -79,15 +79,18 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
  * value to the first argument register and makes a getpid syscall, where
  * the tracer stops the thread (syscall-entry stop at MA_STUB_MARKER_END).
  * Every syscall memattach issues runs at that same `syscall` instruction.
- * If the tracer died instead, the syscall just runs and the code after it
- * restores the thread by itself: signal mask, xstate and general registers
- * from the state area on the thread's own stack (below its red zone, where
- * a signal frame would go), then stack pointer and ip.  Before the mask
- * goes back it asks the kernel (rt_sigpending, rt_sigaction) whether a
- * signal waiting for the thread would have ended the syscall it was
- * stopped in with EINTR rather than a restart, and resumes it that way.
- * It writes only into the state area and the word below the red zone
- * (the stub's page is not writable).
+ * If the tracer died (or let go: the usual way out), the syscall just
+ * runs and the code after it restores the thread by itself from the
+ * state area on the thread's own stack (below its red zone, where a
+ * signal frame would go), a signal frame: it first asks the kernel
+ * (rt_sigpending, rt_sigaction) whether a signal waiting for the thread
+ * would have ended the syscall it was stopped in with EINTR rather than
+ * a restart, and resumes it that way; then rt_sigreturn puts registers,
+ * xstate and signal mask back at once (after sigaltstack has read the
+ * alternate stack into the frame).  A restart through restart_syscall,
+ * or a filter forbidding rt_sigreturn, ends instead by rt_sigprocmask,
+ * xrstor and popping the registers.  It writes only into the state area
+ * and the word below the red zone (the stub's page is not writable).
  *
  * The way in has a trap of its own (ma_arch_trap_regs): registers and
  * signal mask are two ptrace requests, and a memattach that dies between
@@ -148,6 +151,11 @@ void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_str
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
 			  bool may_ask, bool by_sigreturn);
+/*
+ * Does the stub's restart of RESUME pop rather than rt_sigreturn (a
+ * restart through restart_syscall, whose block rt_sigreturn discards)?
+ */
+bool ma_arch_stub_restore_pops(const struct ma_cpu_state *xs, const struct user_regs_struct *resume);
 /*
  * Build the batch runner into CODE: batch(entries, n) calls each entry's
  * function with its six arguments and stores the result (struct

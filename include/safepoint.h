@@ -58,6 +58,8 @@ bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
 int ma_unwind_prepare(void);
 /* Unwind the stopped thread TID of T (whose maps locate the unwind tables). */
 int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt);
+/* Walk TID while it runs, blocked in a syscall, to warm the caches ma_unwind uses (no result). */
+void ma_unwind_rehearse(const struct ma_target *t, pid_t tid);
 /* A frame of BT in the dynamic loader's code; *FRAME its index. */
 bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame);
 /* A frame of BT in a libc function that holds the loader's locks (target.h dl_fns). */

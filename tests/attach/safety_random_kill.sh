@@ -142,7 +142,7 @@ for n in "${NAMES[@]}"; do
 	v=$(fix_cmd "$pid" "${FD[$n]}" "${OUT[$n]}" verdict)
 	check "$n: verdict ok ($v)" verdict_ok "$v"
 	# sigs' verdict is bad if a handler saw a context neither the read's nor the trap's
-	[ "$n" = sigs ] && echo "# sigs: handlers shown memattach's trap context (README Limits: the two one-request windows): $(vfield "$v" trap_context); any other context: $(vfield "$v" bad_context)"
+	[ "$n" = sigs ] && echo "# sigs: handlers shown memattach's trap context (README Limits: the one-request window): $(vfield "$v" trap_context); any other context: $(vfield "$v" bad_context)"
 	[ "$n" = regs ] && check "regs: no register changed ($(vfield "$v" mismatches) mismatches)" grep -q ' mismatches=0' <<<"$v"
 	c1=$(vfield "$v" "${PROGRESS_OF[$n]}")
 	check "$n: still progressing (${PROGRESS_OF[$n]} ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
