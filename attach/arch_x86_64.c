@@ -408,6 +408,14 @@ static void patch_rel8(unsigned char *code, size_t at, size_t target)
 /* A disp32 operand for a state-area offset. */
 #define D32(x) (unsigned char)((x) & 0xff), (unsigned char)(((x) >> 8) & 0xff), 0x00, 0x00
 
+/* A rel32 jump (E9) at *N to TARGET. */
+static void emit_jmp32(unsigned char *code, size_t *n, size_t target)
+{
+	code[(*n)++] = 0xe9;
+	put32(code + *n, (int32_t)((long)target - (long)(*n + 4)));
+	*n += 4;
+}
+
 /*
  * The ending that gives the thread back by rt_sigreturn, as the end of a
  * signal handler does: registers, flags, xstate and signal mask in one
@@ -415,7 +423,7 @@ static void patch_rel8(unsigned char *code, size_t at, size_t target)
  * never in the stub.  The alternate stack is read first, for
  * rt_sigreturn sets it from the frame.
  */
-static void emit_sigreturn_ending(unsigned char *code, size_t *n)
+static void emit_sigreturn_ending(unsigned char *code, size_t *n, bool read_altstack)
 {
 	static const unsigned char ending[] = {
 		0xb8, 0x83, 0x00, 0x00, 0x00, /* mov $131,%eax (sigaltstack) */
@@ -425,8 +433,18 @@ static void emit_sigreturn_ending(unsigned char *code, size_t *n)
 		0xb8, 0x0f, 0x00, 0x00, 0x00, /* mov $15,%eax (rt_sigreturn) */
 		0x0f, 0x05, /* syscall: does not return here */
 	};
+	size_t at = *n;
 
 	emit(code, n, ending, sizeof(ending));
+	/*
+	 * A filter that forbids sigaltstack: no read.  The frame's alternate
+	 * stack then has no valid mode, which rt_sigreturn ignores (it
+	 * leaves the thread's alternate stack as it is).
+	 */
+	if (!read_altstack)
+		code[at + 12] = code[at + 13] = 0x90; /* nop nop */
+	/* Should rt_sigreturn ever return (a filter's errno), the pop ending. */
+	emit_jmp32(code, n, STUB_POP_ENDING);
 }
 
 /*
@@ -472,14 +490,6 @@ static void emit_pop_ending(unsigned char *code, size_t *n, uint64_t stub_addr, 
 	emit(code, n, ret_red, sizeof(ret_red));
 }
 
-/* A rel32 jump (E9) at *N to TARGET. */
-static void emit_jmp32(unsigned char *code, size_t *n, size_t target)
-{
-	code[(*n)++] = 0xe9;
-	put32(code + *n, (int32_t)((long)target - (long)(*n + 4)));
-	*n += 4;
-}
-
 /*
  * The two ways the restore path ends.  rt_sigreturn gives a waiting
  * signal the thread's own context, but it also discards a syscall's
@@ -495,7 +505,7 @@ bool ma_arch_stub_restore_pops(const struct ma_cpu_state *xs, const struct user_
 
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
-			  bool may_ask, bool by_sigreturn)
+			  const struct ma_stub_opts *o)
 {
 	static const unsigned char marker[] = {
 		0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
@@ -549,11 +559,12 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	uint64_t rip_slot = resume->rsp - RED_ZONE - 8;
 	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
 	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, entry, j_trap, eintr_at;
+	bool by_sigreturn = o->by_sigreturn;
 	bool keep_sigreturns = by_sigreturn && !ma_arch_stub_restore_pops(xs, resume);
 	/* The pop ending's `ret` takes the ip from below the red zone; rt_sigreturn from the frame. */
 	int32_t pop_rip = (int32_t)(rip_slot - area_addr);
 
-	eintr_rule(xs, resume, may_ask, &watch, &restart);
+	eintr_rule(xs, resume, o->may_ask, &watch, &restart);
 	memset(code, 0xcc, MA_STUB_REGION);
 	emit(code, &n, marker, sizeof(marker));
 	/*
@@ -620,7 +631,7 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	patch_rel8(code, j_restart, keep);
 	assert(n <= STUB_SIGRETURN_ENDING);
 	n = STUB_SIGRETURN_ENDING;
-	emit_sigreturn_ending(code, &n);
+	emit_sigreturn_ending(code, &n, o->read_altstack);
 	assert(n <= STUB_POP_ENDING);
 	n = STUB_POP_ENDING;
 	emit_pop_ending(code, &n, stub_addr, xrstor_mask(xs));

@@ -232,8 +232,10 @@ static int wait_stop(pid_t tid, int *status, int timeout_ms)
 		uint64_t now;
 		struct timespec ts;
 
-		if (r == tid)
+		if (r == tid) {
+			ma_step_wait();
 			return 0;
+		}
 		if (nstragglers)
 			reap_stragglers();
 		if (r < 0 && errno != EINTR)
@@ -242,6 +244,50 @@ static int wait_stop(pid_t tid, int *status, int timeout_ms)
 		if (now >= deadline)
 			return MA_E_TIMEOUT;
 		/* Short slices: SIGCHLD normally wakes us at once. */
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)((deadline - now) < 2000000ULL ? deadline - now : 2000000ULL);
+		sigtimedwait(&set, NULL, &ts);
+	}
+}
+
+/*
+ * Like wait_stop, but the stop stays unreported: a signal-delivery stop
+ * keeps its signal in the kernel, so a memattach killed before it hands
+ * the signal back (PTRACE_DETACH with it) does not lose it (reporting a
+ * stop clears it: only the tracer's resume would restore it).  Collect
+ * the report with wait_stop afterwards to keep the thread.
+ */
+static int peek_stop(pid_t tid, int *status, int timeout_ms)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (;;) {
+		siginfo_t si;
+		uint64_t now;
+		struct timespec ts;
+
+		int r;
+
+		memset(&si, 0, sizeof(si));
+		r = waitid(P_PID, (id_t)tid, &si, WSTOPPED | WEXITED | __WALL | WNOHANG | WNOWAIT);
+		if (r == 0 && si.si_pid == tid) {
+			if (si.si_code == CLD_EXITED)
+				*status = (si.si_status & 0xff) << 8;
+			else if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
+				*status = si.si_status & 0x7f;
+			else /* stopped or trapped: the stop code, event bits included */
+				*status = (si.si_status & 0xffff) << 8 | 0x7f;
+			ma_step_wait();
+			return 0;
+		}
+		if (r < 0 && errno != EINTR)
+			return ma_fail(MA_E_EXITED, "thread %d is gone (%s)", tid, strerror(errno));
+		now = ma_now_ns();
+		if (now >= deadline)
+			return MA_E_TIMEOUT;
 		ts.tv_sec = 0;
 		ts.tv_nsec = (long)((deadline - now) < 2000000ULL ? deadline - now : 2000000ULL);
 		sigtimedwait(&set, NULL, &ts);
@@ -912,7 +958,15 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	s->t_stop_ns = ma_now_ns();
 	if (ma_ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_INTERRUPT", ti->tid);
-	rc = wait_stop(ti->tid, &status, 1000);
+	rc = peek_stop(ti->tid, &status, 1000);
+	/* A signal on its way in: handed back still unreported (peek_stop). */
+	if (rc == 0 && WIFSTOPPED(status) && (status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)) {
+		snprintf(why, whylen, "a signal (%d) was being delivered to it", WSTOPSIG(status));
+		release_untouched(s, WSTOPSIG(status));
+		return MA_E_NOSAFE;
+	}
+	if (rc == 0)
+		rc = wait_stop(ti->tid, &status, 1000);
 	if (rc == MA_E_TIMEOUT) {
 		snprintf(why, whylen, "did not stop within 1 s");
 		return MA_E_TIMEOUT; /* still seized; the caller keeps trying others */
@@ -1451,19 +1505,25 @@ static bool stub_may_ask_signals(struct ma_session *s)
 }
 
 /*
- * May the stub end in rt_sigreturn (after reading the alternate stack)?
- * Else it ends by popping the registers, after its rt_sigprocmask.
+ * May the stub end in rt_sigreturn?  Else it ends by popping the
+ * registers, after its rt_sigprocmask.
  */
 static bool stub_may_sigreturn(struct ma_session *s)
 {
-	struct ma_sc_query q[] = {
-		{ SYS_sigaltstack, { 0, s->area + MA_AREA_UC_STACK }, s->stub + MA_STUB_ALTSTACK_SYSCALL_END,
-		  "sigaltstack (the stub's self-restore)" },
-		{ SYS_rt_sigreturn, { 0 }, s->stub + MA_STUB_SIGRETURN_SYSCALL_END,
-		  "rt_sigreturn (the stub's self-restore)" },
-	};
+	struct ma_sc_query q = { SYS_rt_sigreturn, { 0 }, s->stub + MA_STUB_SIGRETURN_SYSCALL_END,
+				 "rt_sigreturn (the stub's self-restore)" };
 
-	return filter_allows(s, q, sizeof(q) / sizeof(q[0]));
+	return filter_allows(s, &q, 1);
+}
+
+/* May it read the alternate stack first?  Else rt_sigreturn leaves it alone. */
+static bool stub_may_read_altstack(struct ma_session *s)
+{
+	struct ma_sc_query q = { SYS_sigaltstack, { 0, s->area + MA_AREA_UC_STACK },
+				 s->stub + MA_STUB_ALTSTACK_SYSCALL_END,
+				 "sigaltstack (the stub's self-restore)" };
+
+	return filter_allows(s, &q, 1);
 }
 
 /* May the trap's rt_sigprocmask run (ma_arch_trap_regs)?  Else the old way in. */
@@ -1499,7 +1559,7 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 				     "rt_sigprocmask (the stub's self-restore)" };
 	int mode = ma_seccomp_mode(s->t->pid, s->tid), rc;
 
-	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = true;
+	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = s->stub_reads_altstack = true;
 	if (mode == 0)
 		return 0;
 	s->filtered = true;
@@ -1507,6 +1567,7 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	    (!on_stack && (rc = ma_seccomp_check(s->t->pid, s->tid, qmap, 2))))
 		return rc;
 	s->stub_sigreturns = stub_may_sigreturn(s);
+	s->stub_reads_altstack = stub_may_read_altstack(s);
 	if (!s->stub_sigreturns && (rc = ma_seccomp_check(s->t->pid, s->tid, &qmask, 1)))
 		return rc;
 	s->stub_asks_signals = stub_may_ask_signals(s);
@@ -1543,8 +1604,9 @@ static int write_stub(struct ma_session *s)
 	free(area);
 	if (rc)
 		return rc;
-	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved, s->stub_asks_signals,
-			   s->stub_sigreturns);
+	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved,
+			   &(struct ma_stub_opts){ s->stub_asks_signals, s->stub_sigreturns,
+						   s->stub_reads_altstack });
 	ma_arch_build_batch(stub + MA_STUB_BATCH);
 	ma_arch_build_append_cb(stub + MA_STUB_APPEND, MA_APPEND_CB_MAX);
 	s->batch_fn = s->stub + MA_STUB_BATCH;

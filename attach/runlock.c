@@ -1,8 +1,10 @@
 /*
  * runlock.c - one run at a time per target process (runlock.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -31,6 +33,40 @@ static int start_time(pid_t pid, unsigned long long *st)
 	return ok ? 0 : ma_fail(MA_E_IO, "cannot parse %s", path);
 }
 
+/*
+ * Lock files of processes that are gone (no process with that pid, or one
+ * started at another time): no run can want them again.  Removing one
+ * that a run still holds is harmless; that run's process is gone too.
+ */
+static void remove_stale_lock_files(const char *dir)
+{
+	struct dirent *d;
+	DIR *dp = opendir(dir);
+
+	if (!dp)
+		return;
+	while ((d = readdir(dp))) {
+		unsigned long long st_file, st_now;
+		int pid, end = 0;
+		char path[512];
+
+		if (sscanf(d->d_name, "%d.%llu.lock%n", &pid, &st_file, &end) != 2 ||
+		    d->d_name[end] != '\0' || pid <= 0)
+			continue;
+		/* Gone: no such pid, or one started at another time (read failures keep the file). */
+		if (kill(pid, 0) == 0 || errno != ESRCH) {
+			int rc = start_time(pid, &st_now);
+
+			ma_err_clear();
+			if (rc || st_now == st_file)
+				continue;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		unlink(path);
+	}
+	closedir(dp);
+}
+
 static int open_lock_file(pid_t pid, unsigned long long st)
 {
 	const char *dirs[] = { "/run/memattach", "/tmp/memattach" };
@@ -41,6 +77,7 @@ static int open_lock_file(pid_t pid, unsigned long long st)
 
 		if (mkdir(dirs[i], 0700) != 0 && errno != EEXIST)
 			continue;
+		remove_stale_lock_files(dirs[i]);
 		snprintf(path, sizeof(path), "%s/%d.%llu.lock", dirs[i], pid, st);
 		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd >= 0)

@@ -26,12 +26,13 @@ static unsigned nmarks;
 /* MEMATTACH_TEST_STEPS=2: when each step ended (for finding where time goes). */
 static bool timing;
 static uint64_t step_ns[4096];
-static int step_req[4096]; /* the ptrace request, or -1 for a memory write */
+static int step_req[4096]; /* the ptrace request, -1 for a memory write, -2 for a reported stop */
 
 static const char *step_name(int req)
 {
 	switch (req) {
 	case -1: return "write";
+	case -2: return "wait";
 	case PTRACE_GETREGS: return "GETREGS";
 	case PTRACE_SETREGS: return "SETREGS";
 	case PTRACE_GETFPREGS: return "GETFPREGS";
@@ -106,6 +107,11 @@ static void count_step(int req)
 void ma_step(void)
 {
 	count_step(-1);
+}
+
+void ma_step_wait(void)
+{
+	count_step(-2);
 }
 
 long ma_ptrace(int request, pid_t tid, void *addr, void *data)

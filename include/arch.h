@@ -107,15 +107,15 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
 /* The two endings of the restore path (ma_arch_build_stub's BY_SIGRETURN): */
 #define MA_STUB_ALTSTACK_SYSCALL_END 244 /* after sigaltstack (read the alternate stack) */
 #define MA_STUB_SIGRETURN_SYSCALL_END 251 /* after rt_sigreturn */
-#define MA_STUB_RESTORE_SYSCALL_END 279 /* after the pop ending's rt_sigprocmask */
-#define MA_STUB_SLOT_RSP 344 /* the stack pointer the pop ending's `ret` starts from */
-#define MA_STUB_SLOT_RIP 352 /* the resume ip */
-#define MA_STUB_SLOT_RIP_EINTR 360 /* the ip when the syscall ends with EINTR */
-#define MA_STUB_SLOT_WATCH 368 /* 0: no pending signal can change the resume */
-#define MA_STUB_SLOT_RESTART 376 /* sa_flags that still mean restart */
-#define MA_STUB_HEADER 384 /* the session's header (remote.h) */
-#define MA_STUB_BATCH 552 /* the batch runner (ma_arch_build_batch) */
-#define MA_STUB_APPEND 616 /* the append callback (ma_arch_build_append_cb) */
+#define MA_STUB_RESTORE_SYSCALL_END 284 /* after the pop ending's rt_sigprocmask */
+#define MA_STUB_SLOT_RSP 352 /* the stack pointer the pop ending's `ret` starts from */
+#define MA_STUB_SLOT_RIP 360 /* the resume ip */
+#define MA_STUB_SLOT_RIP_EINTR 368 /* the ip when the syscall ends with EINTR */
+#define MA_STUB_SLOT_WATCH 376 /* 0: no pending signal can change the resume */
+#define MA_STUB_SLOT_RESTART 384 /* sa_flags that still mean restart */
+#define MA_STUB_HEADER 392 /* the session's header (remote.h) */
+#define MA_STUB_BATCH 560 /* the batch runner (ma_arch_build_batch) */
+#define MA_STUB_APPEND 624 /* the append callback (ma_arch_build_append_cb) */
 #define MA_STUB_REGION 672
 
 /* Size of the state area for an xstate image of XLEN bytes. */
@@ -142,15 +142,24 @@ void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_str
 #define MA_AREA_SIGMASK 296
 #define MA_AREA_UC_STACK 16
 /*
+ * What the stub's restore path may do (a seccomp filter may forbid it):
+ * MAY_ASK, ask which signals wait and their handlers (else the restart
+ * stays as RESUME has it); BY_SIGRETURN, end in rt_sigreturn (else pop);
+ * READ_ALTSTACK, read the alternate stack into the frame first (else
+ * rt_sigreturn leaves it as it is).
+ */
+struct ma_stub_opts {
+	bool may_ask, by_sigreturn, read_altstack;
+};
+/*
  * Build the stub (MA_STUB_REGION bytes, for address STUB_ADDR, restoring
  * from the area at AREA_ADDR and jumping to RESUME's ip, or with EINTR
  * when a waiting signal's handler would have had it: XS->regs are the
- * registers as stopped; MAY_ASK false leaves the restart as RESUME has
- * it).  Returns the code length (<= MA_STUB_SLOT_RSP).
+ * registers as stopped).  Returns the code length (<= MA_STUB_SLOT_RSP).
  */
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
-			  bool may_ask, bool by_sigreturn);
+			  const struct ma_stub_opts *o);
 /*
  * Does the stub's restart of RESUME pop rather than rt_sigreturn (a
  * restart through restart_syscall, whose block rt_sigreturn discards)?

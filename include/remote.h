@@ -69,6 +69,7 @@ struct ma_session {
 	bool stub_asks_signals; /* the stub's self-restore may ask about waiting signals */
 	bool trap_ok; /* the way in may go through the trap (ma_arch_trap_regs) */
 	bool stub_sigreturns; /* the stub's self-restore ends in rt_sigreturn */
+	bool stub_reads_altstack; /* ... after reading the alternate stack with sigaltstack */
 	bool gave_back_by_stub; /* the way out was the stub's (its bytes go back once the thread left) */
 	bool changed; /* registers or signal mask changed: restore on close */
 	bool mask_blocked;

@@ -1,7 +1,9 @@
 /*
  * steps.h - every action that changes the target goes through here.
  *
- * A "step" is one ptrace request or one write into target memory.  Counting
+ * A "step" is one ptrace request, one write into target memory, or one
+ * stop reported by the kernel (what memattach does between two
+ * requests depends on it).  Counting
  * them lets the tests kill memattach right after each step in turn
  * (MEMATTACH_TEST_KILL_AFTER_STEP=K) and prove that no instant of a run is
  * one where memattach's death harms the target.  MEMATTACH_TEST_STEPS=1
@@ -19,6 +21,8 @@
 long ma_ptrace(int request, pid_t tid, void *addr, void *data);
 /* Count one step that was not a ptrace request (a memory write). */
 void ma_step(void);
+/* A stop of the thread, reported by the kernel (waitid/waitpid): a step too. */
+void ma_step_wait(void);
 /* Name this point of the run for MEMATTACH_TEST_STEPS=1 (LABEL: a literal). */
 void ma_step_mark(const char *label);
 

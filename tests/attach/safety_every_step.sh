@@ -220,11 +220,11 @@ T_NAME=sysc T_CONF= T_ARGS=()
 start_target || { fail "sysc: start"; exit 1; }
 for th in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
 	# Named with --tid, the epoll thread is stopped, and epoll_wait ends
-	# with EINTR when stopped: steps 1-3 are seize, interrupt and the
-	# first GETREGS; from the 4th (the re-issue registers) on, no kill may
-	# leave an EINTR.  Only a thread named so is ever stopped in such a wait.
+	# with EINTR when stopped: steps 1-5 are seize, interrupt, the stop
+	# (seen, then collected) and the first GETREGS; from the 6th (the
+	# re-issue registers) on, no kill may leave an EINTR.  Only a thread named so is ever stopped in such a wait.
 	EINTR_WINDOW=0
-	[ "$th" = sc_epoll ] && EINTR_WINDOW=3
+	[ "$th" = sc_epoll ] && EINTR_WINDOW=5
 	sweep "sysc: stats --tid $th" "stats @PID@ --tid @TID:$th@"
 done
 EINTR_WINDOW=0

@@ -38,7 +38,7 @@ static void offsets(void)
 	memset(&r, 0, sizeof(r));
 	r.rsp = 0x7fff00001000;
 	r.rip = 0x401000;
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true, true);
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, true, true });
 	CHECK("stub (rt_sigreturn ending): code ends before the slots", n <= MA_STUB_SLOT_RSP);
 	CHECK("stub (rt_sigreturn ending): sigaltstack, rt_sigreturn and the trap's syscall end at "
 	      "MA_STUB_{ALTSTACK,SIGRETURN}_SYSCALL_END, MA_STUB_TRAP_END",
@@ -50,7 +50,7 @@ static void offsets(void)
 	      MA_STUB_HEADER + 168 <= MA_STUB_BATCH && MA_STUB_BATCH - MA_STUB_HEADER >= 168 &&
 		      MA_STUB_BATCH + ma_arch_build_batch(code + MA_STUB_BATCH) <= MA_STUB_APPEND &&
 		      ma_arch_build_append_cb(code + MA_STUB_APPEND, MA_APPEND_CB_MAX) > 0);
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, true, false);
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, false, true });
 	CHECK("stub (pop ending): code ends before the slots, trap's syscall at MA_STUB_TRAP_END",
 	      n <= MA_STUB_SLOT_RSP && is_syscall(code, MA_STUB_TRAP_END));
 	CHECK("stub: syscall at MA_STUB_SYSCALL",
@@ -225,7 +225,7 @@ static void avx_image(struct ma_cpu_state *xs)
 }
 
 /* The stub built for a thread stopped as SC says, run for real in a child. */
-static void self_restore(const struct scenario *sc, bool by_sigreturn)
+static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read_altstack)
 {
 	unsigned char *stub = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	size_t stack_len = 1 << 16;
@@ -236,7 +236,7 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn)
 	unsigned char *img;
 	pid_t child;
 	int status;
-	char name[160];
+	char name[256];
 
 	ma_arch_state_alloc(&xs);
 	avx_image(&xs);
@@ -282,7 +282,8 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn)
 	memcpy((void *)area, img, ma_arch_state_area_size(xs.xstate_len));
 	/* Below the red zone: what the ip slot held before must not matter. */
 	*(uint64_t *)(r.rsp - 136) = 0xdeadbeef;
-	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs, sc->may_ask, by_sigreturn);
+	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs,
+			   &(struct ma_stub_opts){ sc->may_ask, by_sigreturn, read_altstack });
 	mprotect(stub, 4096, PROT_READ | PROT_EXEC);
 	/* In a child, signals pending and blocked, other registers: run the restore path. */
 	child = fork();
@@ -321,7 +322,9 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn)
 	}
 	waitpid(child, &status, 0);
 	snprintf(name, sizeof(name), "self-restore (%s ending), %s: registers, flags, stack pointer, "
-		 "mask, ymm0, alternate stack%s, %s", by_sigreturn ? "rt_sigreturn" : "pop", sc->name,
+		 "mask, ymm0, alternate stack%s, %s",
+		 by_sigreturn ? (read_altstack ? "rt_sigreturn" : "rt_sigreturn, altstack unread") : "pop",
+		 sc->name,
 		 by_sigreturn ? ", handlers given the thread's own context" : "",
 		 !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
 	CHECK(name, WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -374,8 +377,9 @@ int main(void)
 {
 	offsets();
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-		self_restore(&scenarios[i], true);
-		self_restore(&scenarios[i], false);
+		self_restore(&scenarios[i], true, true);
+		self_restore(&scenarios[i], true, false);
+		self_restore(&scenarios[i], false, true);
 	}
 	CHECK_DONE();
 }
