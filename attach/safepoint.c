@@ -129,6 +129,9 @@ static int fast_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info
 	if (current_walk && current_walk->t && !libunwind_tables_only() &&
 	    ma_unw_table_for(current_walk->t, current_walk->tid, ip, &di) == 0)
 		return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need, arg);
+	/* A rehearsal's ips may be guesses: no opening of files for them (libunwind's way). */
+	if (current_walk && current_walk->rehearsal)
+		return -UNW_ENOINFO;
 	return _UPT_find_proc_info(as, ip, pi, need, upt_arg(arg));
 }
 
