@@ -793,6 +793,33 @@ static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why,
 	return true;
 }
 
+/*
+ * A wait a stop ends with EINTR is issued again with what remained of
+ * its timeout only for libc's epoll_wait and epoll_pwait (an int in a
+ * register no caller of libc can see; in_libc_epoll).  Any other such
+ * wait with a timeout (a raw epoll syscall, sigtimedwait, semtimedop,
+ * io_getevents, a socket with SO_RCVTIMEO...) would start its full
+ * timeout again and move its deadline: it is not stopped, even when
+ * named.  TI as just read from /proc.
+ */
+static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_thread_info *ti,
+				   char *why, size_t whylen)
+{
+	struct user_regs_struct r;
+	const char *name = ma_arch_syscall_name(ti->syscall);
+
+	if (!ma_thread_stop_ends_with_eintr(ti) || !ti->timed_wait)
+		return false;
+	memset(&r, 0, sizeof(r));
+	r.rip = ti->pc;
+	if (ma_arch_is_epoll_wait(ti->syscall) && ti->pc && in_libc_epoll(t, &r))
+		return false;
+	snprintf(why, whylen, "blocked in %s with a timeout, which a stop ends with EINTR: issued "
+		 "again it would wait its whole timeout once more (memattach can give back what "
+		 "remained only to libc's epoll_wait/epoll_pwait); not stopped", name ? name : "a wait");
+	return true;
+}
+
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
 static void release_untouched(struct ma_session *s, int sig)
 {
@@ -918,6 +945,15 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = s->named != 0;
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
+	}
+	if (s->stop_eintr_wait) {
+		struct ma_thread_info now;
+
+		ma_read_thread_info(s->t->pid, ti->tid, &now);
+		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+			s->hopeless = true;
+			return MA_E_NOSAFE;
+		}
 	}
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {

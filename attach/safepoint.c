@@ -582,8 +582,11 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				ti->syscall = -2;
 			} else {
 				ti->syscall = strtol(buf, NULL, 10);
-				sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2], &a[3],
-				       &a[4], &a[5]);
+				unsigned long long sp = 0, pc = 0;
+
+				if (sscanf(buf, "%*d %llx %llx %llx %llx %llx %llx %llx %llx", &a[0], &a[1],
+					   &a[2], &a[3], &a[4], &a[5], &sp, &pc) == 8)
+					ti->pc = pc;
 				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
 				ti->eintr_wait = ma_arch_stop_ends_with_eintr(ti->syscall);

@@ -63,7 +63,8 @@ static const char usage_text[] =
 	"  --allow-eintr-wait\n"
 	"                   if no other thread can be borrowed, stop one blocked in\n"
 	"                   epoll_wait and the like (a memattach killed right after\n"
-	"                   that stop would leave the wait an EINTR)\n"
+	"                   that stop would leave the wait an EINTR; one with a\n"
+	"                   timeout only in libc's epoll_wait, given what remained)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8

@@ -11,9 +11,14 @@
 #      DURATION s): the count is measured and reported (no bound: a
 #      borrowed timed wait restarts; the figure shows by how much).
 # Both: no EINTR, no early return, verdict ok, the target alive.
+#   3. timedwait -r -w 200: tw_timed waits through syscall(2), whose
+#      timeout memattach cannot shorten: `stats --tid` of it is refused
+#      before any stop (20 runs back to back), `stats --allow-eintr-wait`
+#      borrows another thread (20 runs); not one wait over 1.5 times its
+#      timeout.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 7
+plan 12
 need_fixtures timedwait
 DURATION=${DURATION:-4}
 
@@ -71,4 +76,26 @@ v=$(fix_cmd "$pid" "$fd" "$out" verdict)
 check "timedwait: no EINTR, no early timeout: verdict ok ($v)" verdict_ok "$v"
 fix_quit "$pid" "$fd"; rc=$?
 check "timedwait: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+
+fix_start timedwait -r -w 200 || { fail "timedwait -r: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+tw=$(tid_of "$pid" tw_timed)
+va=$(fix_cmd "$pid" "$fd" "$out" verdict)
+refused=0 other=0
+# back to back: a wait restarted with its whole timeout at each stop would run on far past 300 ms
+for _ in $(seq 20); do
+	"$MA" stats "$pid" --tid "$tw" >/dev/null 2>"$TMP/raw.err"; rc=$?
+	if [ "$rc" -eq 1 ] && grep -q "with a timeout" "$TMP/raw.err"; then refused=$((refused + 1)); fi
+done
+for _ in $(seq 20); do
+	"$MA" stats "$pid" --allow-eintr-wait >/dev/null 2>>"$TMP/raw2.err" && other=$((other + 1))
+done
+vb=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "raw epoll_wait with a timeout: stats --tid refused $refused of 20 times, naming the timeout ($(head -1 "$TMP/raw.err" | cut -c1-120))" [ "$refused" -eq 20 ]
+check "stats --allow-eintr-wait borrowed another thread: $other of 20 ok" [ "$other" -eq 20 ]
+check "raw epoll_wait kept its deadline: $(( $(vfield "$vb" long) - $(vfield "$va" long) )) waits over 300 ms (longest $(vfield "$vb" max_ms) ms)" \
+	[ "$(vfield "$vb" long)" -eq "$(vfield "$va" long)" ]
+check "timedwait -r: verdict ok ($vb)" verdict_ok "$vb"
+fix_quit "$pid" "$fd"; rc=$?
+check "timedwait -r: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 report_time
