@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Threads blocked in read, nanosleep, epoll_wait, futex, accept and recv
-# with SO_RCVTIMEO are
+# Threads blocked in read, nanosleep, epoll_wait, futex and accept are
 # borrowed 200 times each (memattach stats --tid); the target checks every
-# syscall result and counts any EINTR or wrong result as an error.
+# syscall result and counts any EINTR or wrong result as an error.  One in
+# recv with SO_RCVTIMEO is refused, named or not.
 . "$(dirname "$0")/../lib.sh"
 plan 21
 CYCLES=${CYCLES:-200}
@@ -11,7 +11,7 @@ CYCLES=${CYCLES:-200}
 fix_start sysc || { fail "sysc: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 before=$(fix_cmd "$pid" "$fd" "$out" verdict)
-for name in sc_read sc_sleep sc_epoll sc_futex sc_accept sc_rcvto; do
+for name in sc_read sc_sleep sc_epoll sc_futex sc_accept; do
 	tid=$(tid_of "$pid" "$name")
 	if [ -z "$tid" ]; then fail "$name: thread not found"; continue; fi
 	ok=0 used=0
@@ -24,6 +24,16 @@ for name in sc_read sc_sleep sc_epoll sc_futex sc_accept sc_rcvto; do
 	check "$name: $ok of $CYCLES attach cycles succeeded" [ "$ok" -eq "$CYCLES" ]
 	check "$name: all $used cycles borrowed the $name thread itself" [ "$used" -eq "$CYCLES" ]
 done
+# recv on a socket with SO_RCVTIMEO: a stop ends it with EINTR, and issued
+# again it would wait its whole timeout once more, so even named it is
+# refused before any stop.
+tid=$(tid_of "$pid" sc_rcvto) refused=0
+for _ in $(seq $((CYCLES / 4))); do
+	"$MA" stats "$pid" --tid "$tid" >/dev/null 2>"$TMP/r.err"
+	[ $? -eq 1 ] && grep -q "with a timeout" "$TMP/r.err" && refused=$((refused + 1))
+done
+check "sc_rcvto: --tid refused $refused of $((CYCLES / 4)) times, naming its timeout" [ "$refused" -eq $((CYCLES / 4)) ]
+check "sc_rcvto: the message says why ($(head -1 "$TMP/r.err" | cut -c1-100))" grep -q "whole timeout once more" "$TMP/r.err"
 # Inspecting without borrowing (memattach threads) must not leak EINTR either.
 ok=0
 for _ in $(seq $((CYCLES / 4))); do "$MA" threads "$pid" >/dev/null 2>&1 && ok=$((ok + 1)); done
