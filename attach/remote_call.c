@@ -531,7 +531,14 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		uint64_t now = ma_now_ns();
 		int status, rc, sig, ev;
 
-		rc = wait_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
+		/*
+		 * A signal-delivery stop stays unreported (peek_stop): its signal
+		 * is then still the kernel's should memattach die before it
+		 * resumes the thread with it (SIGSTOP goes through at once).
+		 */
+		rc = peek_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
+		if (rc == 0 && !(WIFSTOPPED(status) && (status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)))
+			rc = wait_stop(s->tid, &status, 1000);
 		if (rc)
 			return rc;
 		if (WIFEXITED(status) || WIFSIGNALED(status)) {

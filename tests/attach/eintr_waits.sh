@@ -8,8 +8,10 @@
 # sc_idlerecv (recv, SO_RCVTIMEO one hour, nobody writes) and sc_idlesplice
 # (splice from such a socket) never wake on their own: their voluntary_ctxt_switches in /proc move only if a
 # tracer stops them.  After every command they must not have moved; then
-# `stats --tid` of each must move them (the check can see a stop) and
-# leave no EINTR (the fixture fails on one).
+# `stats --tid` of sc_idle must move it (the check can see a stop) and
+# leave no EINTR (the fixture fails on one), while the two with a socket
+# timeout are refused even named (issued again, their wait would start
+# its whole timeout once more).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
 plan 19
@@ -45,13 +47,21 @@ for c in "${cmds[@]}"; do
 done
 check "threads names all three as not stopped" \
 	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: not stopped")" -ge 3 ]'
-# Named, each is stopped (the wake-up is seen) and its wait issued again (no EINTR).
-for t in "$idle" "$idlerecv" "$idlesplice"; do
+# Named, the untimed epoll_wait is stopped (the wake-up is seen) and its
+# wait issued again (no EINTR).  The two on a socket with SO_RCVTIMEO are
+# refused even named, before any stop: issued again, their wait would
+# start its whole timeout once more.
+a=$(switches "$idle")
+"$MA" stats "$pid" --tid "$idle" >"$TMP/out" 2>"$TMP/err"; rc=$?
+b=$(switches "$idle")
+check "stats --tid $idle (sc_idle): exit $rc, borrowed it (switches $a -> $b)" \
+	eval '[ "$rc" -eq 0 ] && [ "$b" -gt "$a" ] && grep -q "borrowed thread $idle " "$TMP/out"'
+for t in "$idlerecv" "$idlesplice"; do
 	a=$(switches "$t")
 	"$MA" stats "$pid" --tid "$t" >"$TMP/out" 2>"$TMP/err"; rc=$?
 	b=$(switches "$t")
-	check "stats --tid $t: exit $rc, borrowed it (switches $a -> $b)" \
-		eval '[ "$rc" -eq 0 ] && [ "$b" -gt "$a" ] && grep -q "borrowed thread $t " "$TMP/out"'
+	check "stats --tid $t: exit $rc, refused naming its timeout, not stopped (switches $a -> $b)" \
+		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && grep -q "with a timeout" "$TMP/err"'
 done
 flush=$("$MA" bins "$pid" --flush-tcache --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
 check "bins --flush-tcache counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]
