@@ -219,8 +219,39 @@ static void end_turn(int lock_fd)
 	ma_runlock_release(lock_fd);
 }
 
-/* Wait for TID to stop or die; MA_E_TIMEOUT (no message) after timeout_ms. */
-static int wait_stop(pid_t tid, int *status, int timeout_ms)
+/*
+ * Has TID stopped or died?  1 with *STATUS (waitpid's format) when it has,
+ * 0 when not yet, -1 on error.  COLLECT false leaves the stop unreported:
+ * a signal-delivery stop then keeps its signal in the kernel, so a
+ * memattach killed before it hands the signal back (PTRACE_DETACH with
+ * it) does not lose it (reporting a stop clears it: only the tracer's
+ * resume would restore it).
+ */
+static int poll_stop(pid_t tid, int *status, bool collect)
+{
+	siginfo_t si;
+
+	if (collect) {
+		pid_t r = waitpid(tid, status, __WALL | WNOHANG);
+
+		return r == tid ? 1 : r < 0 && errno != EINTR ? -1 : 0;
+	}
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PID, (id_t)tid, &si, WSTOPPED | WEXITED | __WALL | WNOHANG | WNOWAIT) != 0)
+		return errno != EINTR ? -1 : 0;
+	if (si.si_pid != tid)
+		return 0;
+	if (si.si_code == CLD_EXITED)
+		*status = (si.si_status & 0xff) << 8;
+	else if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
+		*status = si.si_status & 0x7f;
+	else /* stopped or trapped: the stop code, event bits included */
+		*status = (si.si_status & 0xffff) << 8 | 0x7f;
+	return 1;
+}
+
+/* Wait for TID to stop or die (see poll_stop); MA_E_TIMEOUT (no message) after timeout_ms. */
+static int await_stop(pid_t tid, int *status, int timeout_ms, bool collect)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	sigset_t set;
@@ -228,17 +259,17 @@ static int wait_stop(pid_t tid, int *status, int timeout_ms)
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	for (;;) {
-		pid_t r = waitpid(tid, status, __WALL | WNOHANG);
+		int r = poll_stop(tid, status, collect);
 		uint64_t now;
 		struct timespec ts;
 
-		if (r == tid) {
+		if (r > 0) {
 			ma_step_wait();
 			return 0;
 		}
 		if (nstragglers)
 			reap_stragglers();
-		if (r < 0 && errno != EINTR)
+		if (r < 0)
 			return ma_fail(MA_E_EXITED, "thread %d is gone (%s)", tid, strerror(errno));
 		now = ma_now_ns();
 		if (now >= deadline)
@@ -250,48 +281,22 @@ static int wait_stop(pid_t tid, int *status, int timeout_ms)
 	}
 }
 
-/*
- * Like wait_stop, but the stop stays unreported: a signal-delivery stop
- * keeps its signal in the kernel, so a memattach killed before it hands
- * the signal back (PTRACE_DETACH with it) does not lose it (reporting a
- * stop clears it: only the tracer's resume would restore it).  Collect
- * the report with wait_stop afterwards to keep the thread.
- */
+/* A signal-delivery stop (not a syscall or event stop): its signal waits to be handed back. */
+static bool is_signal_stop(int status)
+{
+	return WIFSTOPPED(status) && (status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80);
+}
+
+/* Wait for TID to stop or die, and collect the report. */
+static int wait_stop(pid_t tid, int *status, int timeout_ms)
+{
+	return await_stop(tid, status, timeout_ms, true);
+}
+
+/* Wait for TID to stop or die, leaving the stop unreported (collect it with wait_stop). */
 static int peek_stop(pid_t tid, int *status, int timeout_ms)
 {
-	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
-	sigset_t set;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	for (;;) {
-		siginfo_t si;
-		uint64_t now;
-		struct timespec ts;
-
-		int r;
-
-		memset(&si, 0, sizeof(si));
-		r = waitid(P_PID, (id_t)tid, &si, WSTOPPED | WEXITED | __WALL | WNOHANG | WNOWAIT);
-		if (r == 0 && si.si_pid == tid) {
-			if (si.si_code == CLD_EXITED)
-				*status = (si.si_status & 0xff) << 8;
-			else if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
-				*status = si.si_status & 0x7f;
-			else /* stopped or trapped: the stop code, event bits included */
-				*status = (si.si_status & 0xffff) << 8 | 0x7f;
-			ma_step_wait();
-			return 0;
-		}
-		if (r < 0 && errno != EINTR)
-			return ma_fail(MA_E_EXITED, "thread %d is gone (%s)", tid, strerror(errno));
-		now = ma_now_ns();
-		if (now >= deadline)
-			return MA_E_TIMEOUT;
-		ts.tv_sec = 0;
-		ts.tv_nsec = (long)((deadline - now) < 2000000ULL ? deadline - now : 2000000ULL);
-		sigtimedwait(&set, NULL, &ts);
-	}
+	return await_stop(tid, status, timeout_ms, false);
 }
 
 static int ptrace_errno(const char *what, pid_t tid)
@@ -537,7 +542,7 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		 * resumes the thread with it (SIGSTOP goes through at once).
 		 */
 		rc = peek_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
-		if (rc == 0 && !(WIFSTOPPED(status) && (status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)))
+		if (rc == 0 && !is_signal_stop(status))
 			rc = wait_stop(s->tid, &status, 1000);
 		if (rc)
 			return rc;
@@ -1003,7 +1008,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		return ptrace_errno("PTRACE_INTERRUPT", ti->tid);
 	rc = peek_stop(ti->tid, &status, 1000);
 	/* A signal on its way in: handed back still unreported (peek_stop). */
-	if (rc == 0 && WIFSTOPPED(status) && (status >> 16) == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80)) {
+	if (rc == 0 && is_signal_stop(status)) {
 		snprintf(why, whylen, "a signal (%d) was being delivered to it", WSTOPSIG(status));
 		release_untouched(s, WSTOPSIG(status));
 		return MA_E_NOSAFE;
@@ -1319,26 +1324,18 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
 static bool leftover_in_use(const struct ma_session *s, const struct ma_stub_header *h,
 			    uint64_t stub)
 {
-	char path[96], buf[512], *tok[10], *save = NULL;
-	int ntok = 0;
-	FILE *f;
+	uint64_t pc = 0, sp = 0;
 
 	if ((pid_t)h->tid == s->tid)
 		return runs_in(h, stub, s->saved.regs.rip, s->saved.regs.rsp);
-	snprintf(path, sizeof(path), "/proc/%d/task/%u/syscall", s->t->pid, h->tid);
-	if (!(f = fopen(path, "re")))
-		return false; /* the thread is gone */
-	/* "nr a1..a6 sp pc" in a syscall, "-1 sp pc" blocked elsewhere, "running". */
-	if (fgets(buf, sizeof(buf), f))
-		for (char *p = strtok_r(buf, " \n", &save); p && ntok < 10; p = strtok_r(NULL, " \n", &save))
-			tok[ntok++] = p;
-	fclose(f);
-	if (ntok != 9 && ntok != 3) {
-		uint64_t pc, sp;
-
+	switch (ma_thread_where(s->t->pid, (pid_t)h->tid, &sp, &pc)) {
+	case MA_WHERE_GONE:
+		return false;
+	case MA_WHERE_RUNNING:
 		return !peek_thread(s->t->pid, (pid_t)h->tid, &pc, &sp) || runs_in(h, stub, pc, sp);
+	default:
+		return runs_in(h, stub, pc, sp);
 	}
-	return runs_in(h, stub, strtoull(tok[ntok - 1], NULL, 16), strtoull(tok[ntok - 2], NULL, 16));
 }
 
 /*
@@ -2170,26 +2167,15 @@ static bool stub_can_give_back(struct ma_session *s)
  */
 static void restore_stub_when_left(struct ma_session *s)
 {
-	char path[96], buf[512], *tok[10], *save = NULL;
 	bool left = false;
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", s->t->pid, s->tid);
 	for (int tries = 0; tries < 50 && !left; tries++) {
-		int ntok = 0;
-		uint64_t pc;
-		FILE *f = fopen(path, "re");
+		uint64_t sp, pc;
+		enum ma_thread_where w = ma_thread_where(s->t->pid, s->tid, &sp, &pc);
 
-		if (!f)
+		if (w == MA_WHERE_GONE)
 			return; /* gone (or the process exec'd): nothing to put back into */
-		if (fgets(buf, sizeof(buf), f))
-			for (char *p = strtok_r(buf, " \n", &save); p && ntok < 10;
-			     p = strtok_r(NULL, " \n", &save))
-				tok[ntok++] = p;
-		fclose(f);
-		if (ntok == 9 || ntok == 3) {
-			pc = strtoull(tok[ntok - 1], NULL, 16);
-			left = pc < s->stub || pc >= s->stub + MA_STUB_REGION;
-		}
+		left = w != MA_WHERE_RUNNING && (pc < s->stub || pc >= s->stub + MA_STUB_REGION);
 		if (!left)
 			usleep(200);
 	}

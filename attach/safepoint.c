@@ -302,20 +302,12 @@ int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
  */
 void ma_unwind_rehearse(const struct ma_target *t, pid_t tid)
 {
-	unsigned long long sp = 0, pc = 0;
+	uint64_t sp = 0, pc = 0;
 	struct fast_upt *f;
 	unw_cursor_t c;
-	char path[64], buf[256];
-	FILE *fp;
-	int n = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", t->pid, tid);
-	if (!(fp = fopen(path, "re")))
-		return;
-	if (fgets(buf, sizeof(buf), fp))
-		n = sscanf(buf, "%*d %*x %*x %*x %*x %*x %*x %llx %llx", &sp, &pc);
-	fclose(fp);
-	if (n != 2 || !sp || !pc || ma_unwind_prepare())
+	if (ma_thread_where(t->pid, tid, &sp, &pc) != MA_WHERE_SYSCALL || !sp || !pc ||
+	    ma_unwind_prepare())
 		return;
 	f = walk_buf;
 	begin_walk(f, t, tid);
@@ -602,6 +594,27 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 	if (ti->idle_ns && ti->timed_wait && ma_arch_is_epoll_wait(ti->syscall) &&
 	    ti->idle_ns < ref->mono_ns)
 		ti->wait_began_ns = ref->mono_ns - ti->idle_ns;
+}
+
+enum ma_thread_where ma_thread_where(pid_t pid, pid_t tid, uint64_t *sp, uint64_t *pc)
+{
+	char path[96], buf[512], *tok[10], *save = NULL;
+	int ntok = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return MA_WHERE_GONE;
+	/* "nr a1..a6 sp pc" in a syscall, "-1 sp pc" blocked elsewhere, "running". */
+	if (fgets(buf, sizeof(buf), f))
+		for (char *p = strtok_r(buf, " \n", &save); p && ntok < 10; p = strtok_r(NULL, " \n", &save))
+			tok[ntok++] = p;
+	fclose(f);
+	if (ntok != 9 && ntok != 3)
+		return MA_WHERE_RUNNING;
+	*sp = strtoull(tok[ntok - 2], NULL, 16);
+	*pc = strtoull(tok[ntok - 1], NULL, 16);
+	return ntok == 9 ? MA_WHERE_SYSCALL : MA_WHERE_BLOCKED;
 }
 
 void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)

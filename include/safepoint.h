@@ -69,6 +69,13 @@ bool ma_backtrace_in_dl_locked(const struct ma_target *t, const struct ma_backtr
 /* Decide; on false, WHY says which frame is in jemalloc etc. */
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen);
+/*
+ * Where /proc/PID/task/TID/syscall says thread TID is: blocked in a syscall
+ * or blocked elsewhere (*SP and *PC: its user stack pointer and ip),
+ * running (not known), or gone.
+ */
+enum ma_thread_where { MA_WHERE_GONE = -1, MA_WHERE_RUNNING, MA_WHERE_SYSCALL, MA_WHERE_BLOCKED };
+enum ma_thread_where ma_thread_where(pid_t pid, pid_t tid, uint64_t *sp, uint64_t *pc);
 /* What /proc says of thread TID of PID (name, state, syscall, timed wait). */
 void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti);
 /* List the threads of T->pid, best candidates first. */
