@@ -934,6 +934,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	struct ma_backtrace local, *bt = btp ? btp : &local;
 	struct user_regs_struct first;
 	bool reissued = false;
+	uint64_t wait_began_ns = ti->wait_began_ns;
+	struct ma_thread_info now;
 	int status, rc, sig;
 
 	s->tid = ti->tid;
@@ -958,16 +960,21 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
+	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
+	/*
+	 * Read last, right before the stop: when the wait began (the time
+	 * that remained is measured from it), which the listing may have
+	 * seen for an earlier wait of the same loop (that early start made a
+	 * re-issued epoll_wait return before its timeout).
+	 */
 	if (s->stop_eintr_wait) {
-		struct ma_thread_info now;
-
 		ma_read_thread_info(s->t->pid, ti->tid, &now);
 		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
 			s->hopeless = true;
 			return MA_E_NOSAFE;
 		}
+		wait_began_ns = now.wait_began_ns;
 	}
-	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -1049,8 +1056,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 */
 	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
-		if (ti->wait_began_ns && ma_now_ns() > ti->wait_began_ns && in_libc_epoll(s->t, &first))
-			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - ti->wait_began_ns) / 1000000ULL);
+		if (wait_began_ns && ma_now_ns() > wait_began_ns && in_libc_epoll(s->t, &first))
+			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - wait_began_ns) / 1000000ULL);
 		ma_arch_set_regs(ti->tid, &s->resume);
 		reissued = true;
 	}
