@@ -61,12 +61,10 @@ int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r)
 	return 0;
 }
 
-int ma_arch_get_state(pid_t tid, struct ma_cpu_state *s)
+int ma_arch_get_xstate(pid_t tid, struct ma_cpu_state *s)
 {
 	struct iovec iov = { s->xstate, MA_XSTATE_MAX };
 
-	if (ma_arch_get_regs(tid, &s->regs))
-		return MA_E_INTERNAL;
 	if (ma_ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
 		return ptrace_err("PTRACE_GETREGSET(NT_X86_XSTATE)", tid);
 	s->xstate_len = iov.iov_len;
@@ -189,6 +187,20 @@ void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t
 uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r) { return r->fs_base; }
 uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r) { return r->rsp; }
+
+bool ma_arch_dwarf_reg(const struct user_regs_struct *r, int regno, uint64_t *val)
+{
+	/* The x86-64 psABI's DWARF numbers 0-16 (16: the return address, rip). */
+	const unsigned long long *by_number[] = {
+		&r->rax, &r->rdx, &r->rcx, &r->rbx, &r->rsi, &r->rdi, &r->rbp, &r->rsp,
+		&r->r8,	 &r->r9,  &r->r10, &r->r11, &r->r12, &r->r13, &r->r14, &r->r15, &r->rip,
+	};
+
+	if (regno < 0 || regno >= (int)(sizeof(by_number) / sizeof(by_number[0])))
+		return false;
+	*val = *by_number[regno];
+	return true;
+}
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
 
 /*

@@ -833,6 +833,53 @@ static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_th
 }
 
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
+/*
+ * The thread's status file, opened before it is stopped: in the hold,
+ * reading it (the seccomp mode) is then one pread, not an open.
+ */
+static void open_status_fd(struct ma_session *s, pid_t tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", s->t->pid, tid);
+	s->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+	s->has_status_fd = s->status_fd >= 0;
+}
+
+static void close_status_fd(struct ma_session *s)
+{
+	if (s->has_status_fd)
+		close(s->status_fd);
+	s->has_status_fd = false;
+}
+
+static void open_mem_fd(struct ma_session *s)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", s->t->proc_pid);
+	s->mem_fd = open(path, O_RDWR | O_CLOEXEC);
+	s->has_mem_fd = s->mem_fd >= 0;
+}
+
+static void close_mem_fd(struct ma_session *s)
+{
+	if (s->has_mem_fd)
+		close(s->mem_fd);
+	s->has_mem_fd = false;
+}
+
+/* The stub site is in a read-only mapping: written through /proc/PID/mem. */
+static int write_stub_site(struct ma_session *s, const void *buf, size_t len)
+{
+	return ma_mem_write_fd(s->has_mem_fd ? s->mem_fd : -1, s->t->proc_pid, s->stub, buf, len);
+}
+
+static int thread_seccomp_mode(const struct ma_session *s)
+{
+	return s->has_status_fd ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
+}
+
 static void release_untouched(struct ma_session *s, int sig)
 {
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
@@ -938,6 +985,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	struct ma_thread_info now;
 	int status, rc, sig;
 
+	close_status_fd(s); /* the previous candidate's */
 	s->tid = ti->tid;
 	s->hopeless = s->fresh = s->in_eintr_wait = false;
 	memset(&s->resume, 0, sizeof(s->resume));
@@ -975,6 +1023,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		}
 		wait_began_ns = now.wait_began_ns;
 	}
+	open_status_fd(s, ti->tid);
+	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
+		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -1061,16 +1112,13 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		ma_arch_set_regs(ti->tid, &s->resume);
 		reissued = true;
 	}
-	if ((rc = ma_arch_get_state(ti->tid, &s->saved)) == 0 &&
+	if ((rc = ma_arch_get_xstate(ti->tid, &s->saved)) == 0 &&
 	    ma_ptrace(PTRACE_GETSIGMASK, ti->tid, (void *)sizeof(s->sigmask), &s->sigmask) != 0)
 		rc = ptrace_errno("PTRACE_GETSIGMASK", ti->tid);
 	if (rc) {
 		release_untouched(s, 0);
 		return rc;
 	}
-	/* GETREGS now reads what we set: the registers as stopped are those we saw first. */
-	if (reissued)
-		s->saved.regs = first;
 	if (reissued && signal_pending_for(s->t->pid, ti->tid, s->sigmask)) {
 		/* A real signal waits: the EINTR is its due after all. */
 		ma_arch_set_regs(ti->tid, &s->saved.regs);
@@ -1078,7 +1126,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	}
 	if (!reissued)
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
-	if (ma_unwind(s->t, ti->tid, bt) != 0) {
+	if (ma_unwind(s->t, ti->tid, &s->saved.regs, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
 		goto unsafe;
@@ -1405,16 +1453,34 @@ static void inherit_records(struct ma_session *s, const struct ma_stub_header *h
  * that.  A site still in use is left alone.  This session takes a clean
  * site if there is one, else a freed one.
  */
-static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
+static int site_not_ours(const struct ma_session *s)
 {
-	long clean = -1, freed = -1;
+	return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach "
+		       "attached (no stub site holds its file's bytes); run memattach again",
+		       s->t->pid);
+}
 
-	struct ma_stub_header hs[MA_MAX_STUB_SITES];
+/*
+ * Does site I hold its file's bytes?  A site that does not (unreadable,
+ * or the process exec'd and other bytes sit there) is never written.
+ */
+static bool site_as_in_file(const struct ma_session *s, size_t i)
+{
+	unsigned char now[MA_STUB_REGION];
+
+	if (ma_mem_read(s->t->proc_pid, s->t->stub_sites[i].addr, now, sizeof(now)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return memcmp(now, ma_target_stub_site_original(s->t, i), sizeof(now)) == 0;
+}
+
+/* Every site's header in one read (an unreadable one: no magic). */
+static void read_site_headers(const struct ma_session *s, struct ma_stub_header *hs)
+{
 	struct iovec local[MA_MAX_STUB_SITES] = { { 0 } }, remote[MA_MAX_STUB_SITES] = { { 0 } };
 	size_t n = s->t->nstub_sites;
 
-	*busy_left = false;
-	/* Every site's header in one read. */
 	for (size_t i = 0; i < n; i++) {
 		local[i] = (struct iovec){ &hs[i], sizeof(hs[i]) };
 		remote[i] = (struct iovec){ (void *)(uintptr_t)(s->t->stub_sites[i].addr + MA_STUB_HEADER),
@@ -1427,13 +1493,53 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 				ma_err_clear();
 				hs[i].magic = 0;
 			}
+}
+
+/* Does any site hold a stub (a killed run's)?  Looked at before any stop. */
+static bool any_site_has_stub(const struct ma_session *s)
+{
+	struct ma_stub_header hs[MA_MAX_STUB_SITES];
+
+	read_site_headers(s, hs);
+	for (size_t i = 0; i < s->t->nstub_sites; i++)
+		if (hs[i].magic == MA_MAGIC_STUB)
+			return true;
+	return false;
+}
+
+static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
+{
+	long clean = -1, freed = -1;
+
+	struct ma_stub_header hs[MA_MAX_STUB_SITES];
+	size_t n = s->t->nstub_sites;
+
+	*busy_left = false;
+	/*
+	 * No site held a stub when looked at before the stop (only memattach
+	 * writes them, and this run holds the run lock): no leftover to judge.
+	 */
+	if (!s->sites_had_stub) {
+		for (size_t i = 0; i < n; i++)
+			stale[i] = false;
+		for (size_t i = 0; i < n && clean < 0; i++)
+			if (site_as_in_file(s, i))
+				clean = (long)i;
+		if (clean < 0)
+			return site_not_ours(s);
+		s->site = (size_t)clean;
+		s->stub = s->t->stub_sites[s->site].addr;
+		return 0;
+	}
+	read_site_headers(s, hs);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t addr = s->t->stub_sites[i].addr;
 		struct ma_stub_header h = hs[i];
 
 		stale[i] = false;
 		if (h.magic != MA_MAGIC_STUB) {
-			if (clean < 0)
+			/* The first that is as in its file (checked now, in the hold: an exec). */
+			if (clean < 0 && site_as_in_file(s, i))
 				clean = (long)i;
 			continue;
 		}
@@ -1446,6 +1552,8 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 		if (freed < 0)
 			freed = (long)i;
 	}
+	if (clean < 0 && freed < 0 && !*busy_left)
+		return site_not_ours(s);
 	if (clean < 0 && freed < 0)
 		return ma_fail(MA_E_INTERNAL, "every stub site of process %d is in use by an earlier, "
 			       "killed memattach run whose call has not returned yet; try again later",
@@ -1604,7 +1712,7 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	struct ma_sc_query qmask = { SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
 				     s->stub + MA_STUB_RESTORE_SYSCALL_END,
 				     "rt_sigprocmask (the stub's self-restore)" };
-	int mode = ma_seccomp_mode(s->t->pid, s->tid), rc;
+	int mode = thread_seccomp_mode(s), rc;
 
 	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = s->stub_reads_altstack = true;
 	if (mode == 0)
@@ -1660,7 +1768,7 @@ static int write_stub(struct ma_session *s)
 	s->append_cb = s->stub + MA_STUB_APPEND;
 	fill_header(s, &h);
 	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
-	if ((rc = ma_mem_write(s->t->proc_pid, s->stub, stub, sizeof(stub))))
+	if ((rc = write_stub_site(s, stub, sizeof(stub))))
 		return rc;
 	s->stub_written = true;
 	return 0;
@@ -1672,7 +1780,8 @@ static int write_stub_header(struct ma_session *s)
 	struct ma_stub_header h;
 
 	fill_header(s, &h);
-	return ma_mem_write(s->t->proc_pid, s->stub + MA_STUB_HEADER, &h, sizeof(h));
+	return ma_mem_write_fd(s->has_mem_fd ? s->mem_fd : -1, s->t->proc_pid, s->stub + MA_STUB_HEADER,
+			       &h, sizeof(h));
 }
 
 /*
@@ -1867,12 +1976,21 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		return fd;
 	}
 	s->lock_fd = fd;
-	if ((rc = choose_thread(s, o)))
-		goto fail;
-	/* The process may have exec'd between reading its maps and now. */
+	/*
+	 * The process may have exec'd since its maps were read: its files
+	 * are checked now, before any stop; what the calls rely on (jemalloc's
+	 * code, the stub site's bytes) is checked again in the hold, by
+	 * content (ma_target_code_unchanged, scan_stub_sites).
+	 */
 	addrs[0] = t->je.mallctl;
 	addrs[1] = t->stub_sites[0].addr;
-	if ((rc = ma_target_maps_unchanged(t, addrs, 2)) || (rc = ma_target_code_unchanged(t)))
+	if ((rc = ma_target_maps_unchanged(t, addrs, 2)))
+		goto fail;
+	s->sites_had_stub = any_site_has_stub(s);
+	open_mem_fd(s);
+	if ((rc = choose_thread(s, o)))
+		goto fail;
+	if ((rc = ma_target_code_unchanged(t)))
 		goto fail;
 	if ((rc = scan_stub_sites(s, stale, &busy_left)))
 		goto fail;
@@ -2061,8 +2179,7 @@ static int restore_stub_site(struct ma_session *s)
 
 	if (!s->stub_written)
 		return 0;
-	rc = ma_mem_write(s->t->proc_pid, s->stub, ma_target_stub_site_original(s->t, s->site),
-			  MA_STUB_REGION);
+	rc = write_stub_site(s, ma_target_stub_site_original(s->t, s->site), MA_STUB_REGION);
 	if (!rc)
 		s->stub_written = false;
 	return rc;
@@ -2297,6 +2414,8 @@ int ma_session_close(struct ma_session *s)
 	s->t_stop_ns = 0;
 	if (s->gave_back_by_stub)
 		restore_stub_when_left(s); /* after the hold */
+	close_status_fd(s);
+	close_mem_fd(s);
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;
@@ -2334,6 +2453,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
 		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
 	}
+	close_status_fd(&s);
 	ma_arch_state_free(&s.saved);
 	end_turn(lock);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)

@@ -38,6 +38,7 @@ struct fast_upt {
 	pid_t tid;
 	void *upt;
 	bool rehearsal; /* a walk of a running thread from /proc's sp and pc (ma_unwind_rehearse) */
+	const struct user_regs_struct *regs; /* the stopped thread's, as read at its stop */
 	uint64_t sp, pc;
 	unsigned next;
 	uint64_t base[UCACHE_PAGES];
@@ -165,6 +166,15 @@ static int fast_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *va
 		*val = reg == UNW_X86_64_RIP ? current_walk->pc : reg == UNW_X86_64_RSP ? current_walk->sp : 0;
 		return 0;
 	}
+	/* The registers of the stop, already read: no ptrace request per register. */
+	if (current_walk && current_walk->regs && arg == current_walk && !write) {
+		uint64_t v;
+
+		if (ma_arch_dwarf_reg(current_walk->regs, (int)reg, &v)) {
+			*val = v;
+			return 0;
+		}
+	}
 	return _UPT_access_reg(as, reg, val, write, upt_arg(arg));
 }
 
@@ -243,9 +253,11 @@ static void begin_walk(struct fast_upt *f, const struct ma_target *t, pid_t tid)
 	f->t = t;
 	f->tid = tid;
 	f->rehearsal = false;
+	f->regs = NULL;
 }
 
-int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
+int ma_unwind(const struct ma_target *t, pid_t tid, const struct user_regs_struct *regs,
+	      struct ma_backtrace *bt)
 {
 	struct fast_upt *f;
 	unw_cursor_t c;
@@ -258,6 +270,7 @@ int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt)
 		return ma_fail(MA_E_INTERNAL, "libunwind: cannot create address space");
 	f = walk_buf;
 	begin_walk(f, t, tid);
+	f->regs = regs;
 	f->upt = _UPT_create(tid);
 	if (!f->upt)
 		return ma_fail(MA_E_NOMEM, "libunwind: cannot create ptrace context");

@@ -10,11 +10,13 @@
  * (KILL_THREAD) and a shift by X uses only its low five bits.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <unistd.h>
 
 #include <linux/audit.h>
 
@@ -480,23 +482,32 @@ static int check_queries(pid_t tid, const struct sc_filters *fs, const struct ma
 
 /* ---- public ---- */
 
+int ma_seccomp_mode_of(int status_fd)
+{
+	char buf[4096];
+	const char *line;
+	ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
+	int mode;
+
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	if (!(line = strstr(buf, "\nSeccomp:")) || sscanf(line + 9, "%d", &mode) != 1 || mode < 0 ||
+	    mode > 2)
+		return -1;
+	return mode;
+}
+
 int ma_seccomp_mode(pid_t pid, pid_t tid)
 {
-	char path[64], line[256];
-	int mode = -1;
-	FILE *f;
+	char path[64];
+	int fd, mode;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-	f = fopen(path, "r");
-	if (!f)
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, "Seccomp:", 8) == 0) {
-			if (sscanf(line + 8, "%d", &mode) != 1 || mode < 0 || mode > 2)
-				mode = -1;
-			break;
-		}
-	fclose(f);
+	mode = ma_seccomp_mode_of(fd);
+	close(fd);
 	return mode;
 }
 

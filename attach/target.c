@@ -587,22 +587,37 @@ static void record_code_bytes(struct ma_jemalloc *je, const struct ma_elf *e)
 	}
 }
 
+static int code_changed(const struct ma_target *t)
+{
+	return ma_fail(MA_E_EXITED,
+		       "process %d is starting or replacing its program (jemalloc's code is not "
+		       "where its mappings said); run memattach again",
+		       t->pid);
+}
+
 int ma_target_code_unchanged(const struct ma_target *t)
 {
-	for (int i = 0; i < MA_CODE_CHECKS; i++) {
-		unsigned char now[MA_CODE_CHECK_LEN];
+	unsigned char now[MA_CODE_CHECKS][MA_CODE_CHECK_LEN];
+	struct iovec local[MA_CODE_CHECKS], remote[MA_CODE_CHECKS];
+	int which[MA_CODE_CHECKS], n = 0;
 
-		if (!t->je.code_addr[i])
-			continue;
-		if (ma_mem_read(t->proc_pid, t->je.code_addr[i], now, sizeof(now)) != 0 ||
-		    memcmp(now, t->je.code_bytes[i], sizeof(now)) != 0) {
-			ma_err_clear();
-			return ma_fail(MA_E_EXITED,
-				       "process %d is starting or replacing its program (jemalloc's code "
-				       "is not where its mappings said); run memattach again",
-				       t->pid);
+	/* All in one read: this runs while a thread is held. */
+	for (int i = 0; i < MA_CODE_CHECKS; i++)
+		if (t->je.code_addr[i]) {
+			which[n] = i;
+			local[n] = (struct iovec){ now[n], MA_CODE_CHECK_LEN };
+			remote[n++] = (struct iovec){ (void *)(uintptr_t)t->je.code_addr[i], MA_CODE_CHECK_LEN };
 		}
-	}
+	if (n && process_vm_readv(t->proc_pid, local, (unsigned long)n, remote, (unsigned long)n, 0) !=
+		     (ssize_t)n * MA_CODE_CHECK_LEN)
+		for (int k = 0; k < n; k++)
+			if (ma_mem_read(t->proc_pid, t->je.code_addr[which[k]], now[k], MA_CODE_CHECK_LEN)) {
+				ma_err_clear();
+				return code_changed(t);
+			}
+	for (int k = 0; k < n; k++)
+		if (memcmp(now[k], t->je.code_bytes[which[k]], MA_CODE_CHECK_LEN) != 0)
+			return code_changed(t);
 	return 0;
 }
 
@@ -623,11 +638,9 @@ static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 	return 0;
 }
 
-int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
+int ma_target_read_tls_offset(struct ma_target *t, pid_t tid)
 {
 	struct ma_jemalloc *je = &t->je;
-	unsigned char *now;
-	int same;
 
 	if (!je->tls_slot)
 		return -1;
@@ -639,6 +652,17 @@ int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 		}
 		je->have_tpoff = true;
 	}
+	return 0;
+}
+
+int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
+{
+	struct ma_jemalloc *je = &t->je;
+	unsigned char *now;
+	int same;
+
+	if (!je->tls_slot || ma_target_read_tls_offset(t, tid) != 0)
+		return -1;
 	if (!(now = malloc(je->tls_len)))
 		return -1;
 	if (ma_mem_read(tid, tp + (uint64_t)je->tls_tpoff, now, je->tls_len) != 0) {
@@ -932,6 +956,14 @@ int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 		rc = mem_fallback(pid, addr, (void *)buf, len, true);
 	ma_step();
 	return rc;
+}
+
+int ma_mem_write_fd(int mem_fd, pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	if (mem_fd < 0 || pwrite(mem_fd, buf, len, (off_t)addr) != (ssize_t)len)
+		return ma_mem_write(pid, addr, buf, len);
+	ma_step();
+	return 0;
 }
 
 static int by_pid(const void *a, const void *b)

@@ -22,7 +22,8 @@ struct ma_cpu_state {
 
 int ma_arch_state_alloc(struct ma_cpu_state *s);
 void ma_arch_state_free(struct ma_cpu_state *s);
-int ma_arch_get_state(pid_t tid, struct ma_cpu_state *s);
+/* Read the extended (FPU/vector) state into S; S->regs stay as they are. */
+int ma_arch_get_xstate(pid_t tid, struct ma_cpu_state *s);
 int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r);
 int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s);
 int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r);
@@ -66,6 +67,11 @@ void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 
 uint64_t ma_arch_ip(const struct user_regs_struct *r);
 uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r);
+/*
+ * Register REGNO of R in DWARF's numbering (libunwind's for this
+ * architecture): false for a number that is not a general register.
+ */
+bool ma_arch_dwarf_reg(const struct user_regs_struct *r, int regno, uint64_t *val);
 /* The thread pointer (x86-64: fs base): static TLS blocks are found from it. */
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r);
 /* The relocation the loader fills with a TLS block's offset from the thread pointer. */

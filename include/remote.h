@@ -62,6 +62,10 @@ struct ma_session {
 	struct ma_target *t;
 	pid_t tid;
 	int lock_fd;
+	int status_fd; /* /proc/PID/task/TID/status of the thread tried, opened before its stop */
+	bool has_status_fd;
+	int mem_fd; /* /proc/PID/mem, opened before the stop (the stub goes into a read-only page) */
+	bool has_mem_fd;
 	uint64_t lock_waited_ns;
 	uint64_t id; /* random, in every header */
 	bool seized;
@@ -74,6 +78,7 @@ struct ma_session {
 	bool changed; /* registers or signal mask changed: restore on close */
 	bool mask_blocked;
 	bool stub_written;
+	bool sites_had_stub; /* a stub site held a stub (a killed run's) before the stop */
 	bool mapped; /* the scratch mapping (own[0]) exists */
 	bool abandoned; /* a call timed out: the stub restores the thread */
 	bool at_marker; /* stopped at the stub's marker syscall entry */

@@ -57,8 +57,12 @@ bool ma_thread_is_jemalloc_bg(const struct ma_thread_info *ti);
  * thread is stopped, so that its cost is not part of a hold.  0 or -1.
  */
 int ma_unwind_prepare(void);
-/* Unwind the stopped thread TID of T (whose maps locate the unwind tables). */
-int ma_unwind(const struct ma_target *t, pid_t tid, struct ma_backtrace *bt);
+/*
+ * Unwind the stopped thread TID of T (whose maps locate the unwind
+ * tables), from REGS as read at its stop (NULL: read them with ptrace).
+ */
+int ma_unwind(const struct ma_target *t, pid_t tid, const struct user_regs_struct *regs,
+	      struct ma_backtrace *bt);
 /* Walk TID while it runs, blocked in a syscall, to warm the caches ma_unwind uses (no result). */
 void ma_unwind_rehearse(const struct ma_target *t, pid_t tid);
 /* A frame of BT in the dynamic loader's code; *FRAME its index. */

@@ -34,6 +34,8 @@ struct ma_sc_query {
  * /proc/PID/task/TID/status: 0 none, 1 strict, 2 filter; -1 if unreadable.
  */
 int ma_seccomp_mode(pid_t pid, pid_t tid);
+/* The same, read (afresh) from an open /proc/PID/task/TID/status: one pread. */
+int ma_seccomp_mode_of(int status_fd);
 
 /*
  * TID is ptrace-seized by us and currently stopped (the caller guarantees it).

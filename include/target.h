@@ -126,6 +126,12 @@ int ma_target_find_jemalloc(struct ma_target *t);
  * cannot tell (jemalloc linked statically, or unreadable): count as yes.
  */
 int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp);
+/*
+ * Read libjemalloc's TLS offset (the slot the loader filled) through
+ * thread TID, once: before a stop, so ma_thread_has_je_state reads only
+ * the TLS block in the hold.  0, or -1 (no slot, or unreadable).
+ */
+int ma_target_read_tls_offset(struct ma_target *t, pid_t tid);
 
 /* A process found by ma_jemalloc_processes. */
 struct ma_je_process {
@@ -186,6 +192,11 @@ const unsigned char *ma_target_stub_site_original(const struct ma_target *t, siz
 /* Read / write target memory (process_vm_*v, falling back to /proc/PID/mem). */
 int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
+/*
+ * Write through MEM_FD, an open /proc/PID/mem (read-only mappings too,
+ * with no open in the caller's hold); ma_mem_write where that fails.
+ */
+int ma_mem_write_fd(int mem_fd, pid_t pid, uint64_t addr, const void *buf, size_t len);
 
 const char *ma_je_flavour_name(enum ma_je_flavour f);
 
