@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include "steps.h"
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "arch.h"
@@ -78,6 +79,11 @@ int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s)
 	if (ma_ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
 		return ptrace_err("PTRACE_SETREGSET(NT_X86_XSTATE)", tid);
 	return 0;
+}
+
+bool ma_arch_stopped_after_seccomp_change(const struct user_regs_struct *r)
+{
+	return (long)r->orig_rax == SYS_prctl || (long)r->orig_rax == SYS_seccomp;
 }
 
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)

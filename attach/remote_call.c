@@ -986,6 +986,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	int status, rc, sig;
 
 	close_status_fd(s); /* the previous candidate's */
+	s->early_seccomp_mode = -1;
 	s->tid = ti->tid;
 	s->hopeless = s->fresh = s->in_eintr_wait = false;
 	memset(&s->resume, 0, sizeof(s->resume));
@@ -1008,6 +1009,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
+	open_status_fd(s, ti->tid);
+	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
+		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	/*
 	 * Read last, right before the stop: when the wait began (the time
@@ -1023,9 +1027,6 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		}
 		wait_began_ns = now.wait_began_ns;
 	}
-	open_status_fd(s, ti->tid);
-	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
-		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
@@ -1064,6 +1065,15 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	s->t_stop_ns = ma_now_ns();
 	if (ma_ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_INTERRUPT", ti->tid);
+	/*
+	 * While the thread comes to its stop, read its seccomp mode (a pread
+	 * that need not be part of the hold): from here on it runs no code of
+	 * its own, so only a syscall it was already making can still change
+	 * its mode, and then its stop shows that syscall (check_seccomp reads
+	 * again).  A filter synced from another thread (TSYNC) can come at
+	 * any time, in a hold as well.
+	 */
+	s->early_seccomp_mode = s->has_status_fd ? ma_seccomp_mode_of(s->status_fd) : -1;
 	rc = peek_stop(ti->tid, &status, 1000);
 	/* A signal on its way in: handed back still unreported (peek_stop). */
 	if (rc == 0 && is_signal_stop(status)) {
@@ -1712,8 +1722,10 @@ static int check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	struct ma_sc_query qmask = { SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
 				     s->stub + MA_STUB_RESTORE_SYSCALL_END,
 				     "rt_sigprocmask (the stub's self-restore)" };
-	int mode = thread_seccomp_mode(s), rc;
+	int mode = s->early_seccomp_mode, rc;
 
+	if (mode < 0 || ma_arch_stopped_after_seccomp_change(&s->saved.regs))
+		mode = thread_seccomp_mode(s);
 	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = s->stub_reads_altstack = true;
 	if (mode == 0)
 		return 0;
@@ -1745,19 +1757,82 @@ static void fill_header(const struct ma_session *s, struct ma_stub_header *h)
 
 _Static_assert(MA_STUB_HEADER + sizeof(struct ma_stub_header) <= MA_STUB_REGION, "stub header");
 
+/*
+ * Memory of ours the hold hands to the kernel, passed to it once before
+ * the stop (ma_kernel_touch says why): the stack below a session's
+ * frames, the state area's image, and a local mirror of the scratch data
+ * (ma_session_local).  The two buffers live as long as memattach, so a
+ * run that borrows many threads touches them once.
+ */
+#define TOUCHED_STACK (64UL << 10)
+#define LOCAL_MIRROR_MAX (256UL << 10)
+
+static unsigned char *area_image; /* ma_arch_state_area_size(MA_XSTATE_MAX) bytes, 64-aligned */
+static unsigned char *local_mirror;
+static size_t local_mirror_len;
+
+static __attribute__((noinline)) void touch_stack_below(void)
+{
+	unsigned char below[TOUCHED_STACK];
+
+	ma_kernel_touch(below, sizeof(below));
+	__asm__ volatile("" : : "r"(below) : "memory"); /* kept, though never read here */
+}
+
+static int prepare_local_memory(size_t data_len)
+{
+	size_t mirror = data_len < LOCAL_MIRROR_MAX ? data_len : LOCAL_MIRROR_MAX;
+
+	touch_stack_below();
+	if (!area_image) {
+		size_t len = (ma_arch_state_area_size(MA_XSTATE_MAX) + 63) & ~(size_t)63;
+
+		if (!(area_image = aligned_alloc(64, len)))
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		memset(area_image, 0, len);
+		ma_kernel_touch(area_image, len);
+	}
+	if (mirror > local_mirror_len) {
+		unsigned char *m = realloc(local_mirror, mirror);
+
+		if (!m)
+			return ma_fail(MA_E_NOMEM, "out of memory");
+		local_mirror = m;
+		memset(local_mirror + local_mirror_len, 0, mirror - local_mirror_len);
+		ma_kernel_touch(local_mirror, mirror);
+		local_mirror_len = mirror;
+	}
+	return 0;
+}
+
+static bool local_mirror_lent;
+
+void *ma_session_local(const struct ma_session *s, size_t len)
+{
+	(void)s;
+	if (local_mirror_lent || len > local_mirror_len)
+		return NULL;
+	local_mirror_lent = true;
+	return local_mirror;
+}
+
+void ma_session_local_release(void *p)
+{
+	if (p && p == local_mirror)
+		local_mirror_lent = false;
+}
+
 /* Write the state area and the stub: memory only this session uses; the thread is unchanged. */
 static int write_stub(struct ma_session *s)
 {
-	unsigned char stub[MA_STUB_REGION], *area;
+	unsigned char stub[MA_STUB_REGION], *area = area_image;
 	struct ma_stub_header h;
 	int rc;
 
-	if (!(area = aligned_alloc(64, s->area_len)))
-		return ma_fail(MA_E_NOMEM, "out of memory");
+	if (!area || s->area_len > ma_arch_state_area_size(MA_XSTATE_MAX))
+		return ma_fail(MA_E_INTERNAL, "no state area image");
 	ma_arch_build_area(area, s->area, &s->resume, &s->saved, s->sigmask, borrowed_mask());
-	rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len);
-	free(area);
-	if (rc)
+	if ((rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len)))
 		return rc;
 	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved,
 			   &(struct ma_stub_opts){ s->stub_asks_signals, s->stub_sigreturns,
@@ -1971,6 +2046,11 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		s->id = ma_now_ns() ^ (uint64_t)getpid() << 32;
 	if ((rc = ma_arch_state_alloc(&s->saved)))
 		return rc;
+	ma_kernel_touch(s->saved.xstate, MA_XSTATE_MAX);
+	if ((rc = prepare_local_memory(data))) {
+		ma_arch_state_free(&s->saved);
+		return rc;
+	}
 	if ((fd = ma_runlock_acquire(t->pid, o->deadline_ms, &s->lock_waited_ns)) < 0) {
 		ma_arch_state_free(&s->saved);
 		return fd;

@@ -76,7 +76,15 @@ static const unsigned char *cached_page(struct fast_upt *f, uint64_t base)
 	for (unsigned i = 0; i < UCACHE_PAGES; i++)
 		if (f->valid[i] && f->base[i] == base)
 			return f->data[i];
-	slot = f->next++ % UCACHE_PAGES;
+	/*
+	 * A free slot first, the lowest: the walk in the hold then reads the
+	 * stack into the slots its rehearsal used, pages the kernel has
+	 * written before (see ma_kernel_touch); else the next in turn.
+	 */
+	for (slot = 0; slot < UCACHE_PAGES && f->valid[slot]; slot++)
+		;
+	if (slot == UCACHE_PAGES)
+		slot = f->next++ % UCACHE_PAGES;
 	local.iov_base = f->data[slot];
 	local.iov_len = UPAGE;
 	remote.iov_base = (void *)(uintptr_t)base;

@@ -652,6 +652,11 @@ int ma_target_read_tls_offset(struct ma_target *t, pid_t tid)
 		}
 		je->have_tpoff = true;
 	}
+	if (!je->tls_now) {
+		if (!(je->tls_now = calloc(1, je->tls_len)))
+			return -1;
+		ma_kernel_touch(je->tls_now, je->tls_len);
+	}
 	return 0;
 }
 
@@ -663,15 +668,12 @@ int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 
 	if (!je->tls_slot || ma_target_read_tls_offset(t, tid) != 0)
 		return -1;
-	if (!(now = malloc(je->tls_len)))
-		return -1;
+	now = je->tls_now;
 	if (ma_mem_read(tid, tp + (uint64_t)je->tls_tpoff, now, je->tls_len) != 0) {
 		ma_err_clear();
-		free(now);
 		return -1;
 	}
 	same = memcmp(now, je->tls_image, je->tls_len) == 0;
-	free(now);
 	return same ? 0 : 1;
 }
 
@@ -917,6 +919,7 @@ void ma_target_release(struct ma_target *t)
 	free(t->je.object);
 	free(t->je.text);
 	free(t->je.tls_image);
+	free(t->je.tls_now);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -956,6 +959,14 @@ int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 		rc = mem_fallback(pid, addr, (void *)buf, len, true);
 	ma_step();
 	return rc;
+}
+
+void ma_kernel_touch(void *p, size_t len)
+{
+	struct iovec v = { p, len };
+
+	if (process_vm_readv(getpid(), &v, 1, &v, 1, 0) < 0)
+		return; /* only slower */
 }
 
 int ma_mem_write_fd(int mem_fd, pid_t pid, uint64_t addr, const void *buf, size_t len)

@@ -55,6 +55,12 @@ bool ma_arch_is_syscall_insn(const unsigned char insn[2]);
 #define MA_SYSCALL_INSN_LEN 2
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
+/*
+ * True if the last syscall of the stopped thread could have changed its
+ * own seccomp mode (prctl, seccomp): a mode read before its stop may be
+ * stale only then.
+ */
+bool ma_arch_stopped_after_seccomp_change(const struct user_regs_struct *r);
 
 /* Set R up for a call of FN(args...) returning to RET on a private stack. */
 void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t *args, int nargs,

@@ -31,6 +31,7 @@ struct ma_ctl_batch {
 	struct ma_session *s;
 	uint64_t base; /* target address of the image */
 	unsigned char *img; /* local image: entries, then payload */
+	bool img_is_session_local; /* ma_session_local's, given back on release */
 	size_t max_entries, payload_off, cap, used;
 	struct ma_ctl_item *items;
 	size_t n;

@@ -64,6 +64,7 @@ struct ma_session {
 	int lock_fd;
 	int status_fd; /* /proc/PID/task/TID/status of the thread tried, opened before its stop */
 	bool has_status_fd;
+	int early_seccomp_mode; /* read while the thread came to its stop; -1: not read */
 	int mem_fd; /* /proc/PID/mem, opened before the stop (the stub goes into a read-only page) */
 	bool has_mem_fd;
 	uint64_t lock_waited_ns;
@@ -139,6 +140,15 @@ struct ma_session_opts {
 
 /* Choose, seize and prepare a thread of T.  0 or MA_E_*. */
 int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_session_opts *o);
+/*
+ * A local buffer of LEN bytes to build what goes into the session's
+ * scratch data and read it back (a batch): memory the kernel has
+ * accessed before the stop (ma_kernel_touch), so copying through it costs
+ * the hold no more than it must.  NULL if LEN is larger than it or it is
+ * lent already; give it back with ma_session_local_release.
+ */
+void *ma_session_local(const struct ma_session *s, size_t len);
+void ma_session_local_release(void *p);
 /* Call FN(args) in the target; *ret gets the return value. */
 int ma_session_call(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 		    uint64_t *ret);

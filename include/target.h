@@ -50,6 +50,7 @@ struct ma_jemalloc {
 	bool have_tpoff;
 	unsigned char *tls_image; /* the initial image */
 	size_t tls_len;
+	unsigned char *tls_now; /* tls_len bytes to read a thread's block into (ma_kernel_touch'ed) */
 	uint64_t code_addr[MA_CODE_CHECKS]; /* mallctl & co., 0 if not checked */
 	unsigned char code_bytes[MA_CODE_CHECKS][MA_CODE_CHECK_LEN]; /* the file's bytes there */
 };
@@ -128,8 +129,9 @@ int ma_target_find_jemalloc(struct ma_target *t);
 int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp);
 /*
  * Read libjemalloc's TLS offset (the slot the loader filled) through
- * thread TID, once: before a stop, so ma_thread_has_je_state reads only
- * the TLS block in the hold.  0, or -1 (no slot, or unreadable).
+ * thread TID, and prepare the buffer a thread's block is read into, once:
+ * before a stop, so ma_thread_has_je_state only reads the block in the
+ * hold.  0, or -1 (no slot, unreadable, or no memory).
  */
 int ma_target_read_tls_offset(struct ma_target *t, pid_t tid);
 
@@ -188,6 +190,17 @@ void ma_target_release(struct ma_target *t);
 int ma_target_find_stub_sites(struct ma_target *t);
 /* The bytes the file holds at stub site SITE (what to put back), read when the site was found. */
 const unsigned char *ma_target_stub_site_original(const struct ma_target *t, size_t site);
+
+/*
+ * Have the kernel copy LEN bytes at P (memattach's own memory) onto
+ * themselves.  The kernel's first access to a page of ours is slow on
+ * our test machines, ~10 us a page, even for a page our own code has
+ * written (pread of /proc/self/status into 8 pages just written by
+ * memset: 9-27 us each; 4 us once the kernel had copied into them once):
+ * buffers that ptrace, process_vm_* or pread fill or read during a hold
+ * are passed through here before the stop.
+ */
+void ma_kernel_touch(void *p, size_t len);
 
 /* Read / write target memory (process_vm_*v, falling back to /proc/PID/mem). */
 int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
