@@ -548,6 +548,8 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		rc = peek_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
 		if (rc == 0 && !is_signal_stop(status))
 			rc = wait_stop(s->tid, &status, 1000);
+		if (rc == MA_E_EXITED)
+			s->seized = false; /* no longer our tracee (an exec made its tid another's): nothing to restore */
 		if (rc)
 			return rc;
 		if (WIFEXITED(status) || WIFSIGNALED(status)) {
