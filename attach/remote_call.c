@@ -18,7 +18,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -838,7 +838,6 @@ static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_th
 	return true;
 }
 
-/* Let a thread we only looked at go (its EINTR re-issue is already set). */
 /*
  * The thread's status file, opened before it is stopped: in the hold,
  * reading it (the seccomp mode) is then one pread, not an open.
@@ -886,6 +885,7 @@ static int thread_seccomp_mode(const struct ma_session *s)
 	return s->has_status_fd ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
 }
 
+/* Let a thread we only looked at go (its EINTR re-issue is already set). */
 static void release_untouched(struct ma_session *s, int sig)
 {
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
@@ -976,12 +976,6 @@ static bool on_own_stack(const struct ma_session *s, pid_t tid)
 }
 
 /*
- * Stop TI's thread and examine it; 0 = seized and safe, else detached.
- * A thread stopped with a signal on its way in is let go with it at once:
- * a signal held across the whole session (SIGSTOP, say) could be
- * cancelled meanwhile by the kernel's rules, and memattach would not know.
- */
-/*
  * A context switch from memattach to another process and back is slow on
  * our test machines right after memattach's own page tables changed
  * (fresh pages, mappings): a stop round trip took 114-210 us after 1,000
@@ -1064,6 +1058,12 @@ static void switch_away_and_back(void)
 	drop_switch_partner();
 }
 
+/*
+ * Stop TI's thread and examine it; 0 = seized and safe, else detached.
+ * A thread stopped with a signal on its way in is let go with it at once:
+ * a signal held across the whole session (SIGSTOP, say) could be
+ * cancelled meanwhile by the kernel's rules, and memattach would not know.
+ */
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
