@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -119,8 +118,6 @@ static void reaper_timer(bool on)
 	setitimer(ITIMER_REAL, &it, NULL);
 }
 
-static void fork_switch_partner(void);
-
 void ma_install_signal_guards(void)
 {
 	struct sigaction sa;
@@ -137,7 +134,6 @@ void ma_install_signal_guards(void)
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &set, NULL);
-	fork_switch_partner();
 }
 
 uint64_t ma_now_ns(void)
@@ -976,89 +972,6 @@ static bool on_own_stack(const struct ma_session *s, pid_t tid)
 }
 
 /*
- * A context switch from memattach to another process and back is slow on
- * our test machines right after memattach's own page tables changed
- * (fresh pages, mappings): a stop round trip took 114-210 us after 1,000
- * pages were touched, against 26-53 us without (a tracer stopping a child
- * of its own twice, touching pages in between).  Everything memattach
- * does before a stop (reading the target, the rehearsal walk) changes
- * them, and the hold's first stop paid it.  So right before the stop, a
- * child of our own is stopped and let go once, on this CPU: that switch
- * pays it, outside the hold.  The child is a sleep(1) started at the
- * beginning (vfork and exec: a fork would turn every page memattach then
- * writes into a copy-on-write fault), and it dies with memattach
- * (PR_SET_PDEATHSIG).  Best effort: without it, a hold is only slower.
- */
-static pid_t switch_partner;
-
-static void fork_switch_partner(void)
-{
-	static bool forked;
-	char *const argv[] = { "memattach-idle", "infinity", NULL }, *const envp[] = { NULL };
-	pid_t parent = getpid(), child;
-
-	if (forked)
-		return;
-	forked = true;
-	/* vfork and exec: memattach's own pages are not made copy-on-write. */
-	if ((child = vfork()) < 0)
-		return;
-	if (child == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(0);
-		execve("/bin/sleep", argv, envp);
-		_exit(127);
-	}
-	/* Not ma_ptrace: the target is not touched, so these are not steps. */
-	if (ptrace(PTRACE_SEIZE, child, NULL, NULL) != 0) {
-		kill(child, SIGKILL);
-		waitpid(child, NULL, __WALL);
-		return;
-	}
-	switch_partner = child;
-}
-
-static void drop_switch_partner(void)
-{
-	pid_t child = switch_partner;
-	int status;
-
-	switch_partner = 0;
-	kill(child, SIGKILL);
-	/* Its reports up to its death (a stop may come first). */
-	while (waitpid(child, &status, __WALL) == child && !WIFEXITED(status) && !WIFSIGNALED(status))
-		;
-}
-
-static void switch_away_and_back(void)
-{
-	struct timespec ts = { 0, 1000000 };
-	pid_t child = switch_partner;
-	int cpu = sched_getcpu(), status;
-	cpu_set_t set;
-	sigset_t chld;
-
-	if (!child || cpu < 0)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(child, sizeof(set), &set); /* it runs here: this CPU switches */
-	if (ptrace(PTRACE_INTERRUPT, child, NULL, NULL) == 0) {
-		pid_t r = 0;
-
-		sigemptyset(&chld);
-		sigaddset(&chld, SIGCHLD);
-		for (int i = 0; i < 20 && (r = waitpid(child, &status, __WALL | WNOHANG)) == 0; i++)
-			sigtimedwait(&chld, NULL, &ts);
-		if (r == child && WIFSTOPPED(status) && ptrace(PTRACE_CONT, child, NULL, NULL) == 0)
-			return;
-	}
-	/* Gone, or not stopped in time: no partner from now on (and no stop left to report). */
-	drop_switch_partner();
-}
-
-/*
  * Stop TI's thread and examine it; 0 = seized and safe, else detached.
  * A thread stopped with a signal on its way in is let go with it at once:
  * a signal held across the whole session (SIGSTOP, say) could be
@@ -1116,7 +1029,6 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		}
 		wait_began_ns = now.wait_began_ns;
 	}
-	switch_away_and_back();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
 			struct ma_proc_status st;
