@@ -834,6 +834,13 @@ static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_th
 	return true;
 }
 
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
 /*
  * The thread's status file, opened before it is stopped: in the hold,
  * reading it (the seccomp mode) is then one pread, not an open.
@@ -844,14 +851,6 @@ static void open_status_fd(struct ma_session *s, pid_t tid)
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", s->t->pid, tid);
 	s->status_fd = open(path, O_RDONLY | O_CLOEXEC);
-	s->has_status_fd = s->status_fd >= 0;
-}
-
-static void close_status_fd(struct ma_session *s)
-{
-	if (s->has_status_fd)
-		close(s->status_fd);
-	s->has_status_fd = false;
 }
 
 static void open_mem_fd(struct ma_session *s)
@@ -860,25 +859,17 @@ static void open_mem_fd(struct ma_session *s)
 
 	snprintf(path, sizeof(path), "/proc/%d/mem", s->t->proc_pid);
 	s->mem_fd = open(path, O_RDWR | O_CLOEXEC);
-	s->has_mem_fd = s->mem_fd >= 0;
-}
-
-static void close_mem_fd(struct ma_session *s)
-{
-	if (s->has_mem_fd)
-		close(s->mem_fd);
-	s->has_mem_fd = false;
 }
 
 /* The stub site is in a read-only mapping: written through /proc/PID/mem. */
-static int write_stub_site(struct ma_session *s, const void *buf, size_t len)
+static int write_stub_site(struct ma_session *s, size_t off, const void *buf, size_t len)
 {
-	return ma_mem_write_fd(s->has_mem_fd ? s->mem_fd : -1, s->t->proc_pid, s->stub, buf, len);
+	return ma_mem_write_fd(s->mem_fd, s->t->proc_pid, s->stub + off, buf, len);
 }
 
 static int thread_seccomp_mode(const struct ma_session *s)
 {
-	return s->has_status_fd ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
+	return s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
 }
 
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
@@ -987,7 +978,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	struct ma_thread_info now;
 	int status, rc, sig;
 
-	close_status_fd(s); /* the previous candidate's */
+	close_fd(&s->status_fd); /* the previous candidate's */
 	s->early_seccomp_mode = -1;
 	s->tid = ti->tid;
 	s->hopeless = s->fresh = s->in_eintr_wait = false;
@@ -1075,7 +1066,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 * again).  A filter synced from another thread (TSYNC) can come at
 	 * any time, in a hold as well.
 	 */
-	s->early_seccomp_mode = s->has_status_fd ? ma_seccomp_mode_of(s->status_fd) : -1;
+	s->early_seccomp_mode = s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : -1;
 	rc = peek_stop(ti->tid, &status, 1000);
 	/* A signal on its way in: handed back still unreported (peek_stop). */
 	if (rc == 0 && is_signal_stop(status)) {
@@ -1529,21 +1520,13 @@ static int scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left)
 	*busy_left = false;
 	/*
 	 * No site held a stub when looked at before the stop (only memattach
-	 * writes them, and this run holds the run lock): no leftover to judge.
+	 * writes them, and this run holds the run lock): no header to read
+	 * in the hold, no leftover to judge.
 	 */
-	if (!s->sites_had_stub) {
-		for (size_t i = 0; i < n; i++)
-			stale[i] = false;
-		for (size_t i = 0; i < n && clean < 0; i++)
-			if (site_as_in_file(s, i))
-				clean = (long)i;
-		if (clean < 0)
-			return site_not_ours(s);
-		s->site = (size_t)clean;
-		s->stub = s->t->stub_sites[s->site].addr;
-		return 0;
-	}
-	read_site_headers(s, hs);
+	if (s->sites_had_stub)
+		read_site_headers(s, hs);
+	else
+		memset(hs, 0, sizeof(hs));
 	for (size_t i = 0; i < n; i++) {
 		uint64_t addr = s->t->stub_sites[i].addr;
 		struct ma_stub_header h = hs[i];
@@ -1845,7 +1828,7 @@ static int write_stub(struct ma_session *s)
 	s->append_cb = s->stub + MA_STUB_APPEND;
 	fill_header(s, &h);
 	memcpy(stub + MA_STUB_HEADER, &h, sizeof(h));
-	if ((rc = write_stub_site(s, stub, sizeof(stub))))
+	if ((rc = write_stub_site(s, 0, stub, sizeof(stub))))
 		return rc;
 	s->stub_written = true;
 	return 0;
@@ -1857,8 +1840,7 @@ static int write_stub_header(struct ma_session *s)
 	struct ma_stub_header h;
 
 	fill_header(s, &h);
-	return ma_mem_write_fd(s->has_mem_fd ? s->mem_fd : -1, s->t->proc_pid, s->stub + MA_STUB_HEADER,
-			       &h, sizeof(h));
+	return write_stub_site(s, MA_STUB_HEADER, &h, sizeof(h));
 }
 
 /*
@@ -2038,7 +2020,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 
 	memset(s, 0, sizeof(*s));
 	s->t = t;
-	s->lock_fd = -1;
+	s->lock_fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
 	s->stop_eintr_wait = o->stop_eintr_wait;
@@ -2261,7 +2243,7 @@ static int restore_stub_site(struct ma_session *s)
 
 	if (!s->stub_written)
 		return 0;
-	rc = write_stub_site(s, ma_target_stub_site_original(s->t, s->site), MA_STUB_REGION);
+	rc = write_stub_site(s, 0, ma_target_stub_site_original(s->t, s->site), MA_STUB_REGION);
 	if (!rc)
 		s->stub_written = false;
 	return rc;
@@ -2496,8 +2478,8 @@ int ma_session_close(struct ma_session *s)
 	s->t_stop_ns = 0;
 	if (s->gave_back_by_stub)
 		restore_stub_when_left(s); /* after the hold */
-	close_status_fd(s);
-	close_mem_fd(s);
+	close_fd(&s->status_fd);
+	close_fd(&s->mem_fd);
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;
@@ -2517,6 +2499,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 
 	memset(&s, 0, sizeof(s));
 	s.t = t;
+	s.status_fd = s.mem_fd = -1;
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
 	if ((lock = ma_runlock_acquire(t->pid, 5000, &waited)) < 0)
@@ -2535,7 +2518,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
 		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
 	}
-	close_status_fd(&s);
+	close_fd(&s.status_fd);
 	ma_arch_state_free(&s.saved);
 	end_turn(lock);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)

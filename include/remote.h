@@ -62,11 +62,9 @@ struct ma_session {
 	struct ma_target *t;
 	pid_t tid;
 	int lock_fd;
-	int status_fd; /* /proc/PID/task/TID/status of the thread tried, opened before its stop */
-	bool has_status_fd;
+	int status_fd; /* /proc/PID/task/TID/status of the thread tried, opened before its stop; -1 */
 	int early_seccomp_mode; /* read while the thread came to its stop; -1: not read */
-	int mem_fd; /* /proc/PID/mem, opened before the stop (the stub goes into a read-only page) */
-	bool has_mem_fd;
+	int mem_fd; /* /proc/PID/mem, opened before the stop (the stub goes into a read-only page); -1 */
 	uint64_t lock_waited_ns;
 	uint64_t id; /* random, in every header */
 	bool seized;

@@ -57,8 +57,8 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a);
 /*
  * The arguments every live command takes: the PID, --timeout MS (how long
  * to look for a thread safe to borrow) and --tid TID (borrow that thread,
- * still refused if unsafe; one that never called into jemalloc is borrowed).  True if argv[*i] was one (and *i moved past
- * its value).
+ * still refused if unsafe; one that never called into jemalloc is
+ * borrowed).  True if argv[*i] was one (and *i moved past its value).
  */
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
 
