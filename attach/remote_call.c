@@ -963,6 +963,20 @@ static bool on_own_stack(const struct ma_session *s, pid_t tid)
 }
 
 /*
+ * Is the wait our stop interrupted the one whose beginning was read
+ * (switch count NVCSW then)?  Since then the thread may only have gone
+ * to sleep for our stop.  One that had returned and waited again would
+ * count one more sleep, and its wait began later.  (Not seen: a wait
+ * that returned and was entered again, and interrupted by our stop
+ * before it slept, in the few microseconds from that reading to our
+ * PTRACE_INTERRUPT.)
+ */
+static bool same_wait(const struct ma_session *s, uint64_t nvcsw)
+{
+	return s->status_fd >= 0 && ma_voluntary_switches_of(s->status_fd) == nvcsw + 1;
+}
+
+/*
  * Stop TI's thread and examine it; 0 = seized and safe, else detached.
  * A thread stopped with a signal on its way in is let go with it at once:
  * a signal held across the whole session (SIGSTOP, say) could be
@@ -974,7 +988,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	struct ma_backtrace local, *bt = btp ? btp : &local;
 	struct user_regs_struct first;
 	bool reissued = false;
-	uint64_t wait_began_ns = ti->wait_began_ns;
+	uint64_t wait_began_ns = 0, wait_nvcsw = 0;
 	struct ma_thread_info now;
 	int status, rc, sig;
 
@@ -1019,6 +1033,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			return MA_E_NOSAFE;
 		}
 		wait_began_ns = now.wait_began_ns;
+		wait_nvcsw = now.nvcsw;
 	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		if (errno == EPERM) {
@@ -1110,7 +1125,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 */
 	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
-		if (wait_began_ns && ma_now_ns() > wait_began_ns && in_libc_epoll(s->t, &first))
+		if (wait_began_ns && ma_now_ns() > wait_began_ns && in_libc_epoll(s->t, &first) &&
+		    same_wait(s, wait_nvcsw))
 			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - wait_began_ns) / 1000000ULL);
 		ma_arch_set_regs(ti->tid, &s->resume);
 		reissued = true;

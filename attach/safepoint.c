@@ -3,6 +3,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <libunwind-ptrace.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -466,55 +467,171 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 	return true;
 }
 
-/* se.exec_start of a /proc .../sched file, in ms of the scheduler's clock; -1 unknown. */
-static double exec_start_ms(const char *path)
-{
-	char line[256];
-	double v = -1;
-	FILE *f = fopen(path, "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, "se.exec_start", 13) == 0 && sscanf(strchr(line, ':') + 1, "%lf", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
-/* "Now" on the scheduler's clock and on CLOCK_MONOTONIC, read together. */
-struct clock_ref {
-	double sched_ms; /* -1: no /proc/.../sched (CONFIG_SCHED_DEBUG off) */
-	uint64_t mono_ns;
+/* What a /proc .../sched file says of a thread's last run. */
+struct sched_reading {
+	double exec_start_ms; /* se.exec_start: its CPU's scheduler clock when it last ran; -1 unknown */
+	uint64_t nvcsw; /* nr_voluntary_switches */
 };
 
-/* Our own exec_start, right after a yield, is now on the scheduler's clock. */
-static void clock_ref_now(struct clock_ref *r)
+static void read_sched(const char *path, struct sched_reading *r)
 {
-	struct timespec ts;
+	char line[256];
+	FILE *f = fopen(path, "re");
 
-	sched_yield();
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	r->sched_ms = exec_start_ms("/proc/thread-self/sched");
-	r->mono_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	r->exec_start_ms = -1;
+	r->nvcsw = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		const char *colon = strchr(line, ':');
+
+		if (!colon)
+			continue;
+		if (strncmp(line, "se.exec_start", 13) == 0)
+			sscanf(colon + 1, "%lf", &r->exec_start_ms);
+		else if (strncmp(line, "nr_voluntary_switches", 21) == 0)
+			sscanf(colon + 1, "%" SCNu64, &r->nvcsw);
+	}
+	fclose(f);
 }
 
 /*
- * How long has blocked thread TID not run (ns; 0 if unknown)?  Its
- * scheduler exec_start is when it last ran, i.e. when it went to sleep.
- * Read before the thread is stopped: the stop makes it run.
+ * "Now" on the scheduler's clock of each CPU a blocked thread last ran
+ * on, with CLOCK_MONOTONIC read beside it.  That clock is one per CPU and
+ * each leaves out its own CPU's interrupt and steal time: on a 2-CPU VM
+ * here the two stood 60 ms apart, and a wait measured across them began
+ * 60 ms too early (a re-issued epoll_wait then timed out early).  So a
+ * thread's exec_start is compared with its own CPU's clock, which
+ * memattach reads there (moving itself for one sched_yield).  What it
+ * left out makes the difference a lower bound of the real time.
  */
-static uint64_t idle_ns(pid_t pid, pid_t tid, const struct clock_ref *ref)
+struct cpu_clock {
+	double sched_ms; /* 0 not read yet, -1 not readable */
+	uint64_t mono_ns;
+};
+
+struct clock_ref {
+	struct cpu_clock cpu[CPU_SETSIZE];
+	cpu_set_t own; /* memattach's affinity, put back by clock_ref_done */
+	bool moved;
+};
+
+static void clock_ref_init(struct clock_ref *r)
+{
+	memset(r, 0, sizeof(*r));
+}
+
+/* CPU's clock now (NULL if it cannot be read there: not a CPU memattach may run on). */
+static const struct cpu_clock *clock_on(struct clock_ref *r, int cpu)
+{
+	struct cpu_clock *c;
+	struct sched_reading own;
+	struct timespec ts;
+	cpu_set_t one;
+
+	if (cpu < 0 || cpu >= CPU_SETSIZE)
+		return NULL;
+	c = &r->cpu[cpu];
+	if (c->sched_ms)
+		return c->sched_ms > 0 ? c : NULL;
+	c->sched_ms = -1;
+	if (!r->moved && sched_getaffinity(0, sizeof(r->own), &r->own) != 0)
+		return NULL;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one) != 0)
+		return NULL;
+	r->moved = true;
+	/* The yield brings our own exec_start to now, on this CPU's clock. */
+	sched_yield();
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (sched_getcpu() != cpu)
+		return NULL;
+	read_sched("/proc/thread-self/sched", &own);
+	if (own.exec_start_ms <= 0)
+		return NULL;
+	c->sched_ms = own.exec_start_ms;
+	c->mono_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	return c;
+}
+
+static void clock_ref_done(struct clock_ref *r)
+{
+	if (r->moved)
+		sched_setaffinity(0, sizeof(r->own), &r->own);
+	r->moved = false;
+}
+
+/* Field 39 of a /proc .../stat line: the CPU the thread last ran on; -1 unknown. */
+static int stat_cpu(const char *buf)
+{
+	const char *p = strrchr(buf, ')');
+	int field = 2;
+
+	if (!p)
+		return -1;
+	for (p++; *p && field < 39; p++)
+		if (*p == ' ')
+			field++;
+	return field == 39 && *p >= '0' && *p <= '9' ? atoi(p) : -1;
+}
+
+static int read_stat(pid_t pid, pid_t tid, char *buf, size_t len)
 {
 	char path[96];
-	double t;
+	FILE *f;
+	int ok;
 
-	if (ref->sched_ms < 0)
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	ok = fgets(buf, (int)len, f) != NULL;
+	fclose(f);
+	return ok ? 0 : -1;
+}
+
+/*
+ * Blocked thread TID (last run on CPU): how long since it last ran, on
+ * its CPU's clock (0 unknown), and when that was on CLOCK_MONOTONIC
+ * (*BEGAN, 0 unknown); *NVCSW its voluntary switches as of that reading.
+ * A thread that moved to another CPU meanwhile counts as unknown.
+ */
+static uint64_t idle_ns(pid_t pid, pid_t tid, int cpu, struct clock_ref *ref, uint64_t *began,
+			uint64_t *nvcsw)
+{
+	const struct cpu_clock *c = clock_on(ref, cpu);
+	struct sched_reading t;
+	char path[96], buf[512];
+	uint64_t idle;
+
+	*began = *nvcsw = 0;
+	if (!c)
 		return 0;
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/sched", pid, tid);
-	if ((t = exec_start_ms(path)) < 0 || ref->sched_ms < t)
+	read_sched(path, &t);
+	if (t.exec_start_ms < 0 || read_stat(pid, tid, buf, sizeof(buf)) != 0 || stat_cpu(buf) != cpu)
 		return 0;
-	return (uint64_t)((ref->sched_ms - t) * 1e6);
+	/* It ran after our reading of the clock: it has just begun to wait. */
+	idle = c->sched_ms > t.exec_start_ms ? (uint64_t)((c->sched_ms - t.exec_start_ms) * 1e6) : 0;
+	if (idle < c->mono_ns)
+		*began = c->mono_ns - idle;
+	*nvcsw = t.nvcsw;
+	return idle;
+}
+
+uint64_t ma_voluntary_switches_of(int status_fd)
+{
+	char buf[4096];
+	const char *line;
+	unsigned long long v;
+	ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	if (!(line = strstr(buf, "\nvoluntary_ctxt_switches:")) || sscanf(line + 25, "%llu", &v) != 1)
+		return 0;
+	return v;
 }
 
 /*
@@ -562,9 +679,11 @@ static bool socket_wait_timed(pid_t pid, long nr, const unsigned long long *a)
 }
 
 static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
-			     const struct clock_ref *ref)
+			     struct clock_ref *ref)
 {
 	char path[96], buf[512];
+	uint64_t began = 0, nvcsw = 0;
+	int cpu = -1;
 	FILE *f;
 
 	memset(ti, 0, sizeof(*ti));
@@ -576,15 +695,12 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 			ti->name[strcspn(ti->name, "\n")] = '\0';
 		fclose(f);
 	}
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-	if ((f = fopen(path, "re"))) {
-		if (fgets(buf, sizeof(buf), f)) {
-			char *p = strrchr(buf, ')');
+	if (read_stat(pid, tid, buf, sizeof(buf)) == 0) {
+		char *p = strrchr(buf, ')');
 
-			if (p && p[1] == ' ')
-				ti->state = p[2];
-		}
-		fclose(f);
+		if (p && p[1] == ' ')
+			ti->state = p[2];
+		cpu = stat_cpu(buf);
 	}
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
 	if ((f = fopen(path, "re"))) {
@@ -610,11 +726,12 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 		fclose(f);
 	}
 	if (ti->syscall >= 0 && (ti->state == 'S' || ti->state == 'D'))
-		ti->idle_ns = idle_ns(pid, tid, ref);
+		ti->idle_ns = idle_ns(pid, tid, cpu, ref, &began, &nvcsw);
 	/* An epoll_wait we interrupt is issued again: with the time that remained. */
-	if (ti->idle_ns && ti->timed_wait && ma_arch_is_epoll_wait(ti->syscall) &&
-	    ti->idle_ns < ref->mono_ns)
-		ti->wait_began_ns = ref->mono_ns - ti->idle_ns;
+	if (ti->idle_ns && ti->timed_wait && ma_arch_is_epoll_wait(ti->syscall)) {
+		ti->wait_began_ns = began;
+		ti->nvcsw = nvcsw;
+	}
 }
 
 enum ma_thread_where ma_thread_where(pid_t pid, pid_t tid, uint64_t *sp, uint64_t *pc)
@@ -642,8 +759,9 @@ void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti)
 {
 	struct clock_ref ref;
 
-	clock_ref_now(&ref);
+	clock_ref_init(&ref);
 	read_thread_info(pid, tid, ti, &ref);
+	clock_ref_done(&ref);
 }
 
 bool ma_thread_stop_ends_with_eintr(const struct ma_thread_info *ti)
@@ -703,7 +821,7 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 
 	*out = NULL;
 	*n = 0;
-	clock_ref_now(&ref);
+	clock_ref_init(&ref);
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	dir = opendir(path);
 	if (!dir)
@@ -720,6 +838,7 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 
 			if (!p) {
 				closedir(dir);
+				clock_ref_done(&ref);
 				return ma_fail(MA_E_NOMEM, "out of memory");
 			}
 			*out = p;
@@ -728,6 +847,7 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 		read_thread_info(pid, tid, &(*out)[(*n)++], &ref);
 	}
 	closedir(dir);
+	clock_ref_done(&ref);
 	qsort(*out, *n, sizeof(**out), cmp_rank);
 	return 0;
 }

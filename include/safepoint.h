@@ -37,6 +37,7 @@ struct ma_thread_info {
 	uint64_t pc; /* blocked in a syscall: the ip after its `syscall` instruction (0 unknown) */
 	bool eintr_wait; /* that syscall is one a ptrace stop ends with EINTR (ma_thread_stop_ends_with_eintr) */
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
+	uint64_t nvcsw; /* its voluntary context switches when wait_began_ns was read */
 	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
 };
 
@@ -82,6 +83,8 @@ enum ma_thread_where { MA_WHERE_GONE = -1, MA_WHERE_RUNNING, MA_WHERE_SYSCALL, M
 enum ma_thread_where ma_thread_where(pid_t pid, pid_t tid, uint64_t *sp, uint64_t *pc);
 /* What /proc says of thread TID of PID (name, state, syscall, timed wait). */
 void ma_read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti);
+/* voluntary_ctxt_switches of a /proc .../status open as STATUS_FD (0 unknown). */
+uint64_t ma_voluntary_switches_of(int status_fd);
 /* List the threads of T->pid, best candidates first. */
 int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n);
 /* Release libunwind's address space. */
