@@ -513,6 +513,7 @@ struct cpu_clock {
 struct clock_ref {
 	struct cpu_clock cpu[CPU_SETSIZE];
 	cpu_set_t own; /* memattach's affinity, put back by clock_ref_done */
+	int home; /* the CPU memattach ran on before, which it goes back to */
 	bool moved;
 };
 
@@ -535,7 +536,8 @@ static const struct cpu_clock *clock_on(struct clock_ref *r, int cpu)
 	if (c->sched_ms)
 		return c->sched_ms > 0 ? c : NULL;
 	c->sched_ms = -1;
-	if (!r->moved && sched_getaffinity(0, sizeof(r->own), &r->own) != 0)
+	if (!r->moved && (sched_getaffinity(0, sizeof(r->own), &r->own) != 0 ||
+			  (r->home = sched_getcpu()) < 0))
 		return NULL;
 	CPU_ZERO(&one);
 	CPU_SET(cpu, &one);
@@ -555,10 +557,21 @@ static const struct cpu_clock *clock_on(struct clock_ref *r, int cpu)
 	return c;
 }
 
+/*
+ * Back home, then free to move again: left on a thread's CPU, memattach
+ * would share it with whatever runs there (a busy thread of the target
+ * lost the CPU for milliseconds).
+ */
 static void clock_ref_done(struct clock_ref *r)
 {
-	if (r->moved)
-		sched_setaffinity(0, sizeof(r->own), &r->own);
+	cpu_set_t home;
+
+	if (!r->moved)
+		return;
+	CPU_ZERO(&home);
+	CPU_SET(r->home, &home);
+	sched_setaffinity(0, sizeof(home), &home);
+	sched_setaffinity(0, sizeof(r->own), &r->own);
 	r->moved = false;
 }
 
