@@ -16,6 +16,7 @@ DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
 	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
 	libc6-dbg chromium python3-pil strace valgrind heaptrack
+BENCH_PACKAGES := lldb
 
 # Three layers: the ptrace core (attach/), the commands (attach/cli/, the
 # only code that prints), the analysis core (analysis/, no process access).
@@ -29,11 +30,19 @@ CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
 
-.PHONY: all deps demo test bench fixtures clean install uninstall
+.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall
 all: $(B)/memattach
 
 deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
+
+# The peer tools only the benchmarks run (lldb: gdb 13 cannot call
+# functions on CPUs with AMX).
+bench-deps: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(BENCH_PACKAGES)"
+
+install-packages:
+	@missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	command -v rustc >/dev/null || [ -x /root/.cargo/bin/rustc ] || missing="$$missing rustc"; \
@@ -87,7 +96,7 @@ demo: deps
 	$(MAKE) all fixtures
 	bash fixtures/demo.sh
 
-bench: deps
+bench: bench-deps
 	$(MAKE) all fixtures
 	for b in tests/bench/*.sh; do bash $$b || exit 1; done
 

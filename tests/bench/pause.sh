@@ -10,6 +10,7 @@
 # its longest gap; its "epoll" thread counts EINTR returns of epoll_wait.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/tests/bench/peers.sh"
 MA=${MA_BIN:-$ROOT/build/memattach}
 RUNS=${RUNS:-50}
 GDB_RUNS=${GDB_RUNS:-10}
@@ -69,14 +70,6 @@ lldb_call() {
 		-o 'expr ((int(*)(const char*,void*,unsigned long*,void*,unsigned long))mallctl)("stats.allocated", $e, &$e[1], 0, 0)' \
 		-o 'expr $e[0]' -o 'expr (void)free($e)'
 }
-gdb_can_call() { # on a scratch process
-	local p out
-	sleep 1000 & p=$!
-	out=$(gdb -p "$p" -batch -nx -ex 'print (int)getpid()' 2>&1)
-	kill "$p" 2>/dev/null; wait "$p" 2>/dev/null
-	grep -q "= $p\$" <<<"$out" || { grep -m1 -i "couldn't\|cannot" <<<"$out"; return 1; }
-}
-
 peer_rows=()
 peer_stalls=() peer_pers=() peer_names=()
 # peer NAME FUNCTION OK_PATTERN: GDB_RUNS runs, its row
