@@ -212,11 +212,11 @@ static void release_stragglers(int wait_ms)
  * are let go first, so the next run (which may take the lock at once) can
  * seize them.
  */
-static void end_turn(int lock_fd)
+static void end_turn(struct ma_runlock *lock)
 {
 	if (nstragglers)
 		release_stragglers(1000);
-	ma_runlock_release(lock_fd);
+	ma_runlock_release(lock);
 }
 
 /*
@@ -2032,11 +2032,11 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	bool stale[MA_MAX_STUB_SITES];
 	uint64_t addrs[2];
 	bool busy_left, stale_found = false, on_stack;
-	int rc, fd;
+	int rc;
 
 	memset(s, 0, sizeof(*s));
 	s->t = t;
-	s->lock_fd = s->status_fd = s->mem_fd = -1;
+	s->lock.file_fd = s->lock.exe_fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
 	s->stop_eintr_wait = o->stop_eintr_wait;
@@ -2051,11 +2051,10 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		ma_arch_state_free(&s->saved);
 		return rc;
 	}
-	if ((fd = ma_runlock_acquire(t->pid, o->deadline_ms, &s->lock_waited_ns)) < 0) {
+	if ((rc = ma_runlock_acquire(t->pid, o->deadline_ms, &s->lock_waited_ns, &s->lock))) {
 		ma_arch_state_free(&s->saved);
-		return fd;
+		return rc;
 	}
-	s->lock_fd = fd;
 	/*
 	 * The process may have exec'd since its maps were read: its files
 	 * are checked now, before any stop; what the calls rely on (jemalloc's
@@ -2499,8 +2498,7 @@ int ma_session_close(struct ma_session *s)
 	ma_arch_state_free(&s->saved);
 	free(s->held);
 	s->held = NULL;
-	end_turn(s->lock_fd);
-	s->lock_fd = -1;
+	end_turn(&s->lock);
 	return rc;
 }
 
@@ -2510,18 +2508,18 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	struct ma_session s;
 	int rc;
 
+	struct ma_runlock lock;
 	uint64_t waited;
-	int lock;
 
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	s.status_fd = s.mem_fd = -1;
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
-	if ((lock = ma_runlock_acquire(t->pid, 5000, &waited)) < 0)
-		return lock;
+	if ((rc = ma_runlock_acquire(t->pid, 5000, &waited, &lock)))
+		return rc;
 	if ((rc = ma_arch_state_alloc(&s.saved))) {
-		ma_runlock_release(lock);
+		ma_runlock_release(&lock);
 		return rc;
 	}
 	ma_unwind_prepare();
@@ -2536,7 +2534,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	}
 	close_fd(&s.status_fd);
 	ma_arch_state_free(&s.saved);
-	end_turn(lock);
+	end_turn(&lock);
 	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)
 		rc = 0;
 	return rc;

@@ -87,39 +87,79 @@ static int open_lock_file(pid_t pid, unsigned long long st)
 		       strerror(errno));
 }
 
-int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns)
+/*
+ * Hold FD's flock, waiting until DEADLINE (ns); 0, MA_E_* or, for a file
+ * that cannot be flocked at all (EBADF on NFS, ENOLCK...), 1.
+ */
+static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms)
 {
-	uint64_t t0 = ma_now_ns(), deadline = t0 + (uint64_t)deadline_ms * 1000000ULL;
-	unsigned long long st;
-	int fd, rc;
-
-	*waited_ns = 0;
-	if ((rc = start_time(pid, &st)))
-		return rc;
-	if ((fd = open_lock_file(pid, st)) < 0)
-		return fd;
 	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		struct timespec ts = { 0, 2000000 };
 
-		if (errno != EWOULDBLOCK && errno != EINTR) {
-			close(fd);
-			return ma_fail(MA_E_IO, "cannot lock the run lock of %d: %s", pid, strerror(errno));
-		}
-		if (ma_interrupted || ma_now_ns() >= deadline) {
-			close(fd);
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return 1;
+		if (ma_interrupted || ma_now_ns() >= deadline)
 			return ma_fail(MA_E_TIMEOUT,
 				       "another memattach run on process %d did not finish within %d ms; "
 				       "try again or raise --timeout",
 				       pid, deadline_ms);
-		}
 		nanosleep(&ts, NULL);
 	}
-	*waited_ns = ma_now_ns() - t0;
-	return fd;
+	return 0;
 }
 
-void ma_runlock_release(int fd)
+/*
+ * Two locks.  The file lock keys the process by pid and start time, but
+ * its directory is the mount namespace's own: a run in a container, or
+ * one that fell back to /tmp, would not see a host run's file, and two
+ * runs at once overwrote each other's stub in the target (which
+ * crashed, 3 of 3 times; found by an outside attack).  So a run also
+ * flocks the target's executable through /proc/PID/exe: one inode,
+ * whatever namespace it is opened from.  That serializes runs on all
+ * processes of one executable, each run a few milliseconds.  Where the
+ * executable cannot be opened or flocked, the file lock alone stands.
+ */
+int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
 {
-	if (fd >= 0)
-		close(fd); /* releases the flock */
+	uint64_t t0 = ma_now_ns(), deadline = t0 + (uint64_t)deadline_ms * 1000000ULL;
+	unsigned long long st;
+	char exe[64];
+	int rc;
+
+	*waited_ns = 0;
+	l->file_fd = l->exe_fd = -1;
+	if ((rc = start_time(pid, &st)))
+		return rc;
+	if ((l->file_fd = open_lock_file(pid, st)) < 0) {
+		rc = l->file_fd;
+		l->file_fd = -1;
+		return rc;
+	}
+	if ((rc = lock_until(l->file_fd, pid, deadline, deadline_ms)) != 0) {
+		ma_runlock_release(l);
+		return rc > 0 ? ma_fail(MA_E_IO, "cannot lock the run lock of %d: %s", pid,
+					strerror(errno)) : rc;
+	}
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
+	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) >= 0 &&
+	    (rc = lock_until(l->exe_fd, pid, deadline, deadline_ms)) != 0) {
+		if (rc < 0) {
+			ma_runlock_release(l);
+			return rc;
+		}
+		close(l->exe_fd);
+		l->exe_fd = -1;
+	}
+	*waited_ns = ma_now_ns() - t0;
+	return 0;
+}
+
+void ma_runlock_release(struct ma_runlock *l)
+{
+	/* Closing releases the flocks. */
+	if (l->exe_fd >= 0)
+		close(l->exe_fd);
+	if (l->file_fd >= 0)
+		close(l->file_fd);
+	l->exe_fd = l->file_fd = -1;
 }

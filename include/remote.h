@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "arch.h"
+#include "runlock.h"
 #include "target.h"
 
 /* The stub header (at MA_STUB_HEADER in the stub region) and mapping headers. */
@@ -61,7 +62,7 @@ struct ma_stub_header {
 struct ma_session {
 	struct ma_target *t;
 	pid_t tid;
-	int lock_fd;
+	struct ma_runlock lock; /* held for the whole turn */
 	int status_fd; /* /proc/PID/task/TID/status of the thread tried, opened before its stop; -1 */
 	int early_seccomp_mode; /* read while the thread came to its stop; -1: not read */
 	int mem_fd; /* /proc/PID/mem, opened before the stop (the stub goes into a read-only page); -1 */
