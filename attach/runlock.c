@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -67,15 +68,46 @@ static void remove_stale_lock_files(const char *dir)
 	closedir(dp);
 }
 
+/*
+ * DIR exists (made now, mode 0700) and is a directory of ours, not a
+ * link: another user cannot swap in files of theirs.
+ */
+static bool own_directory(const char *dir)
+{
+	struct stat sb;
+
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		return false;
+	if (lstat(dir, &sb) != 0)
+		return false;
+	if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
+		errno = EACCES;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The lock file, in a directory of memattach's user: root's in
+ * /run/memattach (or /tmp/memattach), another user's in
+ * /tmp/memattach-UID (root's directories are closed to it).  Runs of
+ * different users on one target still take turns: on its executable.
+ */
 static int open_lock_file(pid_t pid, unsigned long long st)
 {
-	const char *dirs[] = { "/run/memattach", "/tmp/memattach" };
-	char path[128];
+	char dirs[2][64], path[192];
+	size_t ndirs = 0;
 
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+	if (geteuid() == 0) {
+		snprintf(dirs[ndirs++], sizeof(dirs[0]), "/run/memattach");
+		snprintf(dirs[ndirs++], sizeof(dirs[0]), "/tmp/memattach");
+	} else {
+		snprintf(dirs[ndirs++], sizeof(dirs[0]), "/tmp/memattach-%u", (unsigned)geteuid());
+	}
+	for (size_t i = 0; i < ndirs; i++) {
 		int fd;
 
-		if (mkdir(dirs[i], 0700) != 0 && errno != EEXIST)
+		if (!own_directory(dirs[i]))
 			continue;
 		remove_stale_lock_files(dirs[i]);
 		snprintf(path, sizeof(path), "%s/%d.%llu.lock", dirs[i], pid, st);
@@ -83,8 +115,8 @@ static int open_lock_file(pid_t pid, unsigned long long st)
 		if (fd >= 0)
 			return fd;
 	}
-	return ma_fail(MA_E_IO, "cannot create a lock file in /run/memattach or /tmp/memattach: %s",
-		       strerror(errno));
+	return ma_fail(MA_E_IO, "cannot create a lock file in %s%s%s: %s", dirs[0],
+		       ndirs > 1 ? " or " : "", ndirs > 1 ? dirs[1] : "", strerror(errno));
 }
 
 /*

@@ -328,12 +328,9 @@ int ma_target_maps_unchanged(const struct ma_target *t, const uint64_t *addrs, s
 	if (known)
 		return 0;
 
-	memset(&now, 0, sizeof(now));
-	now.pid = t->pid;
-	if ((rc = read_maps(&now))) {
-		ma_target_release(&now);
+	/* Without map_files (a user without CAP_SYS_ADMIN): the maps, read again. */
+	if ((rc = ma_target_maps_now(t, &now)))
 		return rc;
-	}
 	for (size_t i = 0; i < n && !rc; i++) {
 		const struct ma_mapping *a = ma_target_mapping_at(t, addrs[i]);
 		const struct ma_mapping *b = ma_target_mapping_at(&now, addrs[i]);

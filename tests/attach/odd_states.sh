@@ -7,7 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib.sh"
-plan 32
+plan 35
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.
@@ -166,4 +166,28 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 	fix_quit "$ndpid" "$ndfd"
 else
 	fail "non-dumpable: needs root and setpriv (util-linux)"
+fi
+
+# --- a process of a non-root user, attached by that user after root did ---
+# (the user's lock file cannot go into root's directory; the re-read of the
+# maps without map_files once read /proc/0/maps: both found by an outside attack)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	ud=$TMP/ud; mkdir -m 777 "$ud"; mkfifo -m 666 "$ud/in"
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$FIX/daemon" -t 2 <"$ud/in" >"$ud/out" 2>&1 & udpid=$!; track $udpid
+	exec {udfd}>"$ud/in"
+	for _ in $(seq 50); do grep -q '^READY' "$ud/out" && break; sleep 0.1; done
+	"$MA" stats "$udpid" >/dev/null 2>&1
+	as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+	as_user "$MA" stats "$udpid" --json >"$ud/s.json" 2>"$ud/err"; rc=$?
+	check "non-root user, after a root run: stats works (exit $rc: $(head -c 200 "$ud/err"))" \
+		test "$rc" -eq 0 -a "$(json_get "$ud/s.json" allocated)" -gt 0
+	as_user "$MA" bins "$udpid" --flush-tcache --json >"$ud/b.json" 2>"$ud/err"; rc=$?
+	check "non-root user: bins --flush-tcache works (exit $rc: $(head -c 200 "$ud/err"))" test "$rc" -eq 0
+	check "non-root user: the target's verdict is ok" grep -q '^VERDICT ok' \
+		<(fix_cmd "$udpid" "$udfd" "$ud/out" verdict)
+	fix_quit "$udpid" "$udfd"
+else
+	fail "non-root user: needs root and setpriv (util-linux)"
+	fail "non-root user: bins"
+	fail "non-root user: verdict"
 fi
