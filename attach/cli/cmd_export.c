@@ -125,12 +125,13 @@ static void scrape(struct exporter *e, FILE *f)
 		ma_bin_table_release(&t[i].bins);
 }
 
-static int open_listener(const char *addr)
+/* ADDR (HOST:PORT, [V6]:PORT or :PORT) resolved into *RES; 0 or MA_E_USAGE. */
+static int resolve_listen(const char *addr, struct addrinfo **res)
 {
-	char host[256], *colon;
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE }, *res, *a;
-	int fd = -1, one = 1, rc;
+				  .ai_flags = AI_PASSIVE };
+	char host[256], *colon;
+	int rc;
 
 	snprintf(host, sizeof(host), "%s", addr);
 	if (!(colon = strrchr(host, ':')))
@@ -140,8 +141,18 @@ static int open_listener(const char *addr)
 		memmove(host, host + 1, strlen(host));
 		host[strlen(host) - 1] = '\0';
 	}
-	if ((rc = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res)) != 0)
+	if ((rc = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, res)) != 0)
 		return ma_fail(MA_E_USAGE, "--listen '%s': %s", addr, gai_strerror(rc));
+	return 0;
+}
+
+static int open_listener(const char *addr)
+{
+	struct addrinfo *res, *a;
+	int fd = -1, one = 1, rc;
+
+	if ((rc = resolve_listen(addr, &res)))
+		return rc;
 	for (a = res; a; a = a->ai_next) {
 		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
 		if (fd < 0)
@@ -270,6 +281,13 @@ int cmd_export(int argc, char **argv)
 		return rc < 0 ? MA_EXIT_OK : rc;
 	ma_install_signal_guards();
 	if (e.once) {
+		struct addrinfo *res;
+
+		/* No server, but a bad --listen is still an error. */
+		if (e.listen && resolve_listen(e.listen, &res))
+			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "%s", ma_errmsg());
+		if (e.listen)
+			freeaddrinfo(res);
 		scrape(&e, stdout);
 		return MA_EXIT_OK;
 	}

@@ -128,7 +128,7 @@ static int parse_args(int argc, char **argv, struct frag_args *a)
 		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
 			continue;
 		} else {
-			return ma_arg_error(cmd, usage_text, argc, argv, i);
+			return ma_pid_arg_error(cmd, usage_text, argc, argv, i, a->pid);
 		}
 	}
 	if (a->have_shift && a->have_focus)

@@ -341,7 +341,7 @@ static int parse_args(int argc, char **argv, struct watch *w)
 		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
 			continue;
 		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
+			return ma_pid_arg_error(argv[0], usage_text, argc, argv, i, w->pid);
 		}
 	}
 	if (!w->pid) {

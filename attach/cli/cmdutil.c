@@ -140,6 +140,17 @@ static bool take_opt(const struct ma_arg *o, int argc, char **argv, int *i)
 	return true;
 }
 
+int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i, pid_t pid)
+{
+	const char *a = argv[i];
+
+	/* While the PID is still due, a word or number that is none. */
+	if (!pid && (a[0] != '-' || (a[1] >= '0' && a[1] <= '9')))
+		return ma_usage_error(cmd, "'%s' is not a process id (a number from 1 to %d)", a,
+				      INT_MAX);
+	return ma_arg_error(cmd, usage, argc, argv, i);
+}
+
 int ma_parse_args(int argc, char **argv, const struct ma_args *a)
 {
 	for (int i = 1; i < argc; i++)
@@ -162,6 +173,8 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a)
 			*a->positional = argv[i];
 			continue;
 		}
+		if (a->pid)
+			return ma_pid_arg_error(a->cmd, a->usage, argc, argv, i, *a->pid);
 		return ma_arg_error(a->cmd, a->usage, argc, argv, i);
 	}
 	return 0;

@@ -31,6 +31,8 @@ int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(
  * says so.  Returns exit status 2.
  */
 int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i);
+/* ma_arg_error for a command taking a PID: argv[i] named as no process id while PID is 0. */
+int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i, pid_t pid);
 
 /* One option of a command, for ma_parse_args. */
 struct ma_arg {

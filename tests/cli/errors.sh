@@ -2,7 +2,7 @@
 # Bad input gets one clear line on stderr and the documented exit status:
 # 1 when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
-plan 37
+plan 42
 
 # expect NAME STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN.
 expect() {
@@ -19,7 +19,13 @@ expect() {
 expect "no arguments is a usage error" 2 "a command is required" "$MA"
 expect "unknown command" 2 "unknown command 'frobnicate'" "$MA" frobnicate
 expect "stats without pid" 2 "a PID is required" "$MA" stats
-expect "stats with a non-numeric pid" 2 "unexpected argument 'abc'" "$MA" stats abc
+expect "stats with a non-numeric pid" 2 "'abc' is not a process id .a number from 1 to" "$MA" stats abc
+expect "stats with pid 0" 2 "'0' is not a process id" "$MA" stats 0
+expect "stats with a negative pid" 2 "'-5' is not a process id" "$MA" stats -5
+expect "stats with a pid beyond int" 2 "'99999999999999999999' is not a process id" "$MA" stats 99999999999999999999
+expect "export --once with a bad --listen" 2 "--listen 'garbage': expected HOST:PORT" \
+	"$MA" export --pid 1 --listen garbage --once
+expect "watch with a non-numeric pid" 2 "'x1' is not a process id" "$MA" watch x1
 expect "stats with an unknown option" 2 "unknown option '--bogus'" "$MA" stats 1 --bogus
 # A bad value names the option, the value and what it wants.
 expect "stats --timeout abc" 2 "--timeout 'abc': expected milliseconds, 0 to 600000" \
