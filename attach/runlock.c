@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -141,6 +142,35 @@ static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms)
 }
 
 /*
+ * Does process PID itself hold a flock on FD's file (/proc/locks)?  A
+ * program may flock its own executable (one instance at a time): that
+ * lock is not a memattach run's, and waiting for it would never end.
+ */
+static bool flocked_by(int fd, pid_t pid)
+{
+	char line[256];
+	struct stat sb;
+	bool held = false;
+	FILE *f;
+
+	if (fstat(fd, &sb) != 0 || !(f = fopen("/proc/locks", "re")))
+		return false;
+	while (!held && fgets(line, sizeof(line), f)) {
+		unsigned int maj, min;
+		unsigned long long ino;
+		char kind[16];
+		int holder;
+
+		/* "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" */
+		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &holder, &maj, &min, &ino) == 5)
+			held = strcmp(kind, "FLOCK") == 0 && holder == pid && ino == sb.st_ino &&
+			       maj == major(sb.st_dev) && min == minor(sb.st_dev);
+	}
+	fclose(f);
+	return held;
+}
+
+/*
  * Two locks.  The file lock keys the process by pid and start time, but
  * its directory is the mount namespace's own: a run in a container, or
  * one that fell back to /tmp, would not see a host run's file, and two
@@ -173,8 +203,11 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 					strerror(errno)) : rc;
 	}
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
-	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) >= 0 &&
-	    (rc = lock_until(l->exe_fd, pid, deadline, deadline_ms)) != 0) {
+	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) >= 0 && flocked_by(l->exe_fd, pid)) {
+		close(l->exe_fd); /* the program's own lock: never ours to wait for */
+		l->exe_fd = -1;
+	}
+	if (l->exe_fd >= 0 && (rc = lock_until(l->exe_fd, pid, deadline, deadline_ms)) != 0) {
 		if (rc < 0) {
 			ma_runlock_release(l);
 			return rc;

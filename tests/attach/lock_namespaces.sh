@@ -9,7 +9,7 @@
 # a second).  Not one run may fail, and the daemon's verdict stays ok.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 5
+plan 7
 need_fixtures daemon
 RUNS=${RUNS:-60}
 
@@ -49,3 +49,11 @@ v=$(fix_cmd "$pid" "$FIX_FD" "$FIX_OUT" verdict)
 check "daemon verdict ok after both loops ($v)" verdict_ok "$v"
 fix_quit "$pid" "$FIX_FD"
 check "daemon exits cleanly" [ $? -eq 0 ]
+
+fix_start daemon -L || { fail "daemon -L: start"; exit 1; }
+"$MA" stats "$FIX_PID" --json --timeout 1000 >"$TMP/l.json" 2>"$TMP/l.err"; rc=$?
+check "a daemon that flocks its own executable: stats works (exit $rc: $(head -c 200 "$TMP/l.err"))" \
+	test "$rc" -eq 0 -a "$(json_get "$TMP/l.json" allocated)" -gt 0
+v=$(fix_cmd "$FIX_PID" "$FIX_FD" "$FIX_OUT" verdict)
+check "daemon -L verdict ok ($v)" verdict_ok "$v"
+fix_quit "$FIX_PID" "$FIX_FD"
