@@ -116,8 +116,9 @@ static int open_lock_file(pid_t pid, unsigned long long st)
 		if (fd >= 0)
 			return fd;
 	}
-	return ma_fail(MA_E_IO, "cannot create a lock file in %s%s%s: %s", dirs[0],
-		       ndirs > 1 ? " or " : "", ndirs > 1 ? dirs[1] : "", strerror(errno));
+	return ma_fail(MA_E_IO, "cannot create a lock file in %s%s%s: %s%s", dirs[0],
+		       ndirs > 1 ? " or " : "", ndirs > 1 ? dirs[1] : "", strerror(errno),
+		       errno == EACCES ? " (the directory must be this user's own, not a link)" : "");
 }
 
 /*
@@ -178,8 +179,11 @@ static bool flocked_by(int fd, pid_t pid)
  * crashed, 3 of 3 times; found by an outside attack).  So a run also
  * flocks the target's executable through /proc/PID/exe: one inode,
  * whatever namespace it is opened from.  That serializes runs on all
- * processes of one executable, each run a few milliseconds.  Where the
- * executable cannot be opened or flocked, the file lock alone stands.
+ * processes of one executable, each run a few milliseconds.  A user who
+ * cannot read the executable is refused (a root run and its own
+ * overlapped, and the target crashed).  Where the executable cannot be
+ * flocked (NFS), or the program holds a flock on it itself, the file
+ * lock alone stands.
  */
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
 {
@@ -203,7 +207,16 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 					strerror(errno)) : rc;
 	}
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
-	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) >= 0 && flocked_by(l->exe_fd, pid)) {
+	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) < 0 && (errno == EACCES || errno == EPERM)) {
+		/* Without it a root run and this user's could overlap (the target crashed). */
+		rc = ma_fail(MA_E_PERM,
+			     "cannot open %s (%s): runs on one process take turns on its "
+			     "executable, which this user cannot read; run memattach as root",
+			     exe, strerror(errno));
+		ma_runlock_release(l);
+		return rc;
+	}
+	if (l->exe_fd >= 0 && flocked_by(l->exe_fd, pid)) {
 		close(l->exe_fd); /* the program's own lock: never ours to wait for */
 		l->exe_fd = -1;
 	}
