@@ -21,9 +21,15 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 {
-	int rc = ma_session_open(&l->s, &l->t, o); /* a failed open holds nothing */
+	struct ma_session_opts again = *o;
+	int rc;
 
+	if (!again.prefer_tid)
+		again.prefer_tid = l->last_tid;
+	rc = ma_session_open(&l->s, &l->t, &again); /* a failed open holds nothing */
 	l->borrowed = rc == 0;
+	if (l->borrowed)
+		l->last_tid = l->s.tid;
 	return rc;
 }
 

@@ -1235,6 +1235,22 @@ static int list_candidates(pid_t pid, pid_t tid, struct ma_thread_info **out, si
 
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o);
 
+/* Thread TID first if it ranks with the best of TI (sorted best first). */
+static void prefer_first(struct ma_thread_info *ti, size_t n, pid_t tid)
+{
+	for (size_t k = 1; tid && k < n; k++) {
+		struct ma_thread_info t = ti[k];
+
+		if (t.tid != tid)
+			continue;
+		if (strcmp(ma_thread_rank_class(&t), ma_thread_rank_class(&ti[0])) == 0) {
+			memmove(&ti[1], &ti[0], k * sizeof(ti[0]));
+			ti[0] = t;
+		}
+		return;
+	}
+}
+
 static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 {
 	int rc;
@@ -1262,6 +1278,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 
 		if (rc)
 			return rc;
+		prefer_first(ti, n, o->prefer_tid);
 		for (size_t i = 0; i < n; i++) {
 			if (!thread_wanted(o, &ti[i]))
 				continue;

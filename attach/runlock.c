@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,15 +122,23 @@ static int open_lock_file(pid_t pid, unsigned long long st)
 
 /*
  * Hold FD's flock, waiting until DEADLINE (ns); 0, MA_E_* or, for a file
- * that cannot be flocked at all (EBADF on NFS, ENOLCK...), 1.
+ * that cannot be flocked at all (EBADF on NFS, ENOLCK...), 1.  EXE: FD is
+ * the target's executable, whose flock any program may hold.
  */
-static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms)
+static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms, bool exe)
 {
 	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		struct timespec ts = { 0, 2000000 };
 
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return 1;
+		if ((ma_interrupted || ma_now_ns() >= deadline) && exe)
+			return ma_fail(MA_E_TIMEOUT,
+				       "the flock of process %d's executable was not free within %d ms "
+				       "(runs take turns on it: a memattach run on a process of the same "
+				       "executable, or another program, holds it); try again or raise "
+				       "--timeout",
+				       pid, deadline_ms);
 		if (ma_interrupted || ma_now_ns() >= deadline)
 			return ma_fail(MA_E_TIMEOUT,
 				       "another memattach run on process %d did not finish within %d ms; "
@@ -143,32 +150,33 @@ static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms)
 }
 
 /*
- * Does process PID itself hold a flock on FD's file (/proc/locks)?  A
- * program may flock its own executable (one instance at a time): that
- * lock is not a memattach run's, and waiting for it would never end.
+ * Has process PID FD's file open itself (one of its descriptors)?  Asked
+ * only when the executable's flock is taken: a program may flock its own
+ * executable (one instance at a time), and that lock is never a run's to
+ * wait for.  (Not /proc/locks: reading it takes the kernel's file-lock
+ * rwsem for writing and waits for an RCU grace period, which took 31 s on
+ * a loaded machine, in uninterruptible sleep; found by an outside attack.)
  */
-static bool flocked_by(int fd, pid_t pid)
+static bool has_file_open(pid_t pid, int fd)
 {
-	char line[256];
-	struct stat sb;
-	bool held = false;
-	FILE *f;
+	char dir[64], path[352];
+	struct stat mine, theirs;
+	struct dirent *d;
+	bool open_there = false;
+	DIR *dp;
 
-	if (fstat(fd, &sb) != 0 || !(f = fopen("/proc/locks", "re")))
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	if (fstat(fd, &mine) != 0 || !(dp = opendir(dir)))
 		return false;
-	while (!held && fgets(line, sizeof(line), f)) {
-		unsigned int maj, min;
-		unsigned long long ino;
-		char kind[16];
-		int holder;
-
-		/* "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" */
-		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &holder, &maj, &min, &ino) == 5)
-			held = strcmp(kind, "FLOCK") == 0 && holder == pid && ino == sb.st_ino &&
-			       maj == major(sb.st_dev) && min == minor(sb.st_dev);
+	while (!open_there && (d = readdir(dp))) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		open_there = stat(path, &theirs) == 0 && theirs.st_ino == mine.st_ino &&
+			     theirs.st_dev == mine.st_dev;
 	}
-	fclose(f);
-	return held;
+	closedir(dp);
+	return open_there;
 }
 
 /*
@@ -182,8 +190,8 @@ static bool flocked_by(int fd, pid_t pid)
  * processes of one executable, each run a few milliseconds.  A user who
  * cannot read the executable is refused (a root run and its own
  * overlapped, and the target crashed).  Where the executable cannot be
- * flocked (NFS), or the program holds a flock on it itself, the file
- * lock alone stands.
+ * flocked (NFS), or it is taken while the program has it open (its own
+ * flock, most likely), the file lock alone stands.
  */
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
 {
@@ -201,7 +209,7 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 		l->file_fd = -1;
 		return rc;
 	}
-	if ((rc = lock_until(l->file_fd, pid, deadline, deadline_ms)) != 0) {
+	if ((rc = lock_until(l->file_fd, pid, deadline, deadline_ms, false)) != 0) {
 		ma_runlock_release(l);
 		return rc > 0 ? ma_fail(MA_E_IO, "cannot lock the run lock of %d: %s", pid,
 					strerror(errno)) : rc;
@@ -216,11 +224,12 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 		ma_runlock_release(l);
 		return rc;
 	}
-	if (l->exe_fd >= 0 && flocked_by(l->exe_fd, pid)) {
-		close(l->exe_fd); /* the program's own lock: never ours to wait for */
+	if (l->exe_fd >= 0 && flock(l->exe_fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK &&
+	    has_file_open(pid, l->exe_fd)) {
+		close(l->exe_fd); /* the program's own lock, most likely: not waited for */
 		l->exe_fd = -1;
 	}
-	if (l->exe_fd >= 0 && (rc = lock_until(l->exe_fd, pid, deadline, deadline_ms)) != 0) {
+	if (l->exe_fd >= 0 && (rc = lock_until(l->exe_fd, pid, deadline, deadline_ms, true)) != 0) {
 		if (rc < 0) {
 			ma_runlock_release(l);
 			return rc;

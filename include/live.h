@@ -26,6 +26,7 @@ struct ma_live {
 	struct ma_session s; /* valid after ma_live_restore too (its tid, stopped_ns) */
 	bool open; /* t holds the target */
 	bool borrowed; /* s holds a thread */
+	pid_t last_tid; /* the thread borrowed last (preferred next time: ma_session_opts) */
 };
 
 /* Work on the open target before a thread is borrowed: 0 or an MA_E_* (with ma_fail). */

@@ -132,6 +132,14 @@ struct ma_session_opts {
 	 * EINTR to the program, so no other run ever stops such a thread.
 	 */
 	bool stop_eintr_wait;
+	/*
+	 * The thread a repeated sampler (watch, export) borrowed last time:
+	 * first among threads of its class.  Going round the idle threads one
+	 * after another (each had "just run" when borrowed) would put every
+	 * one's first state area and scratch in its stack, and each such page
+	 * looked like growth to watch's peak detection.
+	 */
+	pid_t prefer_tid;
 	int deadline_ms; /* for finding a safe thread */
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */

@@ -152,7 +152,13 @@ static uint64_t hwm_now(pid_t pid)
  */
 static bool new_high(struct watch *w, const struct ma_proc_status *ps, uint64_t *level)
 {
-	bool hwm_rose = ps->vm_hwm > w->last_hwm;
+	/*
+	 * Not by a few pages: our own visit can raise VmHWM (a first state
+	 * area in a thread's stack, a scratch mapping) where the kernel's
+	 * batched counters show it only at the next sample, too late for
+	 * absorb_own_hwm (a steady target got a dump in 1 of 2 watches).
+	 */
+	bool hwm_rose = ps->vm_hwm > w->last_hwm + OWN_HWM_SLACK;
 
 	*level = hwm_rose && ps->vm_hwm > ps->vm_rss ? ps->vm_hwm : ps->vm_rss;
 	return hwm_rose || ps->vm_rss > w->high + PEAK_STEP;
