@@ -216,6 +216,13 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 	}
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
 	if ((l->exe_fd = open(exe, O_RDONLY | O_CLOEXEC)) < 0 && (errno == EACCES || errno == EPERM)) {
+		unsigned long long st_now;
+
+		/* A process reaped meanwhile answers EACCES too: say it is gone. */
+		if ((rc = start_time(pid, &st_now)) || st_now != st) {
+			ma_runlock_release(l);
+			return rc ? rc : ma_fail(MA_E_NOPROC, "no process with pid %d", pid);
+		}
 		/* Without it a root run and this user's could overlap (the target crashed). */
 		rc = ma_fail(MA_E_PERM,
 			     "cannot open %s (%s): runs on one process take turns on its "

@@ -95,6 +95,7 @@ check "fixture exits 0 while watched" test $? -eq 0
 for _ in $(seq 100); do kill -0 $WPID 2>/dev/null || break; sleep 0.1; done
 wait $WPID; rc=$?
 check "watch ends with exit 0 when the target exits" test $rc -eq 0
+[ "$rc" -eq 0 ] || sed 's/^/# watch: /' "$TMP/watch2.err" | head -5
 check "... saying so" grep -q '^stopped (the process exited)' "$TMP/watch2.out"
 check "... keeping the series and the chart" test -s "$W2/series.csv" -a -s "$W2/chart.svg"
 check "... without heap dumps (no prof), warning once at most" \
