@@ -132,19 +132,21 @@ static int lock_until(int fd, pid_t pid, uint64_t deadline, int deadline_ms, boo
 
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return 1;
-		if ((ma_interrupted || ma_now_ns() >= deadline) && exe)
+		if (!ma_interrupted && ma_now_ns() < deadline) {
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (exe)
 			return ma_fail(MA_E_TIMEOUT,
 				       "the flock of process %d's executable was not free within %d ms "
 				       "(runs take turns on it: a memattach run on a process of the same "
 				       "executable, or another program, holds it); try again or raise "
 				       "--timeout",
 				       pid, deadline_ms);
-		if (ma_interrupted || ma_now_ns() >= deadline)
-			return ma_fail(MA_E_TIMEOUT,
-				       "another memattach run on process %d did not finish within %d ms; "
-				       "try again or raise --timeout",
-				       pid, deadline_ms);
-		nanosleep(&ts, NULL);
+		return ma_fail(MA_E_TIMEOUT,
+			       "another memattach run on process %d did not finish within %d ms; "
+			       "try again or raise --timeout",
+			       pid, deadline_ms);
 	}
 	return 0;
 }
