@@ -16,6 +16,7 @@
  * their run-time addresses: pprof can then find the binaries and show
  * source (-list) and disassembly (-disasm).
  */
+#include <fcntl.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -169,7 +170,7 @@ static void write_mappings(struct buf *out, struct strtab *st, struct ma_profile
 	free(m.p);
 }
 
-int ma_pprof_write(const char *path, struct ma_profile *p)
+int ma_pprof_write(int fd, const char *path, struct ma_profile *p)
 {
 	struct ma_symbolizer *sym = p->sym;
 	struct buf out = { 0 }, m = { 0 }, packed = { 0 }, line = { 0 };
@@ -254,7 +255,8 @@ int ma_pprof_write(const char *path, struct ma_profile *p)
 	if (out.oom || st.out.oom || m.oom || packed.oom || line.oom)
 		goto oom;
 
-	gz = gzopen(path, "wb");
+	/* gzclose closes the descriptor it is given: give it its own. */
+	gz = gzdopen(fcntl(fd, F_DUPFD_CLOEXEC, 0), "wb");
 	if (!gz) {
 		rc = ma_fail(MA_E_IO, "cannot create '%s': %s", path, strerror(errno));
 		goto out;

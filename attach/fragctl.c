@@ -20,11 +20,13 @@
 #include "safepoint.h"
 #include "seccomp.h"
 #include "steps.h"
+#include "targetfd.h"
 
 extern const unsigned char ma_agent_so[];
 extern const unsigned long ma_agent_so_len;
 
 #define MFD_CLOEXEC_FLAG 1U
+#define MFD_ALLOW_SEALING_FLAG 2U
 #define RTLD_NOW_FLAG 2
 #define DLOPEN_TIMEOUT_MS 10000
 #define QUERY_TIMEOUT_MS 30000
@@ -139,7 +141,6 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
 static int write_agent_memfd(struct ma_session *s, uint64_t *fd)
 {
 	static const char name[] = MA_AGENT_MEMFD_NAME;
-	char path[64];
 	uint64_t a_name, args[2];
 	size_t done = 0;
 	int rc, ours;
@@ -150,18 +151,17 @@ static int write_agent_memfd(struct ma_session *s, uint64_t *fd)
 	if ((rc = ma_mem_write(s->t->proc_pid, a_name, name, sizeof(name))))
 		return rc;
 	args[0] = a_name;
-	args[1] = MFD_CLOEXEC_FLAG;
+	args[1] = MFD_CLOEXEC_FLAG | MFD_ALLOW_SEALING_FLAG;
 	if ((rc = ma_session_syscall(s, SYS_memfd_create, args, 2, fd)))
 		return rc;
 	if ((int64_t)*fd < 0)
 		return ma_fail(MA_E_IO, "memfd_create in the target failed: %s",
 			       strerror((int)-(int64_t)*fd));
-	/* The target's descriptor, reopened from here: the same memfd. */
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->t->proc_pid, (int)*fd);
-	if ((ours = open(path, O_WRONLY | O_CLOEXEC)) < 0)
-		return ma_fail(MA_E_IO, "cannot open the target's memfd (%s): %s", path, strerror(errno));
+	/* Our own reference, checked to be the memfd just made: never a path through /proc. */
+	if ((rc = ma_take_target_memfd(s->t->proc_pid, (int)*fd, MA_AGENT_MEMFD_NAME, 0, &ours)))
+		return rc;
 	while (done < ma_agent_so_len) {
-		ssize_t w = write(ours, ma_agent_so + done, ma_agent_so_len - done);
+		ssize_t w = pwrite(ours, ma_agent_so + done, ma_agent_so_len - done, (off_t)done);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -194,7 +194,8 @@ static void target_dlerror(struct ma_session *s, char *msg, size_t len)
 static int check_dlopen_syscalls(struct ma_session *s)
 {
 	struct ma_sc_query q[] = {
-		{ SYS_memfd_create, { 0, MFD_CLOEXEC_FLAG, 0, 0, 0, 0 }, 0, "memfd_create (the agent)" },
+		{ SYS_memfd_create, { 0, MFD_CLOEXEC_FLAG | MFD_ALLOW_SEALING_FLAG, 0, 0, 0, 0 }, 0,
+		  "memfd_create (the agent)" },
 		{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC, 0, 0, 0 }, 0,
 		  "openat (dlopen)" },
 		{ SYS_read, { 3, 0, 832, 0, 0, 0 }, 0, "read (dlopen)" },

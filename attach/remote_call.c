@@ -2080,7 +2080,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 
 	memset(s, 0, sizeof(*s));
 	s->t = t;
-	s->lock.file_fd = s->lock.exe_fd = s->status_fd = s->mem_fd = -1;
+	s->lock.fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
 	s->stop_eintr_wait = o->stop_eintr_wait;

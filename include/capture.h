@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "jestats.h"
+#include "outfile.h"
 #include "remote.h"
 
 /*
@@ -33,27 +34,5 @@ struct ma_om_target;
  * the caller to count).  0, or the error (message in ma_errmsg()).
  */
 int ma_scrape_target(pid_t pid, const struct ma_session_opts *o, struct ma_om_target *out);
-
-/* An output file that appears under its name only once complete. */
-struct ma_outfile {
-	char *path, *tmp;
-	int fd;
-};
-
-/*
- * Remove what killed runs left while writing PATH: "PATH.tmp.PID.*"
- * temporaries (hidden for files) whose memattach PID is no longer alive.
- */
-void ma_remove_stale_temps(const char *path);
-/* Remove DIR and the plain files in it. */
-void ma_remove_tree(const char *dir);
-/* Create a temporary file next to PATH (mode 0644); 0 or MA_E_IO. */
-int ma_outfile_open(struct ma_outfile *o, const char *path);
-/* Flush, close and rename over PATH; 0 or MA_E_IO (the temp is removed). */
-int ma_outfile_commit(struct ma_outfile *o);
-/* Close and remove the temporary file; safe on any state. */
-void ma_outfile_abort(struct ma_outfile *o);
-/* Write all of BUF; 0 or MA_E_IO. */
-int ma_write_all(int fd, const void *buf, size_t len);
 
 #endif

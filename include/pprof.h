@@ -10,9 +10,9 @@
 /*
  * Sample types: inuse_objects (count) and inuse_space (bytes), both
  * unsampled per stack; locations are the user frames (allocator frames
- * dropped as in the profile), one function per symbol.  0 or MA_E_IO /
- * MA_E_NOMEM.
+ * dropped as in the profile), one function per symbol.  Written to FD
+ * (PATH names it in messages).  0 or MA_E_IO / MA_E_NOMEM.
  */
-int ma_pprof_write(const char *path, struct ma_profile *p);
+int ma_pprof_write(int fd, const char *path, struct ma_profile *p);
 
 #endif

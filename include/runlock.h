@@ -1,12 +1,15 @@
 /*
  * runlock.h - runs on one process take turns.
  *
- * A session holds an exclusive lock keyed by the target's pid and start
- * time (so a reused pid is another key), and one on the target's
- * executable (seen alike from every mount namespace), for as long as it
- * borrows a thread.  A second run waits for it, up to its deadline, instead of
- * failing as "already traced".  Holding the lock also means no other run
- * is active, which is when a killed run's leftovers may be removed.
+ * A session holds an exclusive flock on the target's /proc/PID/mem for as
+ * long as it borrows a thread.  That file names the process, not its
+ * program: runs on other processes never wait for it.  It is one inode for
+ * every run that sees the same /proc, whatever its mount namespace or
+ * user, and only someone allowed to ptrace the process can open it, so a
+ * bystander cannot hold it.  A second run waits for it, up to its
+ * deadline, instead of failing as "already traced".  Holding the lock also
+ * means no other run is active, which is when a killed run's leftovers may
+ * be removed.
  */
 #ifndef MA_RUNLOCK_H
 #define MA_RUNLOCK_H
@@ -14,15 +17,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* A held lock: its two descriptors (-1: not held). */
+/* A held lock: its descriptor (-1: not held). */
 struct ma_runlock {
-	int file_fd; /* PID.STARTTIME.lock in /run/memattach (or /tmp/memattach) */
-	int exe_fd; /* the target's executable, the same inode in every mount namespace */
+	int fd; /* /proc/PID/mem of the target, flocked */
 };
 
 /* Wait up to DEADLINE_MS for the lock of PID into *L; 0 or MA_E_*. */
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l);
-/* Let go of *L (either descriptor may be -1). */
+/* Let go of *L (its descriptor may be -1). */
 void ma_runlock_release(struct ma_runlock *l);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "outfile.h"
 #include "jectl.h"
 #include "commands.h"
 #include "emit.h"
@@ -222,6 +223,45 @@ static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
 			   allocated);
 }
 
+/* The flame graph into a new file PATH (replaced only once complete). */
+static int write_svg(struct ma_profcmd *c, const char *path, struct ma_profile *prof,
+		     const char *dump)
+{
+	struct ma_outfile of;
+	bool ok = false;
+	FILE *f;
+
+	if (ma_outfile_open(&of, path) == 0) {
+		if ((f = ma_outfile_stream(&of))) {
+			ok = ma_flame_svg(f, prof, dump) == 0;
+			ok = fclose(f) == 0 && ok;
+		}
+		if (ok)
+			ok = ma_outfile_commit(&of) == 0;
+		else
+			ma_outfile_abort(&of);
+	}
+	if (ok)
+		return 0;
+	return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "cannot write '%s': %s", path,
+			    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+}
+
+/* The pprof profile into a new file PATH. */
+static int write_pprof(struct ma_profcmd *c, const char *path, struct ma_profile *prof)
+{
+	struct ma_outfile of;
+	int rc = ma_outfile_open(&of, path);
+
+	if (!rc) {
+		if ((rc = ma_pprof_write(of.fd, path, prof)) == 0)
+			rc = ma_outfile_commit(&of);
+		else
+			ma_outfile_abort(&of);
+	}
+	return rc ? ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : 0;
+}
+
 int cmd_aggregate(int argc, char **argv)
 {
 	struct ma_profcmd c;
@@ -307,17 +347,12 @@ int cmd_aggregate(int argc, char **argv)
 				ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc.allocated, false));
 		}
 	}
-	if (svg) {
-		FILE *f = fopen(svg, "w");
-
-		if (!f || ma_flame_svg(f, &b.prof, dump) || fclose(f)) {
-			rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write '%s': %s", svg,
-					  ma_errmsg()[0] ? ma_errmsg() : "I/O error");
-			goto out;
-		}
+	if (svg && write_svg(&c, svg, &b.prof, dump)) {
+		rc = MA_EXIT_FAIL;
+		goto out;
 	}
-	if (pprof && ma_pprof_write(pprof, &b.prof)) {
-		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (pprof && write_pprof(&c, pprof, &b.prof)) {
+		rc = MA_EXIT_FAIL;
 		goto out;
 	}
 	if (folded)

@@ -12,6 +12,7 @@
 #include "bins.h"
 #include "bins_report.h"
 #include "cmdutil.h"
+#include "outfile.h"
 #include "commands.h"
 #include "emit.h"
 #include "flush.h"
@@ -714,6 +715,26 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 	}
 }
 
+/* The samples into a new file PATH (replaced only once complete); 0 or MA_E_IO. */
+static int save_samples(const char *path, const struct ma_frag_data *d)
+{
+	struct ma_outfile of;
+	bool ok = false;
+	FILE *f;
+
+	if (ma_outfile_open(&of, path))
+		return MA_E_IO;
+	if ((f = ma_outfile_stream(&of))) {
+		ok = ma_frag_save(f, d) == 0;
+		ok = fclose(f) == 0 && ok;
+	}
+	if (!ok) {
+		ma_outfile_abort(&of);
+		return MA_E_IO;
+	}
+	return ma_outfile_commit(&of);
+}
+
 static int do_report(struct frag_args *a)
 {
 	const char *cmd = "frag report";
@@ -729,13 +750,10 @@ static int do_report(struct frag_args *a)
 		ma_frag_data_release(&d);
 		return rc;
 	}
-	if (a->out) {
-		FILE *f = fopen(a->out, "w");
-
-		if (!f || ma_frag_save(f, &d) || fclose(f)) {
-			ma_frag_data_release(&d);
-			return ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write %s", a->out);
-		}
+	if (a->out && save_samples(a->out, &d)) {
+		ma_frag_data_release(&d);
+		return ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write '%s': %s", a->out,
+				    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
 	}
 	if (ma_frag_compute(&d, &r)) {
 		ma_frag_data_release(&d);

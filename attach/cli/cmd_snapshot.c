@@ -4,6 +4,7 @@
  * on) into a self-describing directory that 'memattach diff' can compare.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,9 @@ static const char usage_text[] =
 
 struct snap {
 	const char *cmd, *dir;
-	char tmp[PATH_MAX], path[PATH_MAX + 32];
+	const char *base;	/* DIR's last component, in the folder parentfd */
+	int parentfd, tmpfd;	/* DIR's folder; the new folder being filled */
+	char tmp[PATH_MAX], path[PATH_MAX * 2 + 32];
 	pid_t pid, proc_pid; /* proc_pid: see struct ma_target */
 	struct ma_proc_status ps;
 	struct ma_je_stats st;
@@ -71,7 +74,7 @@ struct snap {
 
 static const char *in_tmp(struct snap *sn, const char *name)
 {
-	snprintf(sn->path, sizeof(sn->path), "%s/%s", sn->tmp, name);
+	snprintf(sn->path, sizeof(sn->path), "%s/%s", sn->dir, name);
 	return sn->path;
 }
 
@@ -108,7 +111,7 @@ static int visit(struct ma_session *s, void *ctx)
 			 "profiling is inactive (prof.active=false): the heap profile holds only "
 			 "what was sampled while it was active; --activate turns it on");
 	}
-	if ((rc = ma_outfile_open(&of, in_tmp(sn, "heap.heap"))))
+	if ((rc = ma_outfile_openat(&of, sn->tmpfd, "heap.heap", in_tmp(sn, "heap.heap"))))
 		return rc;
 	if ((rc = ma_capture_heap_dump(s, &sn->st, of.fd, &sn->heap_len))) {
 		ma_outfile_abort(&of);
@@ -125,7 +128,7 @@ static int write_buf(struct snap *sn, const char *name, const char *buf, size_t 
 	struct ma_outfile of;
 	int rc;
 
-	if ((rc = ma_outfile_open(&of, in_tmp(sn, name))))
+	if ((rc = ma_outfile_openat(&of, sn->tmpfd, name, in_tmp(sn, name))))
 		return rc;
 	if ((rc = ma_write_all(of.fd, buf, len)) || (rc = ma_outfile_commit(&of))) {
 		ma_outfile_abort(&of);
@@ -134,13 +137,17 @@ static int write_buf(struct snap *sn, const char *name, const char *buf, size_t 
 	return 0;
 }
 
-/* Write through a stdio stream into a file of the snapshot. */
+/* Write through a stdio stream into a new file of the snapshot (a folder of ours). */
 static FILE *open_stream(struct snap *sn, const char *name)
 {
-	FILE *f = fopen(in_tmp(sn, name), "w");
+	int fd = openat(sn->tmpfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
 
-	if (!f)
-		ma_fail(MA_E_IO, "cannot create '%s': %s", sn->path, strerror(errno));
+	if (!f) {
+		ma_fail(MA_E_IO, "cannot create '%s': %s", in_tmp(sn, name), strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
 	return f;
 }
 
@@ -232,36 +239,39 @@ static int write_files(struct snap *sn)
 	return close_stream(sn, f);
 }
 
-/* Remove the temporary directory and what is in it. */
+/* Remove the temporary folder and what is in it. */
 static void remove_tmp(struct snap *sn)
 {
-	static const char *const names[] = { "stats.json", "bins.json", "heap.heap",
-					     "manifest.json" };
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		unlink(in_tmp(sn, names[i]));
-	rmdir(sn->tmp);
+	if (sn->tmpfd >= 0)
+		close(sn->tmpfd);
+	sn->tmpfd = -1;
+	if (sn->tmp[0])
+		ma_outdir_remove(sn->parentfd, sn->tmp);
 }
 
+/*
+ * A new private folder next to DIR, filled and renamed to DIR once
+ * complete.  DIR itself must not exist, or be an empty folder.
+ */
 static int make_tmp_dir(struct snap *sn)
 {
 	struct stat st;
 
-	if (stat(sn->dir, &st) == 0 && (!S_ISDIR(st.st_mode) || rmdir(sn->dir) != 0))
+	if ((sn->parentfd = ma_open_parent(sn->dir, &sn->base)) < 0)
+		return ma_fail(MA_E_IO, "cannot create '%s': %s", sn->dir, strerror(errno));
+	if (!sn->base[0])
+		return ma_fail(MA_E_IO, "cannot create '%s': name a folder", sn->dir);
+	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0))
 		return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
 			       sn->dir);
-	ma_remove_stale_temps(sn->dir);
-	snprintf(sn->tmp, sizeof(sn->tmp), "%s.tmp.%d.XXXXXX", sn->dir, (int)getpid());
-	if (!mkdtemp(sn->tmp))
-		return ma_fail(MA_E_IO, "cannot create '%s': %s", sn->dir, strerror(errno));
-	chmod(sn->tmp, 0755);
-	return 0;
+	return ma_outdir_make_temp(sn->parentfd, sn->base, sn->tmp, sizeof(sn->tmp), &sn->tmpfd);
 }
 
 int cmd_snapshot(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
-	struct snap sn = { .cmd = argv[0] };
+	struct snap sn = { .cmd = argv[0], .parentfd = -1, .tmpfd = -1 };
 	struct ma_live_visit v;
 	int rc;
 
@@ -277,14 +287,18 @@ int cmd_snapshot(int argc, char **argv)
 	if (!sn.pid || !sn.dir) {
 		return ma_usage_error(argv[0], "a PID and -o DIR are required");
 	}
-	if (make_tmp_dir(&sn))
-		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+	if (make_tmp_dir(&sn)) {
+		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
+		if (sn.parentfd >= 0)
+			close(sn.parentfd);
+		return rc;
+	}
 	rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = sn.pid, .o = &o,
 						.body = visit, .visit = &v },
 			 &sn);
 	sn.tid = v.tid;
 	sn.held_ns = v.held_ns;
-	if (!rc && (write_files(&sn) || rename(sn.tmp, sn.dir) != 0))
+	if (!rc && (write_files(&sn) || renameat(sn.parentfd, sn.tmp, sn.parentfd, sn.base) != 0))
 		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s",
 				  ma_errmsg()[0] ? ma_errmsg() : strerror(errno));
 	if (rc)
@@ -294,6 +308,9 @@ int cmd_snapshot(int argc, char **argv)
 		       sn.dir, sn.heap ? ", heap.heap" : "", sn.tid, sn.held_ns / 1e6,
 		       sn.heap ? (sn.heap_note[0] ? "\nheap.heap: " : "") : "\nno heap dump: ",
 		       sn.heap ? sn.heap_note : sn.heap_skip);
+	if (sn.tmpfd >= 0)
+		close(sn.tmpfd);
+	close(sn.parentfd);
 	free(sn.stats_json);
 	ma_bin_table_release(&sn.bins);
 	return rc;

@@ -72,6 +72,7 @@ struct watch {
 	struct ma_live l; /* the target open for the whole watch, a thread borrowed per sample */
 	struct ma_series series;
 	FILE *csv;
+	int dirfd;		/* the output folder, created or checked private */
 	bool prof_warned, exited, reset_hwm, started;
 	uint64_t last_hwm;	/* VmHWM at the last sample, our own visits folded in */
 	uint64_t high;		/* the level of the last new high (the start at first) */
@@ -95,7 +96,7 @@ static int take_dump(struct watch *w, struct ma_session *s, const struct ma_je_s
 	struct ma_outfile of;
 	int rc;
 
-	if ((rc = ma_outfile_open(&of, in_dir(w, "peak.heap"))))
+	if ((rc = ma_outfile_openat(&of, w->dirfd, "peak.heap", in_dir(w, "peak.heap"))))
 		return rc;
 	rc = ma_capture_heap_dump(s, st, of.fd, n);
 	if (rc) {
@@ -318,17 +319,12 @@ static int write_chart(struct watch *w)
 	struct ma_outfile of;
 	char title[160];
 	FILE *f;
-	int fd;
 
-	if (ma_outfile_open(&of, in_dir(w, "chart.svg")))
+	if (ma_outfile_openat(&of, w->dirfd, "chart.svg", in_dir(w, "chart.svg")))
 		return MA_E_IO;
-	fd = dup(of.fd);
-	f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	if (!f) {
-		if (fd >= 0)
-			close(fd);
+	if (!(f = ma_outfile_stream(&of))) {
 		ma_outfile_abort(&of);
-		return ma_fail(MA_E_IO, "cannot write chart: %s", strerror(errno));
+		return MA_E_IO;
 	}
 	snprintf(title, sizeof(title), "memattach watch %d: %zu samples, %u heap dumps", w->pid,
 		 w->series.n, w->dumps);
@@ -388,35 +384,62 @@ static int reset_hwm(pid_t pid)
 	return ok ? 0 : MA_E_IO;
 }
 
+/*
+ * The output folder: -o's, new or a private one of ours; by default
+ * "memattach-watch-PID", or a new "memattach-watch-PID.XXXXXX" when that
+ * name is taken by a folder that is not ours alone.
+ */
+static int open_out_dir(struct watch *w, char *defdir, size_t deflen)
+{
+	bool existed;
+	int rc;
+
+	if (w->dir)
+		return ma_outdir_open(w->dir, &w->dirfd, &existed);
+	snprintf(defdir, deflen, "memattach-watch-%d", w->pid);
+	w->dir = defdir;
+	if ((rc = ma_outdir_open(w->dir, &w->dirfd, &existed)) != MA_E_PERM)
+		return rc;
+	ma_err_clear();
+	snprintf(defdir, deflen, "memattach-watch-%d.XXXXXX", w->pid);
+	if (!mkdtemp(defdir))
+		return ma_fail(MA_E_IO, "cannot create '%s': %s", defdir, strerror(errno));
+	return ma_outdir_open(w->dir, &w->dirfd, &existed);
+}
+
 /* Open the target once (maps, jemalloc symbols) and the output directory. */
 static int start(struct watch *w, char *defdir, size_t deflen)
 {
-	if (!w->dir) {
-		snprintf(defdir, deflen, "memattach-watch-%d", w->pid);
-		w->dir = defdir;
-	}
+	int fd;
+
 	ma_err_clear();
 	if (ma_live_open(&w->l, w->pid))
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	if (w->reset_hwm && reset_hwm(w->pid))
 		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	if (mkdir(w->dir, 0755) != 0 && errno != EEXIST)
-		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->dir,
-				    strerror(errno));
+	if (open_out_dir(w, defdir, deflen))
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	/* What killed watches left here goes now, whether or not this one takes a dump. */
-	ma_remove_stale_temps(in_dir(w, "peak.heap"));
-	ma_remove_stale_temps(in_dir(w, "chart.svg"));
-	w->csv = fopen(in_dir(w, "series.csv"), "w");
-	if (!w->csv)
-		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s", w->path,
-				    strerror(errno));
+	ma_remove_stale_temps_at(w->dirfd, "peak.heap");
+	ma_remove_stale_temps_at(w->dirfd, "chart.svg");
+	/* A private folder of ours: no one else can have put a link here. */
+	fd = openat(w->dirfd, "series.csv", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
+	w->csv = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!w->csv) {
+		if (fd >= 0)
+			close(fd);
+		return ma_cmd_error(w->cmd, MA_EXIT_FAIL, "cannot create '%s': %s",
+				    in_dir(w, "series.csv"), strerror(errno));
+	}
 	ma_series_csv_header(w->csv);
 	return 0;
 }
 
 int cmd_watch(int argc, char **argv)
 {
-	struct watch w = { .cmd = argv[0], .interval_ms = 500, .o = { .deadline_ms = 500 } };
+	struct watch w = { .cmd = argv[0], .interval_ms = 500, .o = { .deadline_ms = 500 },
+			   .dirfd = -1 };
 	char defdir[64], b[32], c[32];
 	const char *why = "interrupted";
 	uint64_t deadline;
@@ -427,6 +450,8 @@ int cmd_watch(int argc, char **argv)
 	if ((rc = start(&w, defdir, sizeof(defdir)))) {
 		if (w.csv)
 			fclose(w.csv);
+		if (w.dirfd >= 0)
+			close(w.dirfd);
 		ma_live_end(&w.l);
 		return rc;
 	}
@@ -468,5 +493,6 @@ int cmd_watch(int argc, char **argv)
 		       w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	ma_series_release(&w.series);
 	ma_live_end(&w.l);
+	close(w.dirfd);
 	return rc ? MA_EXIT_FAIL : MA_EXIT_OK;
 }

@@ -1,0 +1,28 @@
+/*
+ * targetfd.h - a descriptor that lives in the target, taken safely.
+ *
+ * The target controls its descriptor table: between memattach creating a
+ * memfd there and using it, another of its threads can dup2 anything over
+ * that number (a root-only file opened O_PATH, a FIFO, a device).  So
+ * memattach never opens /proc/PID/fd/N with its own privileges: it takes
+ * the descriptor itself (pidfd_getfd, which needs the same ptrace right
+ * memattach already has) and checks it is the memfd it created before
+ * reading or writing one byte.
+ */
+#ifndef MA_TARGETFD_H
+#define MA_TARGETFD_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+ * Take descriptor TARGET_FD of process PID and check that it is a memfd
+ * named NAME made with MFD_ALLOW_SEALING and no seal yet (no other kind
+ * of file has that), holding at most MAX_SIZE bytes.  0 and *FD (ours,
+ * close-on-exec), or MA_E_* with the reason.
+ */
+int ma_take_target_memfd(pid_t pid, int target_fd, const char *name, size_t max_size, int *fd);
+/* Copy all of FD (from offset 0, at most MAX bytes) to OUT_FD; *N gets the size. */
+int ma_copy_memfd(int fd, int out_fd, size_t max, size_t *n);
+
+#endif
