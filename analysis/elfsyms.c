@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "elfsyms.h"
+#include "input.h"
 #include "ma_error.h"
 
 static int cmp_sym_addr(const void *a, const void *b)
@@ -285,12 +286,14 @@ static bool index_names(struct ma_elf *e)
 
 int ma_elf_open(struct ma_elf *e, const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Paths come from targets' maps and debug links: only a regular file is opened. */
+	int fd = ma_open_regular(AT_FDCWD, path, false);
 
 	if (fd < 0) {
 		memset(e, 0, sizeof(*e));
 		e->fd = -1;
-		return ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+		return ma_fail(MA_E_IO, "cannot open '%s': %s", path,
+			       errno == EINVAL ? "not a regular file" : strerror(errno));
 	}
 	return ma_elf_open_fd(e, fd, path);
 }

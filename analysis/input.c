@@ -1,6 +1,8 @@
 /*
  * input.c - bounded loading of offline input files (see input.h).
  */
+#include <sys/syscall.h>
+#include <linux/openat2.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -116,6 +118,39 @@ static int read_stream(struct ma_input *in, int fd, const char *path, const char
 	in->data = buf ? buf : empty;
 	in->len = len;
 	return 0;
+}
+
+int ma_open_regular(int dirfd, const char *path, bool in_root)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = in_root ? RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS : 0 };
+	struct stat before, after;
+	char self[64];
+	int p, fd, e;
+
+	p = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	if (p < 0 && errno == ENOSYS && !in_root)
+		p = openat(dirfd, path, O_PATH | O_CLOEXEC);
+	if (p < 0)
+		return -1;
+	if (fstat(p, &before) != 0 || !S_ISREG(before.st_mode)) {
+		close(p);
+		errno = EINVAL;
+		return -1;
+	}
+	/* Reopen the very inode looked at (not the path again, which may have changed). */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
+	fd = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	e = errno;
+	close(p);
+	if (fd >= 0 && (fstat(fd, &after) != 0 || after.st_ino != before.st_ino ||
+			after.st_dev != before.st_dev)) {
+		close(fd);
+		fd = -1;
+		e = EINVAL;
+	}
+	errno = e;
+	return fd;
 }
 
 int ma_input_load(struct ma_input *in, const char *path, const char *what, uint64_t max)

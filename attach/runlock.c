@@ -18,7 +18,7 @@
 #include "runlock.h"
 #include "target.h"
 
-/* Does process HOLDER have LINK ("/proc/PID/mem") open?  Read by readlink: nothing opened. */
+/* Does process HOLDER have LINK ("/proc/PID/personality") open?  Read by readlink: nothing opened. */
 static bool has_open(const char *holder, const char *link)
 {
 	char dir[300], path[600], got[64];
@@ -40,7 +40,7 @@ static bool has_open(const char *holder, const char *link)
 	return found;
 }
 
-/* The pid of another memattach that has PID's /proc/PID/mem open (0: none seen). */
+/* The pid of another memattach that has the lock file of PID open (0: none seen). */
 static pid_t find_holder(pid_t pid)
 {
 	char link[64];
@@ -48,7 +48,7 @@ static pid_t find_holder(pid_t pid)
 	pid_t holder = 0;
 	DIR *dp = opendir("/proc");
 
-	snprintf(link, sizeof(link), "/proc/%d/mem", pid);
+	snprintf(link, sizeof(link), "/proc/%d/personality", pid);
 	while (dp && !holder && (d = readdir(dp))) {
 		char *end;
 		long p = strtol(d->d_name, &end, 10);
@@ -72,9 +72,9 @@ static int lock_busy_error(pid_t pid, int deadline_ms)
 			       "another memattach run (pid %d) on process %d did not finish within "
 			       "%d ms; try again or raise --timeout",
 			       holder, pid, deadline_ms);
-	/* Only who may ptrace the process can open its mem file: its owner or root. */
+	/* Only the process's own user and root can open that file. */
 	return ma_fail(MA_E_TIMEOUT,
-		       "the run lock of process %d (a flock on /proc/%d/mem) was not free within "
+		       "the run lock of process %d (a flock on /proc/%d/personality) was not free within "
 		       "%d ms, and no memattach run holds it: a program of the process's owner or "
 		       "of root does; try again or raise --timeout",
 		       pid, pid, deadline_ms);
@@ -86,15 +86,15 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 	char path[64];
 
 	*waited_ns = 0;
-	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	snprintf(path, sizeof(path), "/proc/%d/personality", pid);
 	if ((l->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 		int e = errno;
 
 		if (kill(pid, 0) != 0 && errno == ESRCH)
 			return ma_fail(MA_E_NOPROC, "no process with pid %d", pid);
 		return ma_fail(e == EACCES || e == EPERM ? MA_E_PERM : MA_E_IO,
-			       "cannot open %s: %s (memattach needs the right to trace process %d: "
-			       "its own user, or root)",
+			       "cannot open %s: %s (memattach runs as process %d's own user, "
+			       "or root)",
 			       path, strerror(e), pid);
 	}
 	while (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {

@@ -19,6 +19,7 @@
 #include "ma_error.h"
 #include "steps.h"
 #include "target.h"
+#include "input.h"
 
 const char *ma_je_flavour_name(enum ma_je_flavour f)
 {
@@ -370,19 +371,24 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	/* map_files works for deleted files and other mount namespaces. */
 	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->proc_pid,
 		 m->start, m->end);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = ma_open_regular(AT_FDCWD, path, false);
 	if (fd >= 0)
 		return fd;
 	/*
-	 * Without map_files (it needs CAP_SYS_ADMIN), the path through the
-	 * target's root -- but only if it is still the very file mapped: after
-	 * an upgrade in place its symbols would point into other code.
+	 * Without map_files (it needs CAP_SYS_ADMIN), the path inside the
+	 * target's root (links resolved there, never out of it) -- but only if
+	 * it is still the very file mapped: after an upgrade in place its
+	 * symbols would point into other code.
 	 */
 	if (m->path && m->path[0] == '/' && !m->deleted) {
 		struct stat st;
+		int root;
 
-		snprintf(path, sizeof(path), "/proc/%d/root%s", t->proc_pid, m->path);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		snprintf(path, sizeof(path), "/proc/%d/root", t->proc_pid);
+		if ((root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+			return -1;
+		fd = ma_open_regular(root, m->path, true);
+		close(root);
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == m->inode)
 			return fd;
 		if (fd >= 0)

@@ -29,6 +29,16 @@ struct ma_input {
 int ma_input_load(struct ma_input *in, const char *path, const char *what, uint64_t max);
 void ma_input_release(struct ma_input *in);
 
+/*
+ * Open PATH (relative to DIRFD, or AT_FDCWD) for reading only if it is a
+ * regular file: the file is looked at through an O_PATH descriptor first,
+ * so a FIFO, a device or a socket put where a file was expected is never
+ * opened (no blocking open, no driver side effect).  IN_ROOT resolves
+ * PATH with DIRFD as its root (links cannot leave it).  The descriptor,
+ * or -1 with errno set (EINVAL for a file that is not regular).
+ */
+int ma_open_regular(int dirfd, const char *path, bool in_root);
+
 /* Bounds for the inputs memattach reads: far above any real one. */
 #define MA_MAX_HEAP_DUMP (16ULL << 30)
 #define MA_MAX_STATS_JSON (256ULL << 20)

@@ -1,12 +1,13 @@
 /*
  * runlock.h - runs on one process take turns.
  *
- * A session holds an exclusive flock on the target's /proc/PID/mem for as
- * long as it borrows a thread.  That file names the process, not its
- * program: runs on other processes never wait for it.  It is one inode for
- * every run that sees the same /proc, whatever its mount namespace or
- * user, and only someone allowed to ptrace the process can open it, so a
- * bystander cannot hold it.  A second run waits for it, up to its
+ * A session holds an exclusive flock on the target's /proc/PID/personality
+ * for as long as it borrows a thread.  That file names the process, not
+ * its program: runs on other processes never wait for it.  It is one inode
+ * for every run that sees the same /proc, whatever its mount namespace or
+ * user; it is mode 0400 (only the process's own user and root can open it,
+ * so a bystander cannot hold it), and unlike mem it opens for a process
+ * whose main thread has exited.  A second run waits for it, up to its
  * deadline, instead of failing as "already traced".  Holding the lock also
  * means no other run is active, which is when a killed run's leftovers may
  * be removed.
@@ -19,7 +20,7 @@
 
 /* A held lock: its descriptor (-1: not held). */
 struct ma_runlock {
-	int fd; /* /proc/PID/mem of the target, flocked */
+	int fd; /* /proc/PID/personality of the target, flocked */
 };
 
 /* Wait up to DEADLINE_MS for the lock of PID into *L; 0 or MA_E_*. */
