@@ -164,7 +164,7 @@ mkdir -m 755 "$TMP/rd"; mkfifo -m 600 "$TMP/rd/in"
 "$PUB/daemon" -t 2 <"$TMP/rd/in" >"$TMP/rd/out" 2>&1 & rpid=$!; track $rpid
 exec {rfd}>"$TMP/rd/in"
 for _ in $(seq 100); do grep -q '^READY' "$TMP/rd/out" && break; sleep 0.1; done
-"${EVE[@]}" flock -x "$PUB/daemon" sleep 60 & flocker=$!
+"${EVE[@]}" flock -o -x "$PUB/daemon" sleep 60 >/dev/null 2>&1 & flocker=$!
 for _ in $(seq 50); do flock -n -x "$PUB/daemon" true || break; sleep 0.1; done
 "$MA" stats "$rpid" --timeout 1500 >/dev/null 2>"$TMP/r.err"; rc=$?
 check "7. root's run works while eve holds the executable's flock (exit $rc: $(head -c 200 "$TMP/r.err"))" \

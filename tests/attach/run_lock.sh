@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The run lock: runs on one process take turns on a flock of its
+# /proc/PID/personality.  It names the process, not the program: a run on
+# another process of the same executable never waits; a run that times out
+# says who holds the lock; and runs leave no lock file anywhere.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+plan 5
+need_fixtures daemon
+
+rm -f /run/memattach/*.lock /tmp/memattach/*.lock 2>/dev/null
+fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
+a=$FIX_PID a_fd=$FIX_FD a_out=$FIX_OUT
+fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
+b=$FIX_PID b_fd=$FIX_FD b_out=$FIX_OUT
+
+# Hold A's lock the way a run does, from outside.
+flock -o -x "/proc/$a/personality" sleep 30 >/dev/null 2>&1 & holder=$!
+for _ in $(seq 100); do flock -n -x "/proc/$a/personality" true || break; sleep 0.05; done
+"$MA" stats "$b" --timeout 1000 >/dev/null 2>"$TMP/b.err"; rc=$?
+check "a run on another process of the same executable does not wait (exit $rc: $(head -c 200 "$TMP/b.err"))" \
+	[ "$rc" -eq 0 ]
+"$MA" stats "$a" --timeout 300 >/dev/null 2>"$TMP/a.err"; rc=$?
+check "a run on the locked process times out saying what holds the lock (exit $rc: $(head -c 300 "$TMP/a.err"))" \
+	exit_and_says "$rc" 1 "run lock of process $a .*no memattach run holds it" "$TMP/a.err"
+kill "$holder"; wait "$holder" 2>/dev/null
+"$MA" stats "$a" --timeout 2000 >/dev/null 2>"$TMP/a.err"; rc=$?
+check "once free, the run goes ahead (exit $rc: $(head -c 200 "$TMP/a.err"))" [ "$rc" -eq 0 ]
+check "no lock file is made for either target" \
+	bash -c "! ls /run/memattach/{$a,$b}.*.lock /tmp/memattach/{$a,$b}.*.lock 2>/dev/null | grep -q ."
+va=$(fix_cmd "$a" "$a_fd" "$a_out" verdict) vb=$(fix_cmd "$b" "$b_fd" "$b_out" verdict)
+check "both targets' verdicts are ok ($va; $vb)" bash -c "verdict_ok() { grep -q '^VERDICT ok' <<<\"\$1\"; }; verdict_ok '$va' && verdict_ok '$vb'"
+fix_quit "$a" "$a_fd"
+fix_quit "$b" "$b_fd"
