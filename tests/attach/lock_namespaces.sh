@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs on one process take turns even when they cannot see each other's
-# lock file: one loop runs on the host, the other in a private mount
-# namespace whose /run/memattach and /tmp/memattach are empty tmpfs (a
-# container, or a run that fell back to /tmp).  Both loops run at once,
-# RUNS each of `bins --flush-tcache` (every thread borrowed in turn) and
-# `stats`.  Without a lock both see, two runs wrote their stubs over each
-# other's and the target crashed (an outside attack: 3 of 3 times within
-# a second).  Not one run may fail, and the daemon's verdict stays ok.
+# Runs on one process take turns even from another mount namespace: one
+# loop runs on the host, the other in a private mount namespace whose
+# /run/memattach and /tmp/memattach are empty tmpfs (where lock files used
+# to be: the run lock is now a flock on /proc/PID/personality, which both
+# see).  Both loops run at once, RUNS each of `bins --flush-tcache` (every
+# thread borrowed in turn) and `stats`.  Without a lock both see, two runs
+# wrote their stubs over each other's and the target crashed (an outside
+# attack: 3 of 3 times within a second).  Not one run may fail, and the
+# daemon's verdict stays ok.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
 plan 7
