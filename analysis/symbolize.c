@@ -1,6 +1,7 @@
 /*
  * symbolize.c - pcs of a heap dump -> frames -> functions, cached.
  */
+#include <fcntl.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -390,24 +391,47 @@ static const char *keep_string(struct ma_symbolizer *s, const char *str)
 	return c;
 }
 
+/*
+ * libdw's debug file: the one find_debug already opened (a regular file,
+ * by our rules), never one libdw would look up by path itself -- paths
+ * next to a target's object are in folders its owner may control.
+ */
+static int our_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+			 Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+			 GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+	struct ma_symobj *o = *userdata;
+
+	(void)mod, (void)modname, (void)base, (void)file_name, (void)debuglink_file;
+	(void)debuglink_crc, (void)debuginfo_file_name;
+	return o && o->has_debug && o->debug.fd >= 0 ? fcntl(o->debug.fd, F_DUPFD_CLOEXEC, 0) : -1;
+}
+
 static void *dwfl_open(struct ma_symobj *o)
 {
 	static char *debuginfo_path = NULL;
 	static const Dwfl_Callbacks cb = {
 		.find_elf = dwfl_build_id_find_elf,
-		.find_debuginfo = dwfl_standard_find_debuginfo,
+		.find_debuginfo = our_debuginfo,
 		.section_address = dwfl_offline_section_address,
 		.debuginfo_path = &debuginfo_path,
 	};
 	Dwfl *d;
 	Dwfl_Module *m;
 	Dwarf_Addr bias = 0;
+	void **userdata = NULL;
+	int fd = o->elf.fd >= 0 ? fcntl(o->elf.fd, F_DUPFD_CLOEXEC, 0) : -1;
 
-	d = dwfl_begin(&cb);
-	if (!d)
+	if (fd < 0 || !(d = dwfl_begin(&cb))) {
+		if (fd >= 0)
+			close(fd);
 		return NULL;
-	m = dwfl_report_offline(d, base_name(o->path), o->path, -1);
+	}
+	/* The object's own descriptor (libdw takes it), not its path again. */
+	m = dwfl_report_offline(d, base_name(o->path), o->path, fd);
 	dwfl_report_end(d, NULL, NULL);
+	if (m && dwfl_module_info(m, &userdata, NULL, NULL, NULL, NULL, NULL, NULL) && userdata)
+		*userdata = o;
 	if (!m || !dwfl_module_getelf(m, &bias)) {
 		dwfl_end(d);
 		return NULL;
