@@ -11,6 +11,7 @@
 #include "check.h"
 #include "emit.h"
 #include "format.h"
+#include "ma_error.h"
 
 static int is(const char *got, const char *want)
 {
@@ -141,11 +142,21 @@ static void xml(void)
 	CHECK("XML: uncut when it fits", xml_is("abc", 3, "abc"));
 }
 
+static void error_messages(void)
+{
+	ma_err_clear();
+	ma_fail(-1, "process %d (%s) is traced by %s", 7, "\x1b]0;x\x07", "a\nb");
+	CHECK("ma_fail keeps the message printable",
+	      is(ma_errmsg(), "process 7 (\\x1b]0;x\\x07) is traced by a\\x0ab"));
+	ma_err_clear();
+}
+
 int main(void)
 {
 	printable_form();
 	cut();
 	json();
 	xml();
+	error_messages();
 	CHECK_DONE();
 }
