@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/attach/hostile_names.sh - names a target chooses cannot reach
-# root's terminal.  An unprivileged user (ma-eve) runs build/fixtures/hostile
+# root's terminal.  An unprivileged user (ma-eve) runs build/fixtures/hostile_names
 # from a directory whose name holds ESC sequences and $(id), beside a copy
 # of libjemalloc.so.2 it maps; its process name and two thread names hold
 # ESC [, an OSC ended by BEL, C1 CSI (in UTF-8 and as a lone byte), DEL,
@@ -21,7 +21,7 @@ COMM=$'h\e]0;pwn\a\e[31mX'
 T1=$'t1\e[2J\xc2\x9b\x7f\x01\xc3\xa9'
 T2=$'t2\x9b31m\xff\t'
 DIRNAME=$'\xc3\xa9\e[31m$(id)\e]0;dir\a'
-SYMBOL=$'park\e[31m\xc2\x9b\e]0;sym\a$(id)' # fixtures/hostile.mk renames park_here so
+SYMBOL=$'park\e[31m\xc2\x9b\e]0;sym\a$(id)' # fixtures/hostile_names.mk renames park_here so
 # ... and as memattach shows them (printable UTF-8 such as the e-acute stays).
 COMM_P='h\x1b]0;pwn\x07\x1b[31mX'
 T1_P='t1\x1b[2J\xc2\x9b\x7f\x01'$'\xc3\xa9'
@@ -37,14 +37,14 @@ chmod 711 "$TMP" # ma-eve reaches its directory inside
 EVE=$TMP/eve
 EVIL=$EVE/$DIRNAME
 EVIL_P=$EVE/$DIR_P
-lib=$(ldd "$FIX/hostile" | awk '$1 == "libjemalloc.so.2" { print $3 }')
-mkdir -p "$EVIL" && cp "$FIX/hostile" "$lib" "$EVIL/" && chown -R ma-eve:ma-eve "$EVE" &&
+lib=$(ldd "$FIX/hostile_names" | awk '$1 == "libjemalloc.so.2" { print $3 }')
+mkdir -p "$EVIL" && cp "$FIX/hostile_names" "$lib" "$EVIL/" && chown -R ma-eve:ma-eve "$EVE" &&
 	chmod -R a+rX "$EVE" || { fail "cannot lay out $EVE"; exit 1; }
 export EVE EVIL COMM T1 T2 SYMBOL # for the JSON checks
 
 mkfifo "$TMP/in" "$TMP/ready"
 setpriv --reuid=ma-eve --regid=ma-eve --clear-groups \
-	env MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:0 "$EVIL/hostile" "$COMM" "$T1" "$T2" \
+	env MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:0 "$EVIL/hostile_names" "$COMM" "$T1" "$T2" \
 	<"$TMP/in" >"$TMP/ready" 2>"$TMP/target.err" &
 TPID=$!
 track "$TPID"
@@ -53,7 +53,7 @@ exec {TFD}>"$TMP/in" {RFD}<"$TMP/ready"
 read -r word rpid CHILD <&"$RFD"
 check "the target runs as ma-eve from the hostile directory, mapping the library beside it" \
 	test "$word $rpid" = "READY $TPID" -a "$(stat -c %U /proc/"$TPID")" = ma-eve \
-	-a "$(readlink /proc/"$TPID"/exe)" = "$EVIL/hostile" \
+	-a "$(readlink /proc/"$TPID"/exe)" = "$EVIL/hostile_names" \
 	-a "$(grep -cF "$EVIL/libjemalloc.so.2" /proc/"$TPID"/maps)" -gt 0
 [ "$word" = READY ] || { echo "# target: $(head -c 300 "$TMP/target.err" | cat -v)"; exit 1; }
 
@@ -158,12 +158,12 @@ clean "threads: exit 0, no control byte on stdout or stderr" threads
 shows "threads: the thread names in their printable form" threads \
 	"thread $TPID \"$COMM_P\"" "\"$T1_P\"" "\"$T2_P\""
 shows "threads: the renamed function and the executable's path in their printable form" threads \
-	"$SYM_P+0x" "($EVIL_P/hostile)" "jemalloc in $EVIL_P/libjemalloc.so.2"
+	"$SYM_P+0x" "($EVIL_P/hostile_names)" "jemalloc in $EVIL_P/libjemalloc.so.2"
 run threads_json threads "$TPID" --json
 json "threads --json: exact names (U+FFFD for bytes that are not UTF-8), function and paths" threads_json '
 sorted(t["name"] for t in d["threads"]) == sorted([env["COMM"], env["T1"], env["T2"]])
 and "\ufffd" in env["T2"] and d["jemalloc_object"] == env["EVIL"] + "/libjemalloc.so.2"
-and any(f["function"] == env["SYMBOL"] and f["object"] == env["EVIL"] + "/hostile"
+and any(f["function"] == env["SYMBOL"] and f["object"] == env["EVIL"] + "/hostile_names"
         for t in d["threads"] for f in t["frames"])'
 
 # --- ps ---
@@ -198,7 +198,7 @@ check "aggregate --svg: exit 0, well-formed XML without control bytes, the frame
 	svg_ok
 run stacks stacks "$TMP/h.heap" park
 clean "stacks: exit 0, no control byte" stacks
-shows "stacks: the frame in its printable form" stacks "  $SYM_P  [hostile]"
+shows "stacks: the frame in its printable form" stacks "  $SYM_P  [hostile_names]"
 
 # --- the target was not harmed ---
 echo quit >&"$TFD"
