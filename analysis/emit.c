@@ -1,6 +1,7 @@
 #include <math.h>
 
 #include "emit.h"
+#include "format.h"
 
 void ma_json_init(struct ma_json *j, FILE *f)
 {
@@ -9,22 +10,40 @@ void ma_json_init(struct ma_json *j, FILE *f)
 	j->need_comma[0] = false;
 }
 
+/* One character, code point CP (N bytes at S), inside a JSON string. */
+static void json_char(FILE *f, const char *s, size_t n, uint32_t cp)
+{
+	switch (cp) {
+	case '"': fputs("\\\"", f); return;
+	case '\\': fputs("\\\\", f); return;
+	case '\n': fputs("\\n", f); return;
+	case '\r': fputs("\\r", f); return;
+	case '\t': fputs("\\t", f); return;
+	}
+	/* What text output would escape is written as \uXXXX (RFC 8259 needs
+	 * it below U+0020 only): the document shown on a terminal is safe too,
+	 * and decodes to the same characters. */
+	if (ma_char_printable(cp))
+		fwrite(s, 1, n, f);
+	else if (cp < 0x10000)
+		fprintf(f, "\\u%04x", (unsigned)cp);
+	else /* a UTF-16 surrogate pair */
+		fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
+			(unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
+}
+
 void ma_json_write_string(FILE *f, const char *s)
 {
+	uint32_t cp;
+	size_t n;
+
 	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; s && *p; p++) {
-		switch (*p) {
-		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\r': fputs("\\r", f); break;
-		case '\t': fputs("\\t", f); break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
+	for (; s && *s; s += n ? n : 1) {
+		n = ma_utf8_char(s, &cp);
+		if (n)
+			json_char(f, s, n, cp);
+		else
+			fputs("\\ufffd", f); /* not UTF-8: a JSON string is Unicode text */
 	}
 	fputc('"', f);
 }

@@ -4,18 +4,25 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "format.h"
 #include "ma_error.h"
 
 static char errbuf[1024];
 
+/*
+ * Messages name the target, its threads and files: the message is kept in
+ * its printable form (format.h), wherever it is printed later.
+ */
 int ma_fail(int code, const char *fmt, ...)
 {
 	if (errbuf[0] == '\0') {
+		char raw[sizeof(errbuf)];
 		va_list ap;
 
 		va_start(ap, fmt);
-		vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
+		vsnprintf(raw, sizeof(raw), fmt, ap);
 		va_end(ap);
+		ma_printable_into(errbuf, sizeof(errbuf), raw);
 	}
 	return code;
 }

@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "flame.h"
+#include "format.h"
 #include "ma_error.h"
 
+/* A frame of a folded line: its printable form (no line of its own), and
+ * ':' for ';' (no frame of its own). */
 static void put_name(FILE *f, const char *s)
 {
-	for (; *s; s++)
-		fputc(*s == ';' ? ':' : (*s == '\n' ? ' ' : *s), f);
+	for (s = ma_printable(s); *s; s++)
+		fputc(*s == ';' ? ':' : *s, f);
 }
 
 int ma_flame_folded(FILE *f, struct ma_profile *p)
@@ -106,25 +109,6 @@ static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
 	return (uint32_t)t->len++;
 }
 
-static void xml_text(FILE *f, const char *s, size_t max)
-{
-	size_t n = 0;
-
-	for (; *s && n < max; s++, n++) {
-		switch (*s) {
-		case '<': fputs("&lt;", f); break;
-		case '>': fputs("&gt;", f); break;
-		case '&': fputs("&amp;", f); break;
-		case '"': fputs("&quot;", f); break;
-		default:
-			if ((unsigned char)*s >= 0x20)
-				fputc(*s, f);
-		}
-	}
-	if (*s)
-		fputs("..", f);
-}
-
 #define SVG_W 1200.0
 #define ROW_H 17
 #define PAD 10.0
@@ -208,7 +192,7 @@ int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
 	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"100%%\" height=\"100%%\" fill=\"#f8f8f0\"/>\n"
 		   "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" style=\"font-size:17px\">heap in use: ",
 		SVG_W / 2);
-	xml_text(f, title ? title : "", 200);
+	ma_xml_text(f, title ? title : "", 200);
 	fprintf(f, " (%.0f bytes, unsampled; click to zoom, Esc to reset)</text>\n"
 		   "<text id=\"details\" x=\"%.0f\" y=\"%.0f\"> </text>\n",
 		total, PAD, height - 12);
@@ -239,15 +223,15 @@ int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
 
 			color(n->func, name, &r, &g, &b);
 			fprintf(f, "<g data-x=\"%.6f\" data-w=\"%.6f\" data-n=\"", x / total, n->value / total);
-			xml_text(f, name, 300);
+			ma_xml_text(f, name, 300);
 			fputs("\"><title>", f);
-			xml_text(f, name, 2000);
+			ma_xml_text(f, name, 2000);
 			fprintf(f, " (%.0f bytes, %.2f%%)</title><rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" "
 				   "height=\"%d\" rx=\"2\" fill=\"rgb(%d,%d,%d)\"/><text x=\"%.2f\" y=\"%.0f\">",
 				n->value, 100 * n->value / total, px, y, pw, ROW_H - 1, r, g, b, px + 3,
 				y + ROW_H - 5);
 			if (chars >= 3)
-				xml_text(f, name, (size_t)chars - 2);
+				ma_xml_text(f, name, (size_t)chars - 2);
 			fputs("</text></g>\n", f);
 		}
 		/* Push children with their x offsets (last pushed is drawn first). */

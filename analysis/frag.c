@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format.h"
 #include "frag.h"
 #include "input.h"
 #include "ma_error.h"
@@ -455,7 +456,8 @@ int ma_frag_save(FILE *f, const struct ma_frag_data *d)
 	fprintf(f, "frames %zu\n", d->nframes);
 	for (size_t i = 0; i < d->nframes; i++)
 		fprintf(f, "f %" PRIx64 " %d %s\n", d->frames[i], d->frame_alloc && d->frame_alloc[i],
-			d->frame_name && d->frame_name[i] ? d->frame_name[i] : "?");
+			/* one line each: the printable form (format.h) */
+			d->frame_name && d->frame_name[i] ? ma_printable(d->frame_name[i]) : "?");
 	fprintf(f, "stacks %zu\n", d->nstacks);
 	for (size_t i = 0; i < d->nstacks; i++)
 		fprintf(f, "s %u %u\n", d->stacks[i].off, d->stacks[i].n);

@@ -2,9 +2,11 @@
  * series.c - watch's time series: CSV rows and an SVG chart.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "format.h"
 #include "ma_error.h"
 #include "series.h"
 
@@ -59,22 +61,6 @@ void ma_series_csv_row(FILE *f, const struct ma_sample *x)
 #define MR 150 /* right margin: the legend */
 #define MT 40
 #define MB 50
-
-static void xml_text(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '<')
-			fputs("&lt;", f);
-		else if (*s == '>')
-			fputs("&gt;", f);
-		else if (*s == '&')
-			fputs("&amp;", f);
-		else if (*s == '"')
-			fputs("&quot;", f);
-		else
-			fputc(*s, f);
-	}
-}
 
 static uint64_t field(const struct ma_sample *x, int k)
 {
@@ -171,7 +157,7 @@ void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
 		   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"24\" "
 		   "font-size=\"15\">",
 		W, H, ML);
-	xml_text(f, title);
+	ma_xml_text(f, title, SIZE_MAX);
 	fputs("</text>\n", f);
 	/* axes, with round ticks; the plot spans 0 to the round ends */
 	fprintf(f, "<g stroke=\"#444\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>"

@@ -34,7 +34,12 @@ void ma_json_null(struct ma_json *j, const char *key);
 /* Finish the document with a newline. */
 void ma_json_end(struct ma_json *j);
 
-/* Write S as a JSON string literal (quotes included) to F. */
+/*
+ * Write S as a JSON string literal (quotes included) to F, as RFC 8259
+ * wants it; the characters text output escapes (format.h) are written as
+ * \uXXXX, so the document holds no control byte, and bytes that are not
+ * UTF-8 become U+FFFD (a JSON string is Unicode text).
+ */
 void ma_json_write_string(FILE *f, const char *s);
 
 #endif

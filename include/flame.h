@@ -11,7 +11,8 @@
 /*
  * One "root;...;leaf BYTES" line per stack with bytes > 0 (scaled bytes,
  * rounded), outermost frame first: the input of flamegraph.pl, inferno and
- * speedscope.  Semicolons inside names become ':'.
+ * speedscope.  Names are in their printable form (format.h), with ':' for
+ * a semicolon inside one.
  */
 int ma_flame_folded(FILE *f, struct ma_profile *p);
 

@@ -5,6 +5,8 @@
  * failure, records a one-line human message with ma_fail().  The first
  * message recorded wins: a low-level cause is not overwritten by the
  * generic "operation failed" of its callers.  Only cmd_* code prints it.
+ * The message is kept in its printable form (format.h): it may name the
+ * target's process, threads and files.
  */
 #ifndef MA_ERROR_H
 #define MA_ERROR_H

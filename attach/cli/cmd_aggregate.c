@@ -150,7 +150,7 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 	char s1[32], s2[32], label[4096];
 	size_t n;
 
-	printf("dump %s: heap_v2, sampling period %s, %zu stacks%s\n", b->path,
+	printf("dump %s: heap_v2, sampling period %s, %zu stacks%s\n", ma_printable(b->path),
 	       ma_fmt_scaled_bytes(s1, sizeof(s1), (double)b->hp.period, false), b->hp.nstacks,
 	       b->hp.truncated ? " (truncated)" : "");
 	printf("in use: %s unsampled in %.0f objects (raw samples: %s in %llu objects)\n\n",
@@ -166,7 +166,7 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 			printf("%11s %11s %5.1f%%  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), p->fs[fn].cum, false),
 			       ma_fmt_scaled_bytes(s2, sizeof(s2), p->fs[fn].flat, false),
 			       p->total_bytes > 0 ? 100 * p->fs[fn].cum / p->total_bytes : 0,
-			       ma_sym_func_name(&b->sym, fn));
+			       ma_printable(ma_sym_func_name(&b->sym, fn)));
 		}
 		return;
 	}
@@ -182,10 +182,10 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		printf("%11s %11s %10.0f %8.1f %5.1f%%  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), fs->flat, false),
 		       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)fs->raw_flat, false), fs->flat_objs,
 		       fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
-		       p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0, label);
+		       p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0, ma_printable(label));
 		for (size_t k = 1; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++) {
 			frame_label(b, ma_profile_frame(p, st, k), label, sizeof(label));
-			printf("%51s<- %s\n", "", label);
+			printf("%51s<- %s\n", "", ma_printable(label));
 		}
 	}
 	if (p->nsites > n)

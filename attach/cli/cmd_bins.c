@@ -269,14 +269,14 @@ int cmd_bins(int argc, char **argv)
 	if (a.json)
 		ma_bins_emit_json(stdout, &st, &t, &fr);
 	else if (a.stats)
-		printf("bins of %s (jemalloc %s)\n%s\n", a.stats, st.version,
+		printf("bins of %s (jemalloc %s)\n%s\n", ma_printable(a.stats), ma_printable(st.version),
 		       /* 5.3's print buffer is allocated before the epoch refresh */
 		       strncmp(st.version, "5.3.", 4) == 0
 			       ? "note: allocated/active/resident include malloc_stats_print's "
 				 "own 64 KiB buffer\n"
 			       : "");
 	else
-		printf("bins of process %d (jemalloc %s)\n\n", a.pid, st.version);
+		printf("bins of process %d (jemalloc %s)\n\n", a.pid, ma_printable(st.version));
 	if (!a.json)
 		ma_bins_print_table(stdout, &st, &t, &fr, a.top);
 	ma_bin_table_release(&t);

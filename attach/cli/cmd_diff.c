@@ -97,7 +97,7 @@ static void table_sites(const char *title, struct ma_site_delta *d, size_t from,
 		printf("%11s %11s %11s %8.1f %8.1f  %s\n",
 		       ma_fmt_scaled_bytes(s1, sizeof(s1), s->b - s->a, false), ma_fmt_scaled_bytes(s2, sizeof(s2), s->a, false),
 		       ma_fmt_scaled_bytes(s3, sizeof(s3), s->b, false), ma_site_scale(s->a, s->a_raw),
-		       ma_site_scale(s->b, s->b_raw), s->name);
+		       ma_site_scale(s->b, s->b_raw), ma_printable(s->name));
 	}
 	if (!n)
 		printf("  (none)\n");
@@ -162,7 +162,7 @@ static void print_dump_side(const char *tag, struct ma_profbundle *b)
 {
 	char s1[32], s2[32];
 
-	printf("%s %s: %s unsampled (%s raw, period %llu)\n", tag, b->path,
+	printf("%s %s: %s unsampled (%s raw, period %llu)\n", tag, ma_printable(b->path),
 	       ma_fmt_scaled_bytes(s1, sizeof(s1), b->prof.total_bytes, false),
 	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes, false),
 	       (unsigned long long)b->hp.period);
@@ -356,11 +356,12 @@ static void sdiff_json(struct sdiff *sd)
 /* "+1.5 MiB", "-512 B", "0 B". */
 static void print_snap_side(const char *tag, const struct ma_snapshot *s)
 {
-	const char *v = s->m.jemalloc_version, *g = strstr(v, "-g");
+	const char *v = ma_printable(s->m.jemalloc_version), *g = strstr(v, "-g");
 
 	/* without the git hash */
-	printf("%s %s: pid %lld (%s) at %s, jemalloc %.*s\n", tag, s->dir, (long long)s->m.pid,
-	       s->m.comm, s->m.time, g ? (int)(g - v) : (int)strlen(v), v);
+	printf("%s %s: pid %lld (%s) at %s, jemalloc %.*s\n", tag, ma_printable(s->dir),
+	       (long long)s->m.pid, ma_printable(s->m.comm), ma_printable(s->m.time),
+	       g ? (int)(g - v) : (int)strlen(v), v);
 }
 
 static void print_header(const struct sdiff *sd)
@@ -371,7 +372,8 @@ static void print_header(const struct sdiff *sd)
 		printf("B taken %+lld s after A\n",
 		       (long long)(sd->b.m.unix_time - sd->a.m.unix_time));
 	if (strcmp(sd->a.m.exe, sd->b.m.exe) != 0)
-		printf("note: different executables (%s, %s)\n", sd->a.m.exe, sd->b.m.exe);
+		printf("note: different executables (%s, %s)\n", ma_printable(sd->a.m.exe),
+		       ma_printable(sd->b.m.exe));
 }
 
 static void print_headline(const struct sdiff *sd)
@@ -425,7 +427,7 @@ static void sdiff_print(struct sdiff *sd)
 		printf("\nheap dumps:\n");
 		ddiff_print(&sd->dd);
 	} else {
-		printf("\nheap dumps: not compared: %s\n", sd->heap_skipped);
+		printf("\nheap dumps: not compared: %s\n", ma_printable(sd->heap_skipped));
 	}
 }
 

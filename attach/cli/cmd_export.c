@@ -19,6 +19,7 @@
 #include "capture.h"
 #include "cmdutil.h"
 #include "commands.h"
+#include "format.h"
 #include "ma_error.h"
 #include "openmetrics.h"
 #include "remote.h"
@@ -113,7 +114,7 @@ static void scrape(struct exporter *e, FILE *f)
 
 		if (ma_scrape_target(pids[i], &o, &t[i]) != 0) {
 			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
-				t[i].comm[0] ? t[i].comm : "?", ma_errmsg());
+				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
 			ma_err_clear();
 			if (fails)
 				(*fails)++;

@@ -632,7 +632,8 @@ static void print_header(const struct frag_args *a, const struct ma_frag_data *d
 			     : 0;
 
 	if (a->from)
-		printf("frag report of %s (process %llu)\n", a->from, (unsigned long long)d->pid);
+		printf("frag report of %s (process %llu)\n", ma_printable(a->from),
+		       (unsigned long long)d->pid);
 	else
 		printf("frag report of process %d\n", a->pid);
 	if (d->mode == 1)
@@ -672,7 +673,7 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 		printf("%12s %5.1f%% %8llu  %s\n",
 		       ma_fmt_bytes(b, sizeof(b), round_bytes(r->leaves[i].waste)),
 		       pct(r->leaves[i].waste, r->attributed), (unsigned long long)r->leaves[i].samples,
-		       r->leaves[i].name);
+		       ma_printable(r->leaves[i].name));
 	printf("\nsize classes (surv/slab and fill are exact means over the sampled slabs):\n");
 	printf("%7s %6s %8s %10s %6s %12s\n", "size", "nregs", "samples", "surv/slab", "fill",
 	       "waste");
@@ -693,14 +694,15 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
 			printf("%10llu pages = {", (unsigned long long)r->leafsets[i].pages);
 			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
-				printf("%s%s", k ? ", " : "", r->leaves[r->leafsets[i].leaves[k]].name);
+				printf("%s%s", k ? ", " : "",
+				       ma_printable(r->leaves[r->leafsets[i].leaves[k]].name));
 			printf("}\n");
 		}
 		printf("leaves: pages touched, pages where it is the sole occupant:\n");
 		for (size_t i = 0; i < shown(a->top, r->nfocus_leaves); i++)
 			printf("%10llu %10llu  %s\n", (unsigned long long)r->focus_leaves[i].pages,
 			       (unsigned long long)r->focus_leaves[i].sole_pages,
-			       r->leaves[r->focus_leaves[i].leaf].name);
+			       ma_printable(r->leaves[r->focus_leaves[i].leaf].name));
 	}
 	printf("\ntop stacks by pinned waste:\n");
 	for (size_t i = 0; i < shown(a->top ? a->top : 0, r->nsites) && i < 5; i++) {
@@ -709,9 +711,9 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 		printf("#%zu %s, %llu samples\n", i + 1, ma_fmt_bytes(b, sizeof(b), round_bytes(s->waste)),
 		       (unsigned long long)s->samples);
 		for (uint32_t k = 0; k < s->nframes && k < 12; k++)
-			printf("    %s\n", d->frame_name[s->first + k]);
+			printf("    %s\n", ma_printable(d->frame_name[s->first + k]));
 		if (!s->nframes)
-			printf("    %s\n", s->leaf);
+			printf("    %s\n", ma_printable(s->leaf));
 	}
 }
 

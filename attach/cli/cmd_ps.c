@@ -57,8 +57,8 @@ static void print_text(const struct ma_je_process *p, size_t n)
 
 	printf("%7s  %-16s %10s  %s\n", "PID", "NAME", "VmRSS", "JEMALLOC IN");
 	for (size_t i = 0; i < n; i++)
-		printf("%7d  %-16s %10s  %s%s\n", p[i].pid, p[i].comm,
-		       ma_fmt_bytes(rss, sizeof(rss), p[i].vm_rss), p[i].object,
+		printf("%7d  %-16s %10s  %s%s\n", p[i].pid, ma_printable(p[i].comm),
+		       ma_fmt_bytes(rss, sizeof(rss), p[i].vm_rss), ma_printable(p[i].object),
 		       p[i].is_static ? " (built in)" : "");
 }
 

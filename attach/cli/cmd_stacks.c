@@ -118,7 +118,7 @@ int cmd_stacks(int argc, char **argv)
 		char s1[32], s2[32];
 
 		printf("%zu stacks with an allocation site matching '%s': %s of %s (%.1f%%)\n", nhits,
-		       needle, ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
+		       ma_printable(needle), ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
 		       ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
 		       b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
 		for (size_t h = 0; h < shown; h++) {
@@ -132,10 +132,10 @@ int cmd_stacks(int argc, char **argv)
 			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
 				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
 
-				printf("  %s  [%s]", ma_sym_func_name(&b.sym, f->func),
-				       ma_sym_obj_name(&b.sym, f->obj));
+				printf("  %s  [%s]", ma_printable(ma_sym_func_name(&b.sym, f->func)),
+				       ma_printable(ma_sym_obj_name(&b.sym, f->obj)));
 				if (f->file)
-					printf("  %s:%d", f->file, f->line);
+					printf("  %s:%d", ma_printable(f->file), f->line);
 				putchar('\n');
 			}
 		}

@@ -109,9 +109,9 @@ static void print_table(const struct stats_result *r)
 {
 	const struct ma_je_stats *st = &r->st;
 
-	printf("pid %d (%s): jemalloc %s, %s, %s symbols, in %s\n", r->t->pid, r->ps.name,
-	       st->version[0] ? st->version : "(version unknown)", linkage(r->t),
-	       ma_je_flavour_name(r->t->je.flavour), r->t->je.object);
+	printf("pid %d (%s): jemalloc %s, %s, %s symbols, in %s\n", r->t->pid,
+	       ma_printable(r->ps.name), st->version[0] ? ma_printable(st->version) : "(version unknown)",
+	       linkage(r->t), ma_je_flavour_name(r->t->je.flavour), ma_printable(r->t->je.object));
 	printf("options: prof=%s%s lg_prof_sample=%llu narenas=%u tcache=%s "
 	       "background_thread=%s dirty_decay_ms=%lld muzzy_decay_ms=%lld\n\n",
 	       st->opt_prof ? "true" : "false",

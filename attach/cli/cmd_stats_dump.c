@@ -92,7 +92,8 @@ int cmd_stats_dump(int argc, char **argv)
 	else
 		printf("wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u arenas "
 		       "(thread %d held %.3f ms)\n",
-		       out, ma_fmt_bytes(sz, sizeof(sz), len), st.version, st.narenas, v.tid,
+		       ma_printable(out), ma_fmt_bytes(sz, sizeof(sz), len), ma_printable(st.version),
+		       st.narenas, v.tid,
 		       v.held_ns / 1e6);
 	free(buf);
 	return rc;

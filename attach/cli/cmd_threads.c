@@ -11,6 +11,7 @@
 #include "cmdutil.h"
 #include "commands.h"
 #include "emit.h"
+#include "format.h"
 #include "ma_error.h"
 #include "remote.h"
 #include "safepoint.h"
@@ -131,10 +132,11 @@ static void print_frame_text(struct ma_livesym *ls, const struct ma_backtrace *b
 	uint64_t pc = k ? bt->ip[k] - 1 : bt->ip[k];
 
 	if (f && f->named)
-		printf("  #%-2zu %s+0x%llx (%s)", k, ma_sym_func_name(&ls->sym, f->func),
-		       (unsigned long long)(f->sym_off + (k ? 1 : 0)), obj ? obj : "?");
+		printf("  #%-2zu %s+0x%llx (%s)", k, ma_printable(ma_sym_func_name(&ls->sym, f->func)),
+		       (unsigned long long)(f->sym_off + (k ? 1 : 0)), obj ? ma_printable(obj) : "?");
 	else
-		printf("  #%-2zu 0x%llx (%s)", k, (unsigned long long)bt->ip[k], obj ? obj : "?");
+		printf("  #%-2zu 0x%llx (%s)", k, (unsigned long long)bt->ip[k],
+		       obj ? ma_printable(obj) : "?");
 	printf("%s\n", ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
 }
 
@@ -147,13 +149,13 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 	for (size_t i = 0; i < n; i++)
 		nsafe += r[i].safe;
 	printf("pid %d: %zu threads, %u safe to borrow; jemalloc in %s\n", t->pid, n, nsafe,
-	       t->je.object);
+	       ma_printable(t->je.object));
 	for (size_t i = 0; i < n; i++) {
 		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
 		describe_order(&r[i], order, sizeof(order));
 		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n  borrow order %zu: %s\n",
-		       r[i].ti.tid, r[i].ti.name, r[i].ti.state ? r[i].ti.state : '?', sc,
-		       r[i].safe ? "SAFE" : "UNSAFE", r[i].why, i + 1, order);
+		       r[i].ti.tid, ma_printable(r[i].ti.name), r[i].ti.state ? r[i].ti.state : '?', sc,
+		       r[i].safe ? "SAFE" : "UNSAFE", ma_printable(r[i].why), i + 1, order);
 		for (size_t k = 0; k < r[i].bt.n; k++)
 			print_frame_text(ls, &r[i].bt, k);
 	}

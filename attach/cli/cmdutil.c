@@ -8,8 +8,26 @@
 
 #include "cmdutil.h"
 #include "commands.h"
+#include "format.h"
 #include "ma_error.h"
 #include "safepoint.h"
+
+/*
+ * The message FMT, AP in its printable form (format.h) on stderr: what it
+ * names (the target's process, threads, paths; command-line words) cannot
+ * write escape sequences to the terminal or lines of its own.
+ */
+static void put_printable_message(const char *fmt, va_list ap)
+{
+	char *msg;
+
+	if (vasprintf(&msg, fmt, ap) < 0) {
+		fputs(ma_printable(fmt), stderr); /* out of memory: the message without its values */
+		return;
+	}
+	fputs(ma_printable(msg), stderr);
+	free(msg);
+}
 
 int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 {
@@ -17,7 +35,7 @@ int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 
 	fprintf(stderr, "memattach %s: ", cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	put_printable_message(fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
 	return exit_code;
@@ -64,7 +82,7 @@ int ma_usage_error(const char *cmd, const char *fmt, ...)
 
 	fprintf(stderr, "memattach %s: ", cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	put_printable_message(fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "; see 'memattach %s --help'\n", cmd);
 	return MA_EXIT_USAGE;

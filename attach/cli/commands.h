@@ -26,7 +26,8 @@ int cmd_diff(int argc, char **argv);
 int cmd_frag(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 
-/* Shared by commands: print "memattach CMD: MSG" to stderr, return EXIT. */
+/* Shared by commands: print "memattach CMD: MSG" to stderr, MSG in its
+ * printable form (format.h; pass names raw), return EXIT. */
 int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* True if ARG is -h or --help. */
