@@ -192,8 +192,16 @@ static int read_sections(struct ma_elf *e)
 		} else if (name && strcmp(name, ".gnu_debuglink") == 0) {
 			Elf_Data *d = elf_getdata(scn, NULL);
 
-			if (d && d->d_size > 0 && memchr(d->d_buf, '\0', d->d_size))
+			if (d && d->d_size > 0 && memchr(d->d_buf, '\0', d->d_size)) {
+				size_t crc_at = (strlen(d->d_buf) + 1 + 3) & ~(size_t)3;
+
 				e->debuglink = d->d_buf;
+				/* The debug file's CRC-32 follows the name, 4-byte aligned. */
+				if (crc_at + 4 <= d->d_size) {
+					memcpy(&e->debuglink_crc, (const char *)d->d_buf + crc_at, 4);
+					e->has_debuglink_crc = true;
+				}
+			}
 		}
 	}
 	return 0;

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "demangle.h"
 #include "ma_error.h"
 #include "symbolize.h"
@@ -192,11 +194,38 @@ void ma_sym_release(struct ma_symbolizer *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static bool same_build_id(const struct ma_elf *a, const struct ma_elf *b)
+/* The CRC-32 of the whole file FD (zlib's, the one .gnu_debuglink records). */
+static bool file_crc32(int fd, uint32_t *crc)
 {
-	return !a->build_id_len || !b->build_id_len ||
-	       (a->build_id_len == b->build_id_len &&
-		memcmp(a->build_id, b->build_id, a->build_id_len) == 0);
+	unsigned char buf[65536];
+	uLong c = crc32(0L, Z_NULL, 0);
+	off_t off = 0;
+	ssize_t n;
+
+	while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
+		c = crc32(c, buf, (uInt)n);
+		off += n;
+	}
+	*crc = (uint32_t)c;
+	return n == 0;
+}
+
+/*
+ * Is DEBUG the debug file of ELF?  The same build id; for an object
+ * without one, the CRC its .gnu_debuglink records.  Never "no id, so
+ * yes": the paths tried come from a target's maps and its own debug
+ * link, and any ELF file put there (a link to a file only root may read)
+ * would lend its symbols to the report.
+ */
+static bool is_debug_file_of(const struct ma_elf *elf, const struct ma_elf *debug)
+{
+	uint32_t crc;
+
+	if (elf->build_id_len)
+		return debug->build_id_len == elf->build_id_len &&
+		       memcmp(elf->build_id, debug->build_id, elf->build_id_len) == 0;
+	return elf->has_debuglink_crc && debug->fd >= 0 && file_crc32(debug->fd, &crc) &&
+	       crc == elf->debuglink_crc;
 }
 
 static bool try_debug(struct ma_symobj *o, const char *path)
@@ -207,7 +236,7 @@ static bool try_debug(struct ma_symobj *o, const char *path)
 		ma_err_clear();
 		return false;
 	}
-	if (!o->debug.has_symtab || !same_build_id(&o->elf, &o->debug)) {
+	if (!o->debug.has_symtab || !is_debug_file_of(&o->elf, &o->debug)) {
 		ma_elf_release(&o->debug);
 		return false;
 	}
@@ -230,7 +259,8 @@ static void find_debug(struct ma_symobj *o)
 		if (try_debug(o, p))
 			return;
 	}
-	if (!o->elf.debuglink)
+	/* A bare file name, as the format says: never a path out of the object's folder. */
+	if (!o->elf.debuglink || strchr(o->elf.debuglink, '/'))
 		return;
 	slash = strrchr(o->path, '/');
 	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - o->path) : 1, slash ? o->path : ".");

@@ -18,6 +18,14 @@
 #include "target.h"
 
 #define TEMP_TRIES 100
+/*
+ * Inside a temporary folder while it is being filled: the mark that it is
+ * one of memattach's (only the folder's owner could have put it there), so
+ * a later run may remove it.  Without the mark, a folder that merely has a
+ * temporary's name (another user can rename a folder of root's into such
+ * a name in a folder it can write) is never emptied.
+ */
+#define TEMP_MARK ".memattach-temporary"
 
 int ma_write_all(int fd, const void *buf, size_t len)
 {
@@ -50,6 +58,81 @@ static void random_suffix(char out[7])
 	out[6] = '\0';
 }
 
+#define MAX_LINKS 40
+
+/*
+ * Follow the folder path PATH from AT (an O_PATH folder descriptor) one
+ * component at a time, and a symbolic link only if root or this user owns
+ * it: another user's link in a folder it can write (a shared /tmp without
+ * protected_symlinks) could send root's output anywhere.  An O_PATH
+ * descriptor, or -1 with errno (EPERM and *UNTRUSTED set for such a link).
+ */
+static int walk_dir(int at, const char *path, int *links, char *untrusted, size_t len)
+{
+	char buf[4096], *save = NULL, *comp;
+	int fd;
+
+	if (strlen(path) >= sizeof(buf)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", path);
+	fd = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)
+			    : fcntl(at, F_DUPFD_CLOEXEC, 0);
+	for (comp = strtok_r(buf, "/", &save); fd >= 0 && comp; comp = strtok_r(NULL, "/", &save)) {
+		char target[4096];
+		struct stat st;
+		ssize_t n;
+		int next;
+
+		if (!strcmp(comp, "."))
+			continue;
+		if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			next = -1;
+		} else if (!S_ISLNK(st.st_mode)) {
+			/* O_NOFOLLOW: a link swapped in since is refused, not followed */
+			next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		} else if (st.st_uid != 0 && st.st_uid != geteuid()) {
+			snprintf(untrusted, len, "%s (a link of uid %u)", comp, (unsigned)st.st_uid);
+			errno = EPERM;
+			next = -1;
+		} else if (++*links > MAX_LINKS) {
+			errno = ELOOP;
+			next = -1;
+		} else if ((n = readlinkat(fd, comp, target, sizeof(target) - 1)) < 0) {
+			next = -1;
+		} else {
+			target[n] = '\0';
+			next = walk_dir(fd, target, links, untrusted, len);
+		}
+		close(fd);
+		fd = next;
+	}
+	return fd;
+}
+
+int ma_open_dir_trusted(const char *path)
+{
+	char untrusted[300] = "";
+	int links = 0, here, walked, fd;
+
+	if ((here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return ma_fail(MA_E_IO, "cannot open the current folder: %s", strerror(errno));
+	walked = walk_dir(here, path, &links, untrusted, sizeof(untrusted));
+	close(here);
+	if (walked < 0)
+		return untrusted[0] ? ma_fail(MA_E_PERM, "'%s': memattach does not follow %s, which "
+					      "another user could point anywhere; name the folder "
+					      "itself", path, untrusted)
+				    : ma_fail(MA_E_IO, "cannot open the folder '%s': %s", path,
+					      strerror(errno));
+	/* A real descriptor (readdir needs one), of the very folder walked to. */
+	fd = openat(walked, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	close(walked);
+	return fd >= 0 ? fd : ma_fail(MA_E_IO, "cannot open the folder '%s': %s", path,
+				      strerror(errno));
+}
+
 int ma_open_parent(const char *path, const char **base)
 {
 	const char *slash = strrchr(path, '/');
@@ -57,15 +140,11 @@ int ma_open_parent(const char *path, const char **base)
 
 	*base = slash ? slash + 1 : path;
 	if (!slash)
-		return open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (slash == path)
-		return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if ((size_t)(slash - path) >= sizeof(dir)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
+		return ma_open_dir_trusted(".");
+	if ((size_t)(slash - path) >= sizeof(dir))
+		return ma_fail(MA_E_IO, "'%s': %s", path, strerror(ENAMETOOLONG));
 	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return ma_open_dir_trusted(slash == path ? "/" : dir);
 }
 
 /* Is PID a live memattach (then its temporaries are in use)? */
@@ -113,6 +192,20 @@ static void remove_own_files(int fd)
 	closedir(dh);
 }
 
+/* Does the folder FD carry the mark of a memattach temporary, made by this user? */
+static bool has_temp_mark(int fd)
+{
+	struct stat sb;
+
+	return fstatat(fd, TEMP_MARK, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+	       sb.st_uid == geteuid();
+}
+
+void ma_outdir_unmark(int fd)
+{
+	unlinkat(fd, TEMP_MARK, 0);
+}
+
 void ma_outdir_remove(int parentfd, const char *name)
 {
 	struct stat before, now;
@@ -126,7 +219,7 @@ void ma_outdir_remove(int parentfd, const char *name)
 	if (fd < 0)
 		return;
 	if (fstat(fd, &now) == 0 && now.st_ino == before.st_ino && now.st_dev == before.st_dev &&
-	    now.st_uid == geteuid())
+	    now.st_uid == geteuid() && has_temp_mark(fd))
 		remove_own_files(fd);
 	close(fd);
 	unlinkat(parentfd, name, AT_REMOVEDIR); /* only if empty; never follows a link */
@@ -225,9 +318,13 @@ int ma_outfile_open(struct ma_outfile *o, const char *path)
 	int dirfd = ma_open_parent(path, &base), rc;
 
 	if (dirfd < 0) {
+		char why[512];
+
 		memset(o, 0, sizeof(*o));
 		o->fd = o->dirfd = -1;
-		return ma_fail(MA_E_IO, "cannot create '%s': %s", path, strerror(errno));
+		snprintf(why, sizeof(why), "%s", ma_errmsg());
+		ma_err_clear(); /* the first message stands otherwise */
+		return ma_fail(dirfd, "cannot create '%s': %s", path, why);
 	}
 	rc = ma_outfile_openat(o, dirfd, base, path);
 	close(dirfd);
@@ -276,28 +373,38 @@ void ma_outfile_abort(struct ma_outfile *o)
 
 int ma_outdir_open(const char *path, int *dirfd, bool *existed)
 {
+	const char *base;
 	struct stat sb;
-	int fd;
+	int parent, fd, rc;
 
 	*dirfd = -1;
 	*existed = false;
-	if (mkdir(path, 0700) != 0) {
-		if (errno != EEXIST)
-			return ma_fail(MA_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	if ((parent = ma_open_parent(path, &base)) < 0)
+		return parent;
+	if (!base[0] || !strcmp(base, ".") || !strcmp(base, "..")) {
+		close(parent);
+		return ma_fail(MA_E_IO, "'%s': name a new folder", path);
+	}
+	if (mkdirat(parent, base, 0700) != 0) {
+		if (errno != EEXIST) {
+			rc = ma_fail(MA_E_IO, "cannot create '%s': %s", path, strerror(errno));
+			close(parent);
+			return rc;
+		}
 		*existed = true;
 	}
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(parent, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	close(parent);
 	if (fd < 0)
 		return ma_fail(errno == ELOOP || errno == ENOTDIR ? MA_E_PERM : MA_E_IO,
 			       "cannot use '%s' as the output folder: %s", path,
 			       errno == ELOOP ? "it is a symbolic link" : strerror(errno));
 	if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (sb.st_mode & 022)) {
-		int rc = ma_fail(MA_E_PERM,
-				 "'%s' exists and is not a private folder of this user (owner uid %u, "
-				 "mode %04o): name a new folder, or one of yours that only you can "
-				 "write (chmod go-w)",
-				 path, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777));
-
+		rc = ma_fail(MA_E_PERM,
+			     "'%s' exists and is not a private folder of this user (owner uid %u, "
+			     "mode %04o): name a new folder, or one of yours that only you can "
+			     "write (chmod go-w)",
+			     path, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777));
 		close(fd);
 		return rc;
 	}
@@ -324,11 +431,21 @@ int ma_outdir_make_temp(int parentfd, const char *base, char *name, size_t len, 
 	if (!name[0])
 		return ma_fail(MA_E_IO, "cannot create a folder next to '%s'", base);
 	*fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (*fd < 0) {
+	if (*fd >= 0) {
+		int mark = openat(*fd, TEMP_MARK, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+				  0600);
+
+		if (mark >= 0) {
+			close(mark);
+			return 0;
+		}
+		close(*fd);
+		*fd = -1;
+	}
+	{
 		int e = errno;
 
 		unlinkat(parentfd, name, AT_REMOVEDIR);
-		return ma_fail(MA_E_IO, "cannot open the new folder '%s': %s", name, strerror(e));
+		return ma_fail(MA_E_IO, "cannot make the new folder '%s': %s", name, strerror(e));
 	}
-	return 0;
 }

@@ -51,6 +51,8 @@ struct ma_elf {
 	unsigned char build_id[64];
 	size_t build_id_len;
 	const char *debuglink; /* .gnu_debuglink file name, or NULL */
+	uint32_t debuglink_crc; /* the debug file's CRC-32, as .gnu_debuglink gives it */
+	bool has_debuglink_crc;
 };
 
 /* Open PATH and load its symbols.  0 or MA_E_IO / MA_E_FORMAT. */

@@ -48,10 +48,20 @@ int ma_outdir_open(const char *path, int *dirfd, bool *existed);
  * into *FD.  0 or MA_E_IO.
  */
 int ma_outdir_make_temp(int parentfd, const char *base, char *name, size_t len, int *fd);
-/* Remove the plain files of ours in the folder NAME of PARENTFD, then the folder. */
+/*
+ * Remove the folder NAME of PARENTFD if empty; empty it first (its plain
+ * files of ours) only if it carries the mark ma_outdir_make_temp gave it.
+ */
 void ma_outdir_remove(int parentfd, const char *name);
-/* Open the folder that holds PATH (PATH's last component into *BASE); fd or -1. */
+/*
+ * Open the folder that holds PATH (PATH's last component into *BASE),
+ * following only links of root or this user; fd, or MA_E_* with a message.
+ */
 int ma_open_parent(const char *path, const char **base);
+/* Open the folder PATH so (an O_RDONLY descriptor); fd, or MA_E_* with a message. */
+int ma_open_dir_trusted(const char *path);
+/* The temporary folder FD is complete: drop its mark (after its rename). */
+void ma_outdir_unmark(int fd);
 
 /*
  * Remove what killed runs left while writing NAME in DIRFD:

@@ -258,7 +258,7 @@ static int make_tmp_dir(struct snap *sn)
 	struct stat st;
 
 	if ((sn->parentfd = ma_open_parent(sn->dir, &sn->base)) < 0)
-		return ma_fail(MA_E_IO, "cannot create '%s': %s", sn->dir, strerror(errno));
+		return sn->parentfd; /* the message is set */
 	if (!sn->base[0])
 		return ma_fail(MA_E_IO, "cannot create '%s': name a folder", sn->dir);
 	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -301,6 +301,8 @@ int cmd_snapshot(int argc, char **argv)
 	if (!rc && (write_files(&sn) || renameat(sn.parentfd, sn.tmp, sn.parentfd, sn.base) != 0))
 		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s",
 				  ma_errmsg()[0] ? ma_errmsg() : strerror(errno));
+	else if (!rc)
+		ma_outdir_unmark(sn.tmpfd); /* complete under its name: no longer a temporary */
 	if (rc)
 		remove_tmp(&sn);
 	else

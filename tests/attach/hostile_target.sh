@@ -16,11 +16,11 @@
 # clients: hostile_exporter.sh.)
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 20
+plan 24
 need_fixtures hostile daemon
 
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
-	for i in $(seq 20); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
+	for i in $(seq 24); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
 	exit 0
 fi
 id ma-eve >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin ma-eve
@@ -157,6 +157,27 @@ left=$(ls "$TMP/rootdir" | tr -d '\n')
 check "4. the stale-temporary cleanup never removes through a swapped link (root's files: '$left', want 'abc')" \
 	[ "$left" = abc ]
 check "4. stats-dump wrote its output there all the same" test -s "$PUB/eve/out.json"
+# (found by an outside review) a folder of root's renamed by eve into a
+# temporary's name must not be emptied by the cleanup
+mkdir -m 755 "$PUB/eve/rootkeys"; echo key >"$PUB/eve/rootkeys/id_key"
+"${EVE[@]}" mv "$PUB/eve/rootkeys" "$PUB/eve/.out.json.tmp.1.zzzzzz"
+"$MA" stats-dump "$EPID" -o "$PUB/eve/out.json" >/dev/null 2>&1
+check "4. a root folder eve renamed into a temporary's name is left whole" \
+	test -s "$PUB/eve/.out.json.tmp.1.zzzzzz/id_key"
+# (found by an outside review) eve's link in a shared folder, named as
+# the output's folder, must not be followed
+mkdir -m 700 "$TMP/rootonly"
+"${EVE[@]}" ln -s "$TMP/rootonly" "$PUB/reports"
+"$MA" stats-dump "$EPID" -o "$PUB/reports/s.json" >/dev/null 2>"$TMP/l.err"; rc=$?
+check "4. an output path through eve's link is refused, saying why (exit $rc: $(head -c 200 "$TMP/l.err"))" \
+	exit_and_says "$rc" 1 "does not follow" "$TMP/l.err"
+"$MA" snapshot "$EPID" -o "$PUB/reports/snap" >/dev/null 2>&1
+"$MA" watch "$EPID" --out "$PUB/reports/w" --duration 1 >/dev/null 2>&1
+check "4. nothing was written into root's folder through it ($(ls -A "$TMP/rootonly" | tr '\n' ' '))" \
+	test -z "$(ls -A "$TMP/rootonly")"
+"$MA" stats-dump "$EPID" -o "$TMP/rootonly/../s.json" >/dev/null 2>"$TMP/l.err"; rc=$?
+check "4. a path through folders and links of root's own works (exit $rc: $(head -c 200 "$TMP/l.err"))" \
+	[ "$rc" -eq 0 ]
 eve_end >/dev/null
 
 # --- 7. eve holds the flock of the executable of root's daemon ---
