@@ -3,7 +3,7 @@
  * REGEX): a Prometheus exporter.  Each GET /metrics scrapes every target
  * once (one short thread borrow each, runs on one target take turns with
  * any other memattach) and answers in the OpenMetrics text format (or text
- * 0.0.4 to a client that asks for text/plain).
+ * 0.0.4 to a client that does not ask for OpenMetrics).
  *
  * Its clients may be hostile (memattach runs as root, anyone may connect):
  * one poll() loop serves many connections at once over non-blocking
@@ -74,9 +74,9 @@ static const char usage_text[] =
 	"for the exporter itself memattach_scrape_success, _borrow_seconds and\n"
 	"memattach_scrape_failures_total.  A target that cannot be read is a metric\n"
 	"and a line on stderr, never the end of the exporter.  A client whose\n"
-	"Accept header asks for text/plain and not OpenMetrics gets the Prometheus\n"
-	"text format 0.0.4 (what promtool check metrics reads).  Runs on one target\n"
-	"take turns with any other memattach.\n\n"
+	"Accept header does not name OpenMetrics (curl, a browser) gets the\n"
+	"Prometheus text format 0.0.4 instead, which promtool check metrics reads.\n"
+	"Runs on one target take turns with any other memattach.\n\n"
 	"Clients are served side by side: requests that arrive together share one\n"
 	"scrape.  A request must arrive whole within 5 s of connecting and its\n"
 	"answer be read within 10 s, else the connection is closed; at most 256\n"
@@ -151,7 +151,7 @@ static size_t resolve(struct exporter *e, pid_t *out)
  * COMM fit for a log line: a process name may hold any byte but NUL and
  * '/', terminal escapes and line feeds included; those are written \xNN.
  */
-static const char *printable_comm(const char *comm, char *out, size_t size)
+static void printable_comm(const char *comm, char *out, size_t size)
 {
 	size_t o = 0;
 
@@ -166,7 +166,6 @@ static const char *printable_comm(const char *comm, char *out, size_t size)
 			o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
 	}
 	out[o] = '\0';
-	return out;
 }
 
 /* Read every target once into T; returns how many, *FAILED how many could not be read. */
@@ -180,12 +179,13 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
 					     .stop_eintr_wait = e->allow_eintr_wait };
 		uint64_t *fails = failures_of(e, pids[i]);
-		char name[4 * sizeof(t[i].comm) + 1];
+		char comm[4 * sizeof(t[i].comm) + 1];
 
 		memset(&t[i], 0, sizeof(t[i]));
 		if (ma_scrape_target(pids[i], &o, &t[i]) != 0) {
-			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
-				printable_comm(t[i].comm, name, sizeof(name)), ma_errmsg());
+			printable_comm(t[i].comm, comm, sizeof(comm));
+			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n",
+				pids[i], comm, ma_errmsg());
 			ma_err_clear();
 			(*failed)++;
 			if (fails)
@@ -352,8 +352,10 @@ static int send_more(struct conn *c)
 		ssize_t w;
 
 		if (c->sent < c->head_len)
-			iov[m.msg_iovlen++] = (struct iovec){ c->head + c->sent, c->head_len - c->sent };
-		iov[m.msg_iovlen++] = (struct iovec){ (char *)c->body + body_sent, c->body_len - body_sent };
+			iov[m.msg_iovlen++] =
+				(struct iovec){ c->head + c->sent, c->head_len - c->sent };
+		iov[m.msg_iovlen++] =
+			(struct iovec){ (char *)c->body + body_sent, c->body_len - body_sent };
 		w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -404,11 +406,11 @@ static const char *head_end(const char *req, size_t got)
 }
 
 /*
- * The format a request asks for: OpenMetrics unless its Accept header
- * names text/plain and not OpenMetrics.  Prometheus asks for OpenMetrics
- * first; a client without Accept (or with any of its wildcards) keeps
- * what this exporter always answered; 'curl -H "Accept: text/plain"' gets
- * text 0.0.4, which promtool check metrics reads.
+ * The format a request asks for: OpenMetrics to a client that names it in
+ * its Accept header (Prometheus does, first) or sends no Accept header
+ * (what this exporter always answered); the text format 0.0.4 to any
+ * other, as Prometheus's own client libraries do: curl (Accept: any type) and
+ * browsers get text/plain, which promtool check metrics reads.
  */
 static enum ma_om_format format_asked(const char *head)
 {
@@ -419,9 +421,8 @@ static enum ma_om_format format_asked(const char *head)
 		if (strncasecmp(line, "Accept:", 7) != 0)
 			continue;
 		snprintf(value, sizeof(value), "%.*s", (int)strcspn(line, "\r\n"), line);
-		if (strcasestr(value, "application/openmetrics-text"))
-			return MA_OM_OPENMETRICS;
-		return strcasestr(value, "text/plain") ? MA_OM_PROMETHEUS_TEXT : MA_OM_OPENMETRICS;
+		return strcasestr(value, "application/openmetrics-text") ? MA_OM_OPENMETRICS
+									 : MA_OM_PROMETHEUS_TEXT;
 	}
 	return MA_OM_OPENMETRICS;
 }
@@ -628,8 +629,11 @@ static void accept_new(struct server *s)
 		struct conn *c;
 
 		if (fd < 0) {
+			bool out_of_room = errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+					   errno == ENOMEM;
+
 			/* Rather than spin on a backlog we cannot take now. */
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+			if (out_of_room)
 				s->listener_paused_until = ma_now_ns() + LISTENER_PAUSE_NS;
 			return;
 		}
@@ -719,8 +723,8 @@ static int run_server(struct exporter *e)
 	struct server s = { .cap = connection_cap() };
 
 	if ((s.lfd = open_listener(e->listen)) < 0)
-		return ma_cmd_error("export", s.lfd == MA_E_USAGE ? MA_EXIT_USAGE : MA_EXIT_FAIL, "%s",
-				    ma_errmsg());
+		return ma_cmd_error("export", s.lfd == MA_E_USAGE ? MA_EXIT_USAGE : MA_EXIT_FAIL,
+				    "%s", ma_errmsg());
 	s.conns = calloc(s.cap, sizeof(*s.conns));
 	s.pfd = calloc(1 + s.cap, sizeof(*s.pfd));
 	if (!s.conns || !s.pfd) {
@@ -813,7 +817,7 @@ int cmd_export(int argc, char **argv)
 			freeaddrinfo(res);
 		rc = scrape_once(&e);
 	} else {
-		/* The signal guards set ma_interrupted without SA_RESTART: ppoll() returns to see it. */
+		/* The signal guards set ma_interrupted (no SA_RESTART): ppoll() sees it. */
 		rc = run_server(&e);
 	}
 	if (e.match)
