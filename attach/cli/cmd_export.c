@@ -579,13 +579,15 @@ static void bound_answer_memory(struct server *s)
 	}
 }
 
-/* Connections past their deadline (request or answer) are closed. */
-static void close_expired(struct server *s)
+/*
+ * Connections whose deadline (request or answer) had passed when poll()
+ * returned are closed.  Not the time now: what a client sent while the
+ * loop was busy scraping is read in the next pass before it is judged.
+ */
+static void close_expired(struct server *s, uint64_t polled_ns)
 {
-	uint64_t now = ma_now_ns();
-
 	for (size_t i = 0; i < s->cap; i++)
-		if (s->conns[i].state != CONN_FREE && now >= s->conns[i].deadline_ns)
+		if (s->conns[i].state != CONN_FREE && polled_ns >= s->conns[i].deadline_ns)
 			close_conn(s, &s->conns[i]);
 }
 
@@ -701,14 +703,17 @@ static void wait_for_events(struct server *s, int64_t timeout_ns)
 static void serve(struct exporter *e, struct server *s)
 {
 	while (!ma_interrupted) {
+		uint64_t polled_ns;
+
 		wait_for_events(s, prepare_poll(s));
 		if (ma_interrupted)
 			break;
+		polled_ns = ma_now_ns();
 		serve_ready(s);
 		answer_metrics(e, s);
 		bound_answer_memory(s);
 		/* After the scrape: a request read whole in this pass is answered, not expired. */
-		close_expired(s);
+		close_expired(s, polled_ns);
 		/* Last: the slots of this pass's poll set are all handled before one is reused. */
 		if (s->pfd[0].revents & POLLIN)
 			accept_new(s);
