@@ -3,7 +3,7 @@
  * REGEX): a Prometheus exporter.  Each GET /metrics scrapes every target
  * once (one short thread borrow each, runs on one target take turns with
  * any other memattach) and answers in the OpenMetrics text format (or text
- * 0.0.4 to a client that does not ask for OpenMetrics).
+ * 0.0.4 to a client whose Accept header does not name OpenMetrics).
  *
  * Its clients may be hostile (memattach runs as root, anyone may connect):
  * one poll() loop serves many connections at once over non-blocking
