@@ -2,23 +2,72 @@
  * openmetrics.c - OpenMetrics text for jemalloc readings (openmetrics.h).
  * Families are written whole (every target's sample together), as the
  * format requires; names follow Prometheus conventions (base unit bytes
- * or seconds in the name, counters end in _total).
+ * or seconds in the name, counters end in _total).  The same readings can
+ * be written in the older Prometheus text format 0.0.4 instead (what
+ * promtool check metrics reads): see enum ma_om_format.
  */
 #include <inttypes.h>
+#include <locale.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "openmetrics.h"
 
-/* A label value: backslash, quote and newline escaped. */
-static void put_label(FILE *f, const char *v)
+/*
+ * The length of the valid UTF-8 character at S (at most N bytes), or 0 if
+ * S does not start with one.  glibc's decoder in the C.UTF-8 locale (built
+ * in since glibc 2.35), used for this thread only, without touching the
+ * program's locale; it takes code points above U+10FFFF, which are not
+ * Unicode: those are refused here.
+ */
+static size_t utf8_char_len(const char *s, size_t n)
 {
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			fprintf(f, "\\%c", *v);
-		else if (*v == '\n')
+	static locale_t utf8;
+	mbstate_t st;
+	wchar_t wc;
+	size_t len;
+	locale_t old;
+
+	if (!utf8 && !(utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0)))
+		return (unsigned char)*s < 0x80; /* no decoder: keep ASCII only */
+	memset(&st, 0, sizeof(st));
+	old = uselocale(utf8);
+	len = mbrtowc(&wc, s, n, &st);
+	uselocale(old);
+	if (len == (size_t)-1 || len == (size_t)-2 || len == 0 || (uint32_t)wc > 0x10FFFF)
+		return 0;
+	return len;
+}
+
+/*
+ * TEXT escaped for a label value or a HELP line: backslash and line feed
+ * always, the double quote when QUOTE (label values in both formats, HELP
+ * in OpenMetrics; text 0.0.4 has no \" escape in HELP).  Bytes that are
+ * not UTF-8 become U+FFFD: Prometheus refuses a whole scrape over one
+ * invalid label value, and a process name (comm) can hold any byte but
+ * NUL and '/'.
+ */
+static void put_escaped(FILE *f, const char *text, bool quote)
+{
+	size_t n = strlen(text);
+
+	while (n) {
+		size_t len = utf8_char_len(text, n);
+
+		if (len == 0) {
+			fputs("\xEF\xBF\xBD", f); /* U+FFFD REPLACEMENT CHARACTER */
+			text++, n--;
+			continue;
+		}
+		if (*text == '\\')
+			fputs("\\\\", f);
+		else if (*text == '\n')
 			fputs("\\n", f);
+		else if (*text == '"' && quote)
+			fputs("\\\"", f);
 		else
-			fputc(*v, f);
+			fwrite(text, 1, len, f);
+		text += len, n -= len;
 	}
 }
 
@@ -26,17 +75,29 @@ static void put_label(FILE *f, const char *v)
 static void start_sample(FILE *f, const char *name, const struct ma_om_target *t)
 {
 	fprintf(f, "%s{pid=\"%d\",comm=\"", name, (int)t->pid);
-	put_label(f, t->comm);
+	put_escaped(f, t->comm, true);
 	fputc('"', f);
 }
 
-static void family(FILE *f, const char *name, const char *type, const char *unit,
-		   const char *help)
+/*
+ * A family's metadata.  OpenMetrics names a counter's family without the
+ * _total its samples carry; text 0.0.4 has no families apart from samples,
+ * so there the metadata names the sample (x_total), else promtool sees a
+ * counter with no samples and an untyped x_total with no help.  UNIT is
+ * OpenMetrics only.
+ */
+static void family(FILE *f, enum ma_om_format fmt, const char *name, const char *type,
+		   const char *unit, const char *help)
 {
-	fprintf(f, "# TYPE %s %s\n", name, type);
-	if (unit)
+	bool om = fmt == MA_OM_OPENMETRICS;
+	const char *sample_suffix = !om && strcmp(type, "counter") == 0 ? "_total" : "";
+
+	fprintf(f, "# TYPE %s%s %s\n", name, sample_suffix, type);
+	if (unit && om)
 		fprintf(f, "# UNIT %s %s\n", name, unit);
-	fprintf(f, "# HELP %s %s\n", name, help);
+	fprintf(f, "# HELP %s%s ", name, sample_suffix);
+	put_escaped(f, help, om);
+	fputc('\n', f);
 }
 
 /* What each gauge reads from a target; false = no sample for it. */
@@ -97,10 +158,10 @@ static const struct {
 	  get_hwm },
 };
 
-static void write_gauges(FILE *f, const struct ma_om_target *t, size_t n)
+static void write_gauges(FILE *f, enum ma_om_format fmt, const struct ma_om_target *t, size_t n)
 {
 	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
-		family(f, gauges[g].name, "gauge", "bytes", gauges[g].help);
+		family(f, fmt, gauges[g].name, "gauge", "bytes", gauges[g].help);
 		for (size_t i = 0; i < n; i++) {
 			int64_t v;
 
@@ -113,9 +174,10 @@ static void write_gauges(FILE *f, const struct ma_om_target *t, size_t n)
 }
 
 /* Waste per small size class: only classes with slabs in use. */
-static void write_bin_waste(FILE *f, const struct ma_om_target *t, size_t n)
+static void write_bin_waste(FILE *f, enum ma_om_format fmt, const struct ma_om_target *t,
+			    size_t n)
 {
-	family(f, "jemalloc_bin_waste_bytes", "gauge", "bytes",
+	family(f, fmt, "jemalloc_bin_waste_bytes", "gauge", "bytes",
 	       "Free regions in the slabs of one small size class (size label, bytes).");
 	for (size_t i = 0; i < n; i++) {
 		if (!t[i].ok)
@@ -133,21 +195,22 @@ static void write_bin_waste(FILE *f, const struct ma_om_target *t, size_t n)
 	}
 }
 
-static void write_exporter(FILE *f, const struct ma_om_target *t, size_t n)
+static void write_exporter(FILE *f, enum ma_om_format fmt, const struct ma_om_target *t,
+			   size_t n)
 {
-	family(f, "memattach_scrape_success", "gauge", NULL,
+	family(f, fmt, "memattach_scrape_success", "gauge", NULL,
 	       "1 if this scrape read the process's allocator, else 0.");
 	for (size_t i = 0; i < n; i++) {
 		start_sample(f, "memattach_scrape_success", &t[i]);
 		fprintf(f, "} %d\n", t[i].ok ? 1 : 0);
 	}
-	family(f, "memattach_scrape_borrow_seconds", "gauge", "seconds",
+	family(f, fmt, "memattach_scrape_borrow_seconds", "gauge", "seconds",
 	       "How long this scrape held a thread of the process stopped.");
 	for (size_t i = 0; i < n; i++) {
 		start_sample(f, "memattach_scrape_borrow_seconds", &t[i]);
 		fprintf(f, "} %.9f\n", t[i].borrow_ns / 1e9);
 	}
-	family(f, "memattach_scrape_failures", "counter", NULL,
+	family(f, fmt, "memattach_scrape_failures", "counter", NULL,
 	       "Scrapes of the process that could not read its allocator.");
 	for (size_t i = 0; i < n; i++) {
 		start_sample(f, "memattach_scrape_failures_total", &t[i]);
@@ -155,11 +218,18 @@ static void write_exporter(FILE *f, const struct ma_om_target *t, size_t n)
 	}
 }
 
+void ma_om_write_format(FILE *f, const struct ma_om_target *t, size_t n, bool exporter,
+			enum ma_om_format fmt)
+{
+	write_gauges(f, fmt, t, n);
+	write_bin_waste(f, fmt, t, n);
+	if (exporter)
+		write_exporter(f, fmt, t, n);
+	if (fmt == MA_OM_OPENMETRICS)
+		fputs("# EOF\n", f);
+}
+
 void ma_om_write(FILE *f, const struct ma_om_target *t, size_t n, bool exporter)
 {
-	write_gauges(f, t, n);
-	write_bin_waste(f, t, n);
-	if (exporter)
-		write_exporter(f, t, n);
-	fputs("# EOF\n", f);
+	ma_om_write_format(f, t, n, exporter, MA_OM_OPENMETRICS);
 }

@@ -27,11 +27,21 @@ struct ma_om_target {
 	uint64_t failures;	 /* failed scrapes of it so far (a counter) */
 };
 
+/* The two text formats Prometheus reads. */
+enum ma_om_format {
+	MA_OM_OPENMETRICS, /* application/openmetrics-text; version=1.0.0 */
+	MA_OM_PROMETHEUS_TEXT, /* text/plain; version=0.0.4 (what promtool checks) */
+};
+
 /*
  * Write the metric families for N targets, each family once with a sample
  * per target ({pid, comm} labels), the exporter's own metrics when
  * EXPORTER, and the closing "# EOF".
  */
 void ma_om_write(FILE *f, const struct ma_om_target *t, size_t n, bool exporter);
+/* The same in FMT: text 0.0.4 has no UNIT and no "# EOF", and names a
+ * counter's HELP and TYPE by its _total sample. */
+void ma_om_write_format(FILE *f, const struct ma_om_target *t, size_t n, bool exporter,
+			enum ma_om_format fmt);
 
 #endif

@@ -2,18 +2,31 @@
  * cmd_export.c - memattach export --listen ADDR (--pid PID... | --match
  * REGEX): a Prometheus exporter.  Each GET /metrics scrapes every target
  * once (one short thread borrow each, runs on one target take turns with
- * any other memattach) and answers in the OpenMetrics text format.  One
- * connection at a time: concurrent scrapes are served one after another.
+ * any other memattach) and answers in the OpenMetrics text format (or text
+ * 0.0.4 to a client whose Accept header does not name OpenMetrics).
+ *
+ * Its clients may be hostile (memattach runs as root, anyone may connect):
+ * one poll() loop serves many connections at once over non-blocking
+ * sockets, each with a deadline for its whole request and one for its
+ * whole answer, at most a bounded number of them open (under
+ * RLIMIT_NOFILE), the oldest idle one pushed out for a new one.  Reading
+ * the targets stays synchronous (a few ms per target); requests that
+ * arrive together share one scrape.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <regex.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "capture.h"
@@ -26,9 +39,31 @@
 
 #define MAX_TARGETS 256
 
+/*
+ * What one client may hold, and why these numbers:
+ * - a request head is a few hundred bytes (Prometheus: ~250); 4 KiB leaves
+ *   room for a proxy's headers;
+ * - the whole head must arrive within 5 s of the accept, however it is cut
+ *   (a byte every 4 s is closed at 5 s, as a silent connection is);
+ *   Prometheus sends its request at once;
+ * - the whole answer must be taken within 10 s of its first byte;
+ * - at most 256 connections at once (fewer if RLIMIT_NOFILE is low), the
+ *   descriptors FD_RESERVE apart for stdio, the listener and a scrape
+ *   (which has about 5 open at once: /proc files, the run lock...);
+ * - answers waiting for slow readers hold at most 64 MiB together.
+ */
+#define REQUEST_MAX 4096
+#define REQUEST_DEADLINE_NS (5 * 1000000000ULL)
+#define ANSWER_DEADLINE_NS (10 * 1000000000ULL)
+#define CONN_CAP_MAX 256
+#define FD_RESERVE 64
+#define ANSWER_BYTES_MAX (64u << 20)
+/* Out of descriptors or memory for accept(): leave the backlog alone this long. */
+#define LISTENER_PAUSE_NS (100 * 1000000ULL)
+
 static const char usage_text[] =
 	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout MS] [--once] [--allow-eintr-wait]\n\n"
+	"                        [--timeout MS] [--once [--format FMT]] [--allow-eintr-wait]\n\n"
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
 	"threads) and answers in the OpenMetrics text format: the headline gauges\n"
@@ -39,21 +74,35 @@ static const char usage_text[] =
 	"process_resident_memory_max_bytes (VmHWM), all labelled pid and comm; and\n"
 	"for the exporter itself memattach_scrape_success, _borrow_seconds and\n"
 	"memattach_scrape_failures_total.  A target that cannot be read is a metric\n"
-	"and a line on stderr, never the end of the exporter.  Scrapes are served\n"
-	"one at a time, and runs on one target take turns with any other memattach.\n\n"
+	"and a line on stderr, never the end of the exporter.  A client whose\n"
+	"Accept header does not name OpenMetrics (curl, a browser) gets the\n"
+	"Prometheus text format 0.0.4 instead, which promtool check metrics reads.\n"
+	"Runs on one target take turns with any other memattach.\n\n"
+	"Clients are served side by side: requests that arrive together share one\n"
+	"scrape.  A request must arrive whole within 5 s of connecting and its\n"
+	"answer be read within 10 s, else the connection is closed; at most 256\n"
+	"connections are open at once (fewer under a low RLIMIT_NOFILE), a new one\n"
+	"past that closing the oldest that has not sent its whole request.\n\n"
 	"  --listen ADDR  HOST:PORT to listen on (e.g. 127.0.0.1:9464)\n"
 	"  --pid PID      a process to export; repeatable\n"
 	"  --match REGEX  export every jemalloc process whose name (comm) matches\n"
 	"                 the extended REGEX, looked up again at each scrape\n"
 	"  --timeout MS   per target, give up finding a safe thread after MS (1000)\n"
 	"  --once         print one scrape on stdout and exit (no server)\n"
+	"  --format FMT   what --once prints: openmetrics (the default) or\n"
+	"                 prometheus (text format 0.0.4)\n"
 	"  --allow-eintr-wait\n"
 	"                 if no other thread of a target can be borrowed, stop one\n"
 	"                 blocked in epoll_wait and the like (an event loop such as\n"
 	"                 redis's; a memattach killed right after that stop would\n"
 	"                 leave the wait an EINTR)\n"
-	"exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen,\n"
-	"             2 usage error\n";
+	"exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen\n"
+	"             or (--once) a target could not be read, 2 usage error\n";
+
+static const char *const content_types[] = {
+	[MA_OM_OPENMETRICS] = "application/openmetrics-text; version=1.0.0; charset=utf-8",
+	[MA_OM_PROMETHEUS_TEXT] = "text/plain; version=0.0.4; charset=utf-8",
+};
 
 struct exporter {
 	const char *listen;
@@ -64,6 +113,7 @@ struct exporter {
 	int deadline_ms;
 	bool allow_eintr_wait;
 	bool once;
+	enum ma_om_format once_format;
 	/* failures so far, by pid (a counter must not reset between scrapes) */
 	pid_t fail_pid[MAX_TARGETS];
 	uint64_t fail_n[MAX_TARGETS];
@@ -98,32 +148,53 @@ static size_t resolve(struct exporter *e, pid_t *out)
 	return n;
 }
 
-/* One scrape of every target into F. */
-static void scrape(struct exporter *e, FILE *f)
+/* Read every target once into T; returns how many, *FAILED how many could not be read. */
+static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t *failed)
 {
-	static struct ma_om_target t[MAX_TARGETS];
 	pid_t pids[MAX_TARGETS];
 	size_t n = resolve(e, pids);
 
+	*failed = 0;
 	for (size_t i = 0; i < n; i++) {
+		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
+					     .stop_eintr_wait = e->allow_eintr_wait };
 		uint64_t *fails = failures_of(e, pids[i]);
 
 		memset(&t[i], 0, sizeof(t[i]));
-		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
-					     .stop_eintr_wait = e->allow_eintr_wait };
-
 		if (ma_scrape_target(pids[i], &o, &t[i]) != 0) {
 			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
 				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
 			ma_err_clear();
+			(*failed)++;
 			if (fails)
 				(*fails)++;
 		}
 		t[i].failures = fails ? *fails : 0;
 	}
-	ma_om_write(f, t, n, true);
+	return n;
+}
+
+static void release_targets(struct ma_om_target *t, size_t n)
+{
 	for (size_t i = 0; i < n; i++)
 		ma_bin_table_release(&t[i].bins);
+}
+
+/* --once: one scrape on stdout; exit 1 if a target could not be read. */
+static int scrape_once(struct exporter *e)
+{
+	static struct ma_om_target t[MAX_TARGETS];
+	size_t failed, n = scrape_targets(e, t, &failed);
+
+	ma_om_write_format(stdout, t, n, true, e->once_format);
+	release_targets(t, n);
+	if (fflush(stdout) != 0)
+		return ma_cmd_error("export", MA_EXIT_FAIL, "cannot write the scrape: %s",
+				    strerror(errno));
+	if (failed)
+		return ma_cmd_error("export", MA_EXIT_FAIL, "%zu of %zu targets could not be read",
+				    failed, n);
+	return MA_EXIT_OK;
 }
 
 /* ADDR (HOST:PORT, [V6]:PORT or :PORT) resolved into *RES; 0 or MA_E_USAGE. */
@@ -147,6 +218,7 @@ static int resolve_listen(const char *addr, struct addrinfo **res)
 	return 0;
 }
 
+/* A non-blocking listener; the backlog as deep as the kernel allows (net.core.somaxconn). */
 static int open_listener(const char *addr)
 {
 	struct addrinfo *res, *a;
@@ -155,11 +227,12 @@ static int open_listener(const char *addr)
 	if ((rc = resolve_listen(addr, &res)))
 		return rc;
 	for (a = res; a; a = a->ai_next) {
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    a->ai_protocol);
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0)
+		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
 			break;
 		close(fd);
 		fd = -1;
@@ -170,68 +243,494 @@ static int open_listener(const char *addr)
 	return fd;
 }
 
-static void reply(int fd, const char *status, const char *type, const char *body, size_t len)
+/* --- the server: one poll() loop over non-blocking connections --- */
+
+/* One scrape's text, shared by the answers of every request it serves. */
+struct scrape_body {
+	size_t refs, len;
+	char *text;
+};
+
+enum conn_state {
+	CONN_FREE,
+	CONN_READING, /* the request head is still arriving */
+	CONN_WANTS_METRICS, /* a GET /metrics read whole, waiting for this pass's scrape */
+	CONN_ANSWERING, /* the answer is being written */
+};
+
+struct conn {
+	int fd;
+	enum conn_state state;
+	uint64_t opened_ns; /* the oldest reader is pushed out first */
+	uint64_t deadline_ns; /* for the whole request, then for the whole answer */
+	enum ma_om_format format; /* what a /metrics request asked for */
+	size_t got;
+	char req[REQUEST_MAX];
+	/* the answer: HEAD, then BODY (static text, or a shared scrape) */
+	char head[192];
+	size_t head_len, sent;
+	const char *body;
+	size_t body_len;
+	struct scrape_body *scrape;
+};
+
+struct server {
+	int lfd;
+	struct conn *conns; /* CAP slots */
+	size_t cap;
+	uint64_t listener_paused_until;
+	size_t scrape_bytes; /* text of the scrapes still being sent */
+	struct pollfd *pfd; /* [0] the listener, [1 + i] conns[i] */
+};
+
+/*
+ * How many connections may be open at once: CONN_CAP_MAX, or fewer so that
+ * they and FD_RESERVE stay under RLIMIT_NOFILE (accept() must not be what
+ * runs out: the scrapes need descriptors too).
+ */
+static size_t connection_cap(void)
 {
-	char head[256];
-	int n = snprintf(head, sizeof(head),
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return CONN_CAP_MAX;
+	if (rl.rlim_cur <= FD_RESERVE + 1)
+		return 1;
+	return rl.rlim_cur - FD_RESERVE < CONN_CAP_MAX ? (size_t)(rl.rlim_cur - FD_RESERVE)
+						       : CONN_CAP_MAX;
+}
+
+static void scrape_body_put(struct server *s, struct scrape_body *b)
+{
+	if (!b || --b->refs)
+		return;
+	s->scrape_bytes -= b->len;
+	free(b->text);
+	free(b);
+}
+
+static void close_conn(struct server *s, struct conn *c)
+{
+	close(c->fd);
+	scrape_body_put(s, c->scrape);
+	c->scrape = NULL;
+	c->fd = -1;
+	c->state = CONN_FREE;
+}
+
+/* Write what the socket takes now: 1 all sent, 0 more to send later, -1 failed. */
+static int send_more(struct conn *c)
+{
+	size_t total = c->head_len + c->body_len;
+
+	while (c->sent < total) {
+		struct iovec iov[2];
+		struct msghdr m = { .msg_iov = iov };
+		size_t body_sent = c->sent > c->head_len ? c->sent - c->head_len : 0;
+		ssize_t w;
+
+		if (c->sent < c->head_len)
+			iov[m.msg_iovlen++] =
+				(struct iovec){ c->head + c->sent, c->head_len - c->sent };
+		iov[m.msg_iovlen++] =
+			(struct iovec){ (char *)c->body + body_sent, c->body_len - body_sent };
+		w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		c->sent += (size_t)w;
+	}
+	return 1;
+}
+
+/*
+ * Start answering C with STATUS and BODY (LEN bytes, static or owned by
+ * SCRAPE, of which C takes a reference); the rest is written as the
+ * client reads, within ANSWER_DEADLINE_NS.
+ */
+static void answer(struct server *s, struct conn *c, const char *status, const char *type,
+		   const char *body, size_t len, struct scrape_body *scrape)
+{
+	int n = snprintf(c->head, sizeof(c->head),
 			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 			 "Connection: close\r\n\r\n",
 			 status, type, len);
 
-	if (ma_write_all(fd, head, (size_t)n) == 0 && len)
-		ma_write_all(fd, body, len);
-	ma_err_clear();
+	c->head_len = (size_t)n < sizeof(c->head) ? (size_t)n : sizeof(c->head) - 1;
+	c->body = body;
+	c->body_len = len;
+	c->sent = 0;
+	c->scrape = scrape;
+	if (scrape)
+		scrape->refs++;
+	c->state = CONN_ANSWERING;
+	c->deadline_ns = ma_now_ns() + ANSWER_DEADLINE_NS;
+	if (send_more(c) != 0)
+		close_conn(s, c);
 }
 
-/* Read the request head (bounded, with a timeout) and answer it. */
-static void serve_one(struct exporter *e, int fd)
+static void answer_text(struct server *s, struct conn *c, const char *status, const char *text)
 {
-	struct timeval tv = { 5, 0 };
-	char req[4096], method[8] = "", path[256] = "";
-	size_t got = 0;
+	answer(s, c, status, "text/plain", text, strlen(text), NULL);
+}
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	while (got < sizeof(req) - 1) {
-		ssize_t r = read(fd, req + got, sizeof(req) - 1 - got);
+/* The end of the request head in the GOT bytes of REQ, or NULL. */
+static const char *head_end(const char *req, size_t got)
+{
+	const char *crlf = memmem(req, got, "\r\n\r\n", 4), *lf = memmem(req, got, "\n\n", 2);
 
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-		req[got] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
+	return crlf && (!lf || crlf < lf) ? crlf : lf;
+}
+
+/*
+ * The format a request asks for: OpenMetrics to a client that names it in
+ * its Accept header (Prometheus does, first) or sends no Accept header
+ * (what this exporter always answered); the text format 0.0.4 to any
+ * other, as Prometheus's own client libraries do: curl (Accept: any type) and
+ * browsers get text/plain, which promtool check metrics reads.
+ */
+static enum ma_om_format format_asked(const char *head)
+{
+	for (const char *line = strchr(head, '\n'); line; line = strchr(line, '\n')) {
+		char value[REQUEST_MAX];
+
+		line++;
+		if (strncasecmp(line, "Accept:", 7) != 0)
+			continue;
+		snprintf(value, sizeof(value), "%.*s", (int)strcspn(line, "\r\n"), line);
+		return strcasestr(value, "application/openmetrics-text") ? MA_OM_OPENMETRICS
+									 : MA_OM_PROMETHEUS_TEXT;
 	}
-	req[got] = '\0';
-	if (sscanf(req, "%7s %255s", method, path) != 2) {
-		reply(fd, "400 Bad Request", "text/plain", "bad request\n", 12);
+	return MA_OM_OPENMETRICS;
+}
+
+/* C's request head is all there (or too large): answer it, or queue it for the scrape. */
+static void take_request(struct server *s, struct conn *c)
+{
+	static const char not_found[] = "memattach exporter: metrics at /metrics\n";
+	char method[8] = "", path[256] = "";
+
+	if (!head_end(c->req, c->got)) {
+		answer_text(s, c, "431 Request Header Fields Too Large", "request too large\n");
+	} else if (memchr(c->req, '\0', c->got) || sscanf(c->req, "%7s %255s", method, path) != 2) {
+		answer_text(s, c, "400 Bad Request", "bad request\n");
+	} else if (strcmp(method, "GET") != 0) {
+		answer_text(s, c, "405 Method Not Allowed", "GET only\n");
+	} else if (strcmp(path, "/metrics") != 0 && strncmp(path, "/metrics?", 9) != 0) {
+		answer_text(s, c, "404 Not Found", not_found);
+	} else {
+		c->format = format_asked(c->req);
+		c->state = CONN_WANTS_METRICS;
+	}
+}
+
+/* Read what has arrived: 1 the head is whole (or the buffer full), 0 more to come, -1 closed. */
+static int read_more(struct conn *c)
+{
+	for (;;) {
+		ssize_t r = recv(c->fd, c->req + c->got, REQUEST_MAX - 1 - c->got, MSG_DONTWAIT);
+
+		if (r == 0)
+			return -1;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		c->got += (size_t)r;
+		c->req[c->got] = '\0';
+		if (head_end(c->req, c->got) || c->got == REQUEST_MAX - 1)
+			return 1;
+	}
+}
+
+static void on_readable(struct server *s, struct conn *c)
+{
+	int rc = read_more(c);
+
+	if (rc < 0)
+		close_conn(s, c);
+	else if (rc > 0)
+		take_request(s, c);
+}
+
+static void on_writable(struct server *s, struct conn *c)
+{
+	if (send_more(c) != 0)
+		close_conn(s, c);
+}
+
+/* The I/O poll() reported, connection by connection. */
+static void serve_ready(struct server *s)
+{
+	for (size_t i = 0; i < s->cap; i++) {
+		struct conn *c = &s->conns[i];
+		short ev = s->pfd[1 + i].revents;
+
+		if (c->state == CONN_FREE || !ev)
+			continue;
+		if (c->state == CONN_READING && (ev & (POLLIN | POLLHUP | POLLERR)))
+			on_readable(s, c);
+		else if (c->state == CONN_ANSWERING && (ev & (POLLOUT | POLLHUP | POLLERR)))
+			on_writable(s, c);
+	}
+}
+
+/* One scrape's text in FORMAT, or NULL (out of memory). */
+static struct scrape_body *render(struct server *s, const struct ma_om_target *t, size_t n,
+				  enum ma_om_format format)
+{
+	struct scrape_body *b = calloc(1, sizeof(*b));
+	FILE *f;
+
+	if (!b || !(f = open_memstream(&b->text, &b->len))) {
+		free(b);
+		return NULL;
+	}
+	ma_om_write_format(f, t, n, true, format);
+	if (fclose(f) != 0) {
+		free(b->text);
+		free(b);
+		return NULL;
+	}
+	b->refs = 1;
+	s->scrape_bytes += b->len;
+	return b;
+}
+
+/*
+ * Answer every /metrics request read whole in this pass from one scrape:
+ * clients asking together cost the targets one borrow each, not one per
+ * client.
+ */
+static void answer_metrics(struct exporter *e, struct server *s)
+{
+	static struct ma_om_target t[MAX_TARGETS];
+	struct scrape_body *body[2] = { NULL, NULL };
+	bool wanted[2] = { false, false }, any = false;
+	size_t n, failed;
+
+	for (size_t i = 0; i < s->cap; i++)
+		if (s->conns[i].state == CONN_WANTS_METRICS)
+			any = wanted[s->conns[i].format] = true;
+	if (!any)
 		return;
-	}
-	if (strcmp(method, "GET") != 0) {
-		reply(fd, "405 Method Not Allowed", "text/plain", "GET only\n", 9);
-	} else if (strcmp(path, "/metrics") == 0 || strncmp(path, "/metrics?", 9) == 0) {
-		char *body = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&body, &len);
+	n = scrape_targets(e, t, &failed);
+	for (int f = 0; f < 2; f++)
+		if (wanted[f])
+			body[f] = render(s, t, n, (enum ma_om_format)f);
+	release_targets(t, n);
+	for (size_t i = 0; i < s->cap; i++) {
+		struct conn *c = &s->conns[i];
+		struct scrape_body *b = body[c->format];
 
-		if (!f) {
-			reply(fd, "500 Internal Server Error", "text/plain", "out of memory\n", 14);
+		if (c->state != CONN_WANTS_METRICS)
+			continue;
+		if (b)
+			answer(s, c, "200 OK", content_types[c->format], b->text, b->len, b);
+		else
+			answer_text(s, c, "500 Internal Server Error", "out of memory\n");
+	}
+	scrape_body_put(s, body[0]);
+	scrape_body_put(s, body[1]);
+}
+
+/*
+ * Answers to clients that do not read hold their scrape's text: past
+ * ANSWER_BYTES_MAX together, the oldest such answers are dropped.
+ */
+static void bound_answer_memory(struct server *s)
+{
+	while (s->scrape_bytes > ANSWER_BYTES_MAX) {
+		struct conn *oldest = NULL;
+
+		for (size_t i = 0; i < s->cap; i++) {
+			struct conn *c = &s->conns[i];
+
+			if (c->state == CONN_ANSWERING && c->scrape &&
+			    (!oldest || c->deadline_ns < oldest->deadline_ns))
+				oldest = c;
+		}
+		if (!oldest)
+			return;
+		close_conn(s, oldest);
+	}
+}
+
+/*
+ * Connections whose deadline (request or answer) had passed when poll()
+ * returned are closed.  Not the time now: what a client sent while the
+ * loop was busy scraping is read in the next pass before it is judged.
+ */
+static void close_expired(struct server *s, uint64_t polled_ns)
+{
+	for (size_t i = 0; i < s->cap; i++)
+		if (s->conns[i].state != CONN_FREE && polled_ns >= s->conns[i].deadline_ns)
+			close_conn(s, &s->conns[i]);
+}
+
+/*
+ * A slot for a new connection.  At the cap, the oldest connection still
+ * sending its request is closed: a scraper sends its request as soon as
+ * it connects, so the ones that linger are idle or dripping.  Refusing
+ * the new connection instead would let whoever holds the slots keep
+ * Prometheus out for as long as they reconnect; this way an attacker must
+ * open CAP connections between a scraper's connect and its request.
+ * NULL if every slot is answering.
+ */
+static struct conn *slot_for_new(struct server *s)
+{
+	struct conn *oldest = NULL;
+
+	for (size_t i = 0; i < s->cap; i++) {
+		struct conn *c = &s->conns[i];
+
+		if (c->state == CONN_FREE)
+			return c;
+		if (c->state == CONN_READING && (!oldest || c->opened_ns < oldest->opened_ns))
+			oldest = c;
+	}
+	if (oldest)
+		close_conn(s, oldest);
+	return oldest;
+}
+
+/*
+ * Accept what waits, up to half the cap per pass: a connection accepted
+ * now is read in the next pass, before that pass accepts more, so no
+ * burst of newer ones can push it out unread.
+ */
+static void accept_new(struct server *s)
+{
+	size_t per_pass = s->cap > 1 ? s->cap / 2 : 1;
+
+	for (size_t i = 0; i < per_pass; i++) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct conn *c;
+
+		if (fd < 0) {
+			bool out_of_room = errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+					   errno == ENOMEM;
+
+			/* Rather than spin on a backlog we cannot take now. */
+			if (out_of_room)
+				s->listener_paused_until = ma_now_ns() + LISTENER_PAUSE_NS;
 			return;
 		}
-		scrape(e, f);
-		fclose(f);
-		reply(fd, "200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8",
-		      body, len);
-		free(body);
-	} else {
-		static const char page[] = "memattach exporter: metrics at /metrics\n";
-
-		reply(fd, "404 Not Found", "text/plain", page, sizeof(page) - 1);
+		if (!(c = slot_for_new(s))) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->state = CONN_READING;
+		c->opened_ns = ma_now_ns();
+		c->deadline_ns = c->opened_ns + REQUEST_DEADLINE_NS;
+		c->got = 0;
+		c->scrape = NULL;
 	}
+}
+
+/* Fill the poll set; returns the poll timeout in ns until the nearest deadline, -1 none. */
+static int64_t prepare_poll(struct server *s)
+{
+	uint64_t now = ma_now_ns(), next = UINT64_MAX;
+	bool paused = now < s->listener_paused_until;
+
+	s->pfd[0] = (struct pollfd){ .fd = paused ? -1 : s->lfd, .events = POLLIN };
+	if (paused)
+		next = s->listener_paused_until;
+	for (size_t i = 0; i < s->cap; i++) {
+		struct conn *c = &s->conns[i];
+
+		s->pfd[1 + i] = (struct pollfd){ .fd = -1 };
+		if (c->state == CONN_FREE)
+			continue;
+		s->pfd[1 + i].fd = c->fd;
+		s->pfd[1 + i].events = c->state == CONN_ANSWERING ? POLLOUT : POLLIN;
+		if (c->deadline_ns < next)
+			next = c->deadline_ns;
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	return next > now ? (int64_t)(next - now) : 0;
+}
+
+/*
+ * poll() until something happens, the nearest deadline, or a stop signal.
+ * The stop signals are blocked between the look at ma_interrupted and
+ * ppoll(), which unblocks them while it waits: one arriving in between
+ * is not lost (it ends the ppoll instead).
+ */
+static void wait_for_events(struct server *s, int64_t timeout_ns)
+{
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000) };
+	sigset_t stops, old;
+
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGINT);
+	sigaddset(&stops, SIGTERM);
+	sigaddset(&stops, SIGHUP);
+	sigaddset(&stops, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &stops, &old);
+	if (!ma_interrupted && ppoll(s->pfd, 1 + s->cap, timeout_ns < 0 ? NULL : &ts, &old) < 0)
+		for (size_t i = 0; i <= s->cap; i++)
+			s->pfd[i].revents = 0;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static void serve(struct exporter *e, struct server *s)
+{
+	while (!ma_interrupted) {
+		uint64_t polled_ns;
+
+		wait_for_events(s, prepare_poll(s));
+		if (ma_interrupted)
+			break;
+		polled_ns = ma_now_ns();
+		serve_ready(s);
+		answer_metrics(e, s);
+		bound_answer_memory(s);
+		/* After the scrape: a request read whole in this pass is answered, not expired. */
+		close_expired(s, polled_ns);
+		/* Last: the slots of this pass's poll set are all handled before one is reused. */
+		if (s->pfd[0].revents & POLLIN)
+			accept_new(s);
+	}
+	for (size_t i = 0; i < s->cap; i++)
+		if (s->conns[i].state != CONN_FREE)
+			close_conn(s, &s->conns[i]);
+}
+
+static int run_server(struct exporter *e)
+{
+	struct server s = { .cap = connection_cap() };
+
+	if ((s.lfd = open_listener(e->listen)) < 0)
+		return ma_cmd_error("export", s.lfd == MA_E_USAGE ? MA_EXIT_USAGE : MA_EXIT_FAIL,
+				    "%s", ma_errmsg());
+	s.conns = calloc(s.cap, sizeof(*s.conns));
+	s.pfd = calloc(1 + s.cap, sizeof(*s.pfd));
+	if (!s.conns || !s.pfd) {
+		close(s.lfd);
+		free(s.conns);
+		free(s.pfd);
+		return ma_cmd_error("export", MA_EXIT_FAIL, "out of memory");
+	}
+	for (size_t i = 0; i < s.cap; i++)
+		s.conns[i].fd = -1;
+	fprintf(stderr, "memattach export: serving /metrics on %s (at most %zu connections)\n",
+		e->listen, s.cap);
+	serve(e, &s);
+	close(s.lfd);
+	free(s.conns);
+	free(s.pfd);
+	return MA_EXIT_OK;
 }
 
 static int parse_args(int argc, char **argv, struct exporter *e)
 {
+	const char *format = NULL;
+
 	for (int i = 1; i < argc; i++) {
 		long v;
 
@@ -256,6 +755,8 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 			i++;
 		} else if (strcmp(argv[i], "--once") == 0) {
 			e->once = true;
+		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+			format = argv[++i];
 		} else if (strcmp(argv[i], "--allow-eintr-wait") == 0) {
 			e->allow_eintr_wait = true;
 		} else if (argv[i][0] == '-') {
@@ -268,6 +769,14 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 		return ma_usage_error(argv[0], "give --pid PID (one or more) or --match REGEX");
 	if (!e->listen && !e->once)
 		return ma_usage_error(argv[0], "--listen HOST:PORT is required (or --once)");
+	if (format && !e->once)
+		return ma_usage_error(argv[0], "--format is for --once (over HTTP, the client's "
+					       "Accept header chooses)");
+	if (format && strcmp(format, "prometheus") == 0)
+		e->once_format = MA_OM_PROMETHEUS_TEXT;
+	else if (format && strcmp(format, "openmetrics") != 0)
+		return ma_usage_error(argv[0], "--format '%s': expected openmetrics or prometheus",
+				      format);
 	if (e->match && regcomp(&e->re, e->match, REG_EXTENDED | REG_NOSUB) != 0)
 		return ma_usage_error(argv[0], "--match '%s': not a valid extended regex", e->match);
 	return 0;
@@ -276,7 +785,7 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 int cmd_export(int argc, char **argv)
 {
 	static struct exporter e = { .deadline_ms = 1000 };
-	int lfd, rc;
+	int rc;
 
 	if ((rc = parse_args(argc, argv, &e)))
 		return rc < 0 ? MA_EXIT_OK : rc;
@@ -289,24 +798,12 @@ int cmd_export(int argc, char **argv)
 			return ma_cmd_error(argv[0], MA_EXIT_USAGE, "%s", ma_errmsg());
 		if (e.listen)
 			freeaddrinfo(res);
-		scrape(&e, stdout);
-		return MA_EXIT_OK;
+		rc = scrape_once(&e);
+	} else {
+		/* The signal guards set ma_interrupted (no SA_RESTART): ppoll() sees it. */
+		rc = run_server(&e);
 	}
-	if ((lfd = open_listener(e.listen)) < 0)
-		return ma_cmd_error(argv[0], lfd == MA_E_USAGE ? MA_EXIT_USAGE : MA_EXIT_FAIL, "%s",
-				    ma_errmsg());
-	fprintf(stderr, "memattach export: serving /metrics on %s\n", e.listen);
-	/* The signal guards set ma_interrupted without SA_RESTART: accept() returns to see it. */
-	while (!ma_interrupted) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (fd < 0)
-			continue;
-		serve_one(&e, fd);
-		close(fd);
-	}
-	close(lfd);
 	if (e.match)
 		regfree(&e.re);
-	return MA_EXIT_OK;
+	return rc;
 }
