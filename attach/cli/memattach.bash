@@ -43,7 +43,11 @@ _memattach() {
 		return 0 ;;
 	--timeout | --top | -n | --interval | --duration | --listen | --match | --skip | \
 	--prefix-map | --shift | --focus | --format)
-		[[ $prev == --format ]] && COMPREPLY=($(compgen -W "openmetrics" -- "$cur"))
+		if [[ $prev == --format ]]; then
+			# export --once also writes the Prometheus text format
+			[[ $cmd == export ]] && COMPREPLY=($(compgen -W "openmetrics prometheus" -- "$cur")) ||
+				COMPREPLY=($(compgen -W "openmetrics" -- "$cur"))
+		fi
 		return 0 ;;
 	esac
 	if [[ $cur == -* ]]; then
