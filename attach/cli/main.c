@@ -1,6 +1,7 @@
 /*
  * main.c - memattach's command dispatch.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,8 +44,23 @@ static void usage(FILE *f)
 		   "exit status: 0 success, 1 the operation failed, 2 usage error\n");
 }
 
+/*
+ * A command's output must reach its reader: a full disk or a closed pipe
+ * on stdout is a failure (exit 1), not a success with nothing written.
+ */
+static int finish(const char *cmd, int rc)
+{
+	if ((fflush(stdout) != 0 || ferror(stdout)) && rc == MA_EXIT_OK) {
+		fprintf(stderr, "memattach %s: cannot write the output: %s\n", cmd,
+			strerror(errno ? errno : EIO));
+		return MA_EXIT_FAIL;
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
+	static char *help_args[4];
 	const struct command *match = NULL;
 	size_t len;
 	int nmatch = 0;
@@ -53,9 +69,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "memattach: a command is required; see 'memattach --help'\n");
 		return MA_EXIT_USAGE;
 	}
-	if (ma_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+	if (ma_is_help(argv[1]) || (strcmp(argv[1], "help") == 0 && argc < 3)) {
 		usage(stdout);
-		return MA_EXIT_OK;
+		return finish("memattach", MA_EXIT_OK);
+	}
+	if (strcmp(argv[1], "help") == 0) {
+		/* "help CMD" is "CMD --help" */
+		static char help_flag[] = "--help";
+
+		help_args[0] = argv[0];
+		help_args[1] = argv[2];
+		help_args[2] = help_flag;
+		argv = help_args;
+		argc = 3;
 	}
 	/* An exact name wins; otherwise any unique prefix works. */
 	len = strlen(argv[1]);
@@ -75,5 +101,5 @@ int main(int argc, char **argv)
 			nmatch ? "ambiguous" : "unknown", argv[1]);
 		return MA_EXIT_USAGE;
 	}
-	return match->fn(argc - 1, argv + 1);
+	return finish(match->name, match->fn(argc - 1, argv + 1));
 }

@@ -2,7 +2,7 @@
 # Bad input gets one clear line on stderr and the documented exit status:
 # 1 when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
-plan 42
+plan 45
 
 # expect NAME STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN.
 expect() {
@@ -102,3 +102,13 @@ for c in stats threads bins purge heap-dump stats-dump watch snapshot aggregate 
 		fail "$c --help: $(head -c 200 "$TMP/h")"
 	fi
 done
+# A full disk on stdout is a failure, not a silent success.
+"$MA" ps --json >/dev/full 2>"$TMP/full.err"; rc=$?
+check "ps --json >/dev/full exits 1 saying so (exit $rc: $(head -c 120 "$TMP/full.err"))" \
+	exit_and_says "$rc" 1 "cannot write the output" "$TMP/full.err"
+"$MA" help stats >"$TMP/hs" 2>&1; rc=$?
+check "help stats prints stats's own help (exit $rc)" \
+	bash -c "[ $rc -eq 0 ] && head -1 '$TMP/hs' | grep -q '^usage: memattach stats'"
+"$MA" help nosuch >/dev/null 2>"$TMP/hn"; rc=$?
+check "help of an unknown command is a usage error (exit $rc)" \
+	exit_and_says "$rc" 2 "unknown command" "$TMP/hn"
