@@ -12,7 +12,8 @@
 #include "remote.h"
 #include "safepoint.h"
 
-int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr)
+int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, bool strict,
+			 struct ma_flush_result *fr)
 {
 	struct ma_thread_info *ti = NULL;
 	size_t n = 0;
@@ -23,12 +24,13 @@ int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_r
 	if ((rc = ma_list_threads(t->pid, &ti, &n)))
 		return rc;
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
-		struct ma_session_opts o = { .tid = ti[i].tid, .deadline_ms = deadline_ms };
+		struct ma_session_opts o = { .tid = ti[i].tid, .deadline_ms = deadline_ms,
+					     .strict = strict };
 		struct ma_session s;
 		bool enabled = false;
 
 		fr->threads++;
-		if (ma_thread_stop_ends_with_eintr(&ti[i])) {
+		if (strict && ma_thread_stop_ends_with_eintr(&ti[i])) {
 			if (!fr->skipped)
 				snprintf(fr->first_skipped, sizeof(fr->first_skipped),
 					 "thread %d: blocked in a wait a stop ends with EINTR", ti[i].tid);

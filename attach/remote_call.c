@@ -787,7 +787,8 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
 /*
  * Is the thread blocked in a wait that a stop ends with EINTR?  As listed,
  * and read again now, just before a stop: the listing may be stale.  Such
- * a thread is never stopped unless named (ma_session_opts.stop_eintr_wait).
+ * a thread is stopped only when no better one exists, and never with --strict
+ * unless named (ma_session_opts.strict).
  */
 static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why, size_t whylen)
 {
@@ -1349,12 +1350,12 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		 */
 		if (!o->tid && waits && hopeless + waits == tried && round >= 20)
 			return ma_fail(MA_E_NOSAFE,
-				       "no thread of process %d can be borrowed without risk: %s%s is "
+				       "with --strict, no thread of process %d can be borrowed: %s%s is "
 				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
-				       "again at once, but a memattach killed in between would leave the "
-				       "EINTR to the program), and the others are jemalloc's background "
-				       "threads or never called into jemalloc; --tid %d borrows it anyway "
-				       "(or --allow-eintr-wait)",
+				       "again at once; only a memattach killed in between leaves the EINTR "
+				       "to the program), and the others are jemalloc's background threads "
+				       "or never called into jemalloc; --tid %d borrows it, or leave out "
+				       "--strict",
 				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in, wait_tid);
 		if (tried && hopeless == tried && fresh)
 			return ma_fail(MA_E_NOSAFE,
@@ -2083,7 +2084,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	s->lock.fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
-	s->stop_eintr_wait = o->stop_eintr_wait;
+	s->stop_eintr_wait = !o->strict || o->tid;
 	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
 	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))

@@ -21,9 +21,10 @@ struct ma_flush_result {
  * session per thread (each stopped only for its own flush).  A thread that
  * never called into jemalloc is counted in no_tcache, not given a tcache.
  * A thread blocked in a wait that a stop ends with EINTR (epoll_wait...)
- * is never stopped (remote.h, stop_eintr_wait): skipped, and counted in
- * eintr_waits too.
+ * is flushed too, its wait issued again (remote.h, strict); with STRICT it
+ * is never stopped: skipped, and counted in eintr_waits too.
  */
-int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, struct ma_flush_result *fr);
+int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, bool strict,
+			 struct ma_flush_result *fr);
 
 #endif

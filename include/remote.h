@@ -125,13 +125,15 @@ struct ma_session_opts {
 	/* The calls will dlopen: also refuse threads inside libc's loader functions (target.h). */
 	bool for_dlopen;
 	/*
-	 * Also stop a thread blocked in a wait that a stop ends with EINTR
-	 * (epoll_wait...: ma_thread_stop_ends_with_eintr).  Only for a thread
-	 * the user named (--tid): memattach issues the wait again at once, but
-	 * a memattach killed between the stop and that write would leave the
-	 * EINTR to the program, so no other run ever stops such a thread.
+	 * --strict: never stop a thread blocked in a wait that a stop ends
+	 * with EINTR (epoll_wait...: ma_thread_stop_ends_with_eintr) unless
+	 * named with --tid.  By default such a thread is borrowed when no
+	 * better one exists (an event loop's only thread): memattach issues
+	 * the wait again at once, and only a memattach killed between the
+	 * stop and that write leaves the program the EINTR -- the same one a
+	 * SIGSTOP/SIGCONT gives these calls.
 	 */
-	bool stop_eintr_wait;
+	bool strict;
 	/*
 	 * The thread a repeated sampler (watch, export) borrowed last time:
 	 * first among threads of its class.  Going round the idle threads one

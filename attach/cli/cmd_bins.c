@@ -34,11 +34,11 @@ static const char usage_text[] =
 	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID       borrow this thread (still refused if unsafe; one that\n"
 	"                  never called into jemalloc is borrowed: that creates its tcache)\n"
-	"  --allow-eintr-wait\n"
-	"                  if no other thread can be borrowed, stop one blocked in\n"
-	"                  epoll_wait and the like (a memattach killed right after\n"
-	"                  that stop would leave the wait an EINTR; one with a\n"
-	"                  timeout only in libc's epoll_wait, given what remained)\n"
+	"  --strict      never stop a thread blocked in epoll_wait and the like\n"
+	"                (by default one is borrowed when no better thread exists:\n"
+	"                its wait is issued again at once; only a memattach killed\n"
+	"                within microseconds of that stop leaves it an EINTR, as a\n"
+	"                SIGSTOP would)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)
@@ -235,7 +235,7 @@ static int flush_first(struct ma_target *t, void *ctx)
 {
 	struct live_bins *lb = ctx;
 
-	return lb->a->flush ? ma_flush_all_tcaches(t, 300, lb->fr) : 0;
+	return lb->a->flush ? ma_flush_all_tcaches(t, 300, lb->a->o.strict, lb->fr) : 0;
 }
 
 /* One session reads the headline and the bins. */

@@ -63,7 +63,7 @@
 
 static const char usage_text[] =
 	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout MS] [--once [--format FMT]] [--allow-eintr-wait]\n\n"
+	"                        [--timeout MS] [--once [--format FMT]] [--strict]\n\n"
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
 	"threads) and answers in the OpenMetrics text format: the headline gauges\n"
@@ -91,11 +91,11 @@ static const char usage_text[] =
 	"  --once         print one scrape on stdout and exit (no server)\n"
 	"  --format FMT   what --once prints: openmetrics (the default) or\n"
 	"                 prometheus (text format 0.0.4)\n"
-	"  --allow-eintr-wait\n"
-	"                 if no other thread of a target can be borrowed, stop one\n"
-	"                 blocked in epoll_wait and the like (an event loop such as\n"
-	"                 redis's; a memattach killed right after that stop would\n"
-	"                 leave the wait an EINTR)\n"
+	"  --strict       never stop a thread blocked in epoll_wait and the like\n"
+	"                 (by default, an event loop's thread such as redis's is\n"
+	"                 borrowed when no better one exists: its wait is issued\n"
+	"                 again at once; only a memattach killed within\n"
+	"                 microseconds of that stop leaves it an EINTR)\n"
 	"exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen\n"
 	"             or (--once) a target could not be read, 2 usage error\n";
 
@@ -111,7 +111,7 @@ struct exporter {
 	const char *match;
 	regex_t re;
 	int deadline_ms;
-	bool allow_eintr_wait;
+	bool strict;
 	bool once;
 	enum ma_om_format once_format;
 	/* failures so far, by pid (a counter must not reset between scrapes) */
@@ -157,7 +157,7 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 	*failed = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
-					     .stop_eintr_wait = e->allow_eintr_wait };
+					     .strict = e->strict };
 		uint64_t *fails = failures_of(e, pids[i]);
 
 		memset(&t[i], 0, sizeof(t[i]));
@@ -757,8 +757,10 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 			e->once = true;
 		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
 			format = argv[++i];
+		} else if (strcmp(argv[i], "--strict") == 0) {
+			e->strict = true;
 		} else if (strcmp(argv[i], "--allow-eintr-wait") == 0) {
-			e->allow_eintr_wait = true;
+			e->strict = false; /* the default; the old spelling */
 		} else if (argv[i][0] == '-') {
 			return ma_usage_error(argv[0], "unknown option '%s'", argv[i]);
 		} else {

@@ -62,11 +62,11 @@ static const char usage_text[] =
 	"  --timeout MS     give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID        borrow this thread (still refused if unsafe; one that\n"
 	"                   never called into jemalloc is borrowed: that creates its tcache)\n"
-	"  --allow-eintr-wait\n"
-	"                   if no other thread can be borrowed, stop one blocked in\n"
-	"                   epoll_wait and the like (a memattach killed right after\n"
-	"                   that stop would leave the wait an EINTR; one with a\n"
-	"                   timeout only in libc's epoll_wait, given what remained)\n"
+	"  --strict      never stop a thread blocked in epoll_wait and the like\n"
+	"                (by default one is borrowed when no better thread exists:\n"
+	"                its wait is issued again at once; only a memattach killed\n"
+	"                within microseconds of that stop leaves it an EINTR, as a\n"
+	"                SIGSTOP would)\n"
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8
@@ -205,7 +205,7 @@ static int prepare(struct ma_target *t, void *ctx)
 	char why[300];
 	int rc;
 
-	if (fl->flush && (rc = ma_flush_all_tcaches(t, 300, fl->fr)))
+	if (fl->flush && (rc = ma_flush_all_tcaches(t, 300, fl->a->o.strict, fl->fr)))
 		return rc;
 	if ((rc = ma_agent_wait_idle(t, 30000)) || (rc = ma_agent_find(t, &fl->before)))
 		return rc;
@@ -235,12 +235,12 @@ static int run_live(struct frag_live *fl, int (*body)(struct ma_session *, void 
  * target is read anew: after a start the agent's code is mapped, and a
  * thread inside one of its hooks must be seen there (never borrowed).
  */
-static void settle_threads(const char *cmd, pid_t pid, struct ma_flush_result *fr)
+static void settle_threads(const char *cmd, pid_t pid, bool strict, struct ma_flush_result *fr)
 {
 	struct ma_live l;
 
 	ma_err_clear();
-	if (ma_live_open(&l, pid) || ma_flush_all_tcaches(&l.t, 300, fr))
+	if (ma_live_open(&l, pid) || ma_flush_all_tcaches(&l.t, 300, strict, fr))
 		fprintf(stderr, "memattach %s: warning: could not visit every thread after the "
 			"hook change: %s\n", cmd, ma_errmsg());
 	ma_live_end(&l);
@@ -282,7 +282,7 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 {
 	struct frag_live *fl = ctx;
 
-	settle_threads(fl->cmd, l->t.pid, fl->fr);
+	settle_threads(fl->cmd, l->t.pid, fl->a->o.strict, fl->fr);
 	if (ma_agent_find(&l->t, &fl->after))
 		return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	return MA_EXIT_OK;

@@ -37,11 +37,11 @@ static const char usage_text[] =
 	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
 	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"
 	"                never called into jemalloc is borrowed: that creates its tcache)\n"
-	"  --allow-eintr-wait\n"
-	"                if no other thread can be borrowed, stop one blocked in\n"
-	"                epoll_wait and the like (a memattach killed right after\n"
-	"                that stop would leave the wait an EINTR; one with a\n"
-	"                timeout only in libc's epoll_wait, given what remained)\n";
+	"  --strict      never stop a thread blocked in epoll_wait and the like\n"
+	"                (by default one is borrowed when no better thread exists:\n"
+	"                its wait is issued again at once; only a memattach killed\n"
+	"                within microseconds of that stop leaves it an EINTR, as a\n"
+	"                SIGSTOP would)\n";
 
 struct stats_result {
 	struct ma_je_stats st;

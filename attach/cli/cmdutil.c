@@ -208,16 +208,20 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		++*i;
 		return true;
 	}
+	if (strcmp(arg, "--strict") == 0) {
+		/* Refuse threads blocked in epoll_wait and the like unless named. */
+		o->strict = true;
+		return true;
+	}
 	if (strcmp(arg, "--allow-eintr-wait") == 0) {
-		/* Without a better thread, one blocked in epoll_wait and the like may be stopped. */
-		o->stop_eintr_wait = true;
+		/* The default now; the old spelling is still accepted. */
+		o->strict = false;
 		return true;
 	}
 	if (strcmp(arg, "--tid") == 0 && val && ma_parse_pid(val, &o->tid)) {
 		/* Asked for by name: borrowed even if that creates its jemalloc
 		 * state, or if it is in a wait a stop ends with EINTR. */
 		o->fresh_ok = true;
-		o->stop_eintr_wait = true;
 		++*i;
 		return true;
 	}
