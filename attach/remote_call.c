@@ -801,10 +801,11 @@ static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why,
 			return false;
 		w = &now;
 	}
-	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped (memattach "
-		 "issues such a wait again at once, but could not if it died in between; --tid "
-		 "%d stops it anyway)", ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall)
-								 : "a wait", ti->tid);
+	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed only when no "
+		 "better thread exists, its wait issued again at once (a memattach killed in "
+		 "between would leave the EINTR); never with --strict, unless named (--tid %d)",
+		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait",
+		 ti->tid);
 	return true;
 }
 

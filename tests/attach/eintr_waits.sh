@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # tests/attach/eintr_waits.sh - a thread blocked in a wait that a ptrace
 # stop ends with EINTR (epoll_wait; recv on a socket with SO_RCVTIMEO) is
-# never stopped unless named with --tid: memattach issues such a wait
-# again at once, but a memattach killed between the stop and that write
-# would leave the EINTR to the program, so no other run may stop one.
+# borrowed only when no better thread exists (memattach issues the wait
+# again at once), and with --strict never stopped unless named with --tid.
 # The sysc fixture's sc_idle (epoll_wait, no timeout, nothing ever ready),
 # sc_idlerecv (recv, SO_RCVTIMEO one hour, nobody writes) and sc_idlesplice
-# (splice from such a socket) never wake on their own: their voluntary_ctxt_switches in /proc move only if a
-# tracer stops them.  After every command they must not have moved; then
-# `stats --tid` of sc_idle must move it (the check can see a stop) and
-# leave no EINTR (the fixture fails on one), while the two with a socket
-# timeout are refused even named (issued again, their wait would start
-# its whole timeout once more).
+# (splice from such a socket) never wake on their own: their
+# voluntary_ctxt_switches in /proc move only if a tracer stops them.
+# Every command with --strict must leave them unmoved; every command
+# without a flag must work and leave no EINTR (the fixture fails on one);
+# `stats --tid` of sc_idle must move it (the check can see a stop), while
+# the two with a socket timeout are refused even named (issued again, their
+# wait would start its whole timeout once more).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 19
+plan 31
 need_fixtures sysc
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
@@ -39,14 +39,22 @@ declare -a cmds=(
 for c in "${cmds[@]}"; do
 	w0=$(wakes)
 	# shellcheck disable=SC2086
-	"$MA" $c >"$TMP/out" 2>"$TMP/err"; rc=$?
+	strict=--strict; [ "$c" = "threads $pid" ] && strict= # threads never stops such a thread
+	"$MA" $c $strict >"$TMP/out" 2>"$TMP/err"; rc=$?
 	[ "$c" = "export --pid $pid --once --listen 127.0.0.1:1" ] && rc=0 # its port may be refused: the scrape is what counts
 	w1=$(wakes)
-	check "$c: exit $rc, sc_idle, sc_idlerecv and sc_idlesplice not stopped (voluntary switches $w0 -> $w1)" \
+	check "$c $strict: exit $rc, sc_idle, sc_idlerecv and sc_idlesplice not stopped (voluntary switches $w0 -> $w1)" \
 		eval '[ "$rc" -eq 0 ] && [ "$w0" = "$w1" ]'
 done
-check "threads names all three as not stopped" \
-	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: not stopped")" -ge 3 ]'
+rm -rf "$TMP/snap" "$TMP/w"
+for c in "${cmds[@]}"; do
+	# shellcheck disable=SC2086
+	"$MA" $c >"$TMP/out" 2>"$TMP/err"; rc=$?
+	[ "$c" = "export --pid $pid --once --listen 127.0.0.1:1" ] && rc=0
+	check "$c (no flag): exit $rc ($(head -c 150 "$TMP/err"))" [ "$rc" -eq 0 ]
+done
+check "threads names all three as stopped only when no better thread exists" \
+	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: borrowed only when no better")" -ge 3 ]'
 # Named, the untimed epoll_wait is stopped (the wake-up is seen) and its
 # wait issued again (no EINTR).  The two on a socket with SO_RCVTIMEO are
 # refused even named, before any stop: issued again, their wait would
@@ -63,8 +71,14 @@ for t in "$idlerecv" "$idlesplice"; do
 	check "stats --tid $t: exit $rc, refused naming its timeout, not stopped (switches $a -> $b)" \
 		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && grep -q "with a timeout" "$TMP/err"'
 done
-flush=$("$MA" bins "$pid" --flush-tcache --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
-check "bins --flush-tcache counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]
+flush=$("$MA" bins "$pid" --flush-tcache --strict --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
+check "bins --flush-tcache --strict counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]
+a=$(switches "$idle")
+"$MA" bins "$pid" --flush-tcache --json >"$TMP/b.json" 2>"$TMP/err"; rc=$?
+b=$(switches "$idle")
+check "bins --flush-tcache (no flag) flushes sc_idle too, its wait issued again (exit $rc, switches $a -> $b)" \
+	eval '[ "$rc" -eq 0 ] && [ "$b" -gt "$a" ]'
+
 v=$(fix_cmd "$pid" "$fd" "$out" verdict)
 echo "# $v"
 check "sysc: no EINTR, no wrong result ($v)" verdict_ok "$v"

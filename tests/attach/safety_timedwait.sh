@@ -13,7 +13,7 @@
 # Both: no EINTR, no early return, verdict ok, the target alive.
 #   3. timedwait -r -w 200: tw_timed waits through syscall(2), whose
 #      timeout memattach cannot shorten: `stats --tid` of it is refused
-#      before any stop (20 runs back to back), `stats --allow-eintr-wait`
+#      before any stop (20 runs back to back), plain `stats`
 #      borrows another thread (20 runs); not one wait over 1.5 times its
 #      timeout.
 . "$(dirname "$0")/../lib.sh"
@@ -88,11 +88,11 @@ for _ in $(seq 20); do
 	if [ "$rc" -eq 1 ] && grep -q "with a timeout" "$TMP/raw.err"; then refused=$((refused + 1)); fi
 done
 for _ in $(seq 20); do
-	"$MA" stats "$pid" --allow-eintr-wait >/dev/null 2>>"$TMP/raw2.err" && other=$((other + 1))
+	"$MA" stats "$pid" >/dev/null 2>>"$TMP/raw2.err" && other=$((other + 1))
 done
 vb=$(fix_cmd "$pid" "$fd" "$out" verdict)
 check "raw epoll_wait with a timeout: stats --tid refused $refused of 20 times, naming the timeout ($(head -1 "$TMP/raw.err" | cut -c1-120))" [ "$refused" -eq 20 ]
-check "stats --allow-eintr-wait borrowed another thread: $other of 20 ok" [ "$other" -eq 20 ]
+check "stats (no flag) borrowed another thread: $other of 20 ok" [ "$other" -eq 20 ]
 check "raw epoll_wait kept its deadline: $(( $(vfield "$vb" long) - $(vfield "$va" long) )) waits over 300 ms (longest $(vfield "$vb" max_ms) ms)" \
 	[ "$(vfield "$vb" long)" -eq "$(vfield "$va" long)" ]
 check "timedwait -r: verdict ok ($vb)" verdict_ok "$vb"

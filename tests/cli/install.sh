@@ -51,7 +51,7 @@ check "completion: commands" test "$(complete_line st | sort | tr '\n' ' ')" = "
 check "completion: every command of --help" \
 	test "$(complete_line '' | grep -v -- --help | sort)" = "$(sort <<<"$cmds")"
 check "completion: bins options from its --help" \
-	test "$(complete_line bins -- | sort | tr '\n' ' ')" = "--allow-eintr-wait --flush-tcache --help --json --stats --tid --timeout --top "
+	test "$(complete_line bins -- | sort | tr '\n' ' ')" = "--flush-tcache --help --json --stats --strict --tid --timeout --top "
 complete_line stats '' >"$TMP/pids"
 check "completion: a live command's PID offers the jemalloc process" grep -qx "$FIX_PID" "$TMP/pids"
 check "... and not a process without jemalloc" test "$(grep -cx "$other" "$TMP/pids")" -eq 0
