@@ -1,6 +1,9 @@
 /*
  * input.c - bounded loading of offline input files (see input.h).
  */
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <stdbool.h>
 #include <sys/syscall.h>
 #include <linux/openat2.h>
 #include <errno.h>
@@ -120,19 +123,80 @@ static int read_stream(struct ma_input *in, int fd, const char *path, const char
 	return 0;
 }
 
-int ma_open_regular(int dirfd, const char *path, bool in_root)
+#define MAX_LINKS 40
+
+/* Is the folder FD in a /proc (whose links the kernel makes)? */
+static bool on_procfs(int fd)
 {
-	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
-				.resolve = in_root ? RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS : 0 };
+	struct statfs sf;
+
+	return fstatfs(fd, &sf) == 0 && sf.f_type == PROC_SUPER_MAGIC;
+}
+
+/* May this user follow symbolic link ST without trusting its owner? */
+static bool trusted_link(const struct stat *st)
+{
+	return st->st_uid == 0 || st->st_uid == geteuid();
+}
+
+int ma_walk_trusted(int at, const char *path, bool dir, int *links, char *untrusted, size_t len)
+{
+	char buf[4096], *save = NULL, *comp, *next_comp;
+	int fd;
+
+	if (strlen(path) >= sizeof(buf) || !path[0]) {
+		errno = path[0] ? ENAMETOOLONG : ENOENT;
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", path);
+	fd = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)
+			    : fcntl(at, F_DUPFD_CLOEXEC, 0);
+	for (comp = strtok_r(buf, "/", &save); fd >= 0 && comp; comp = next_comp) {
+		char target[4096];
+		struct stat st;
+		ssize_t n;
+		int next;
+		bool last;
+
+		next_comp = strtok_r(NULL, "/", &save);
+		last = !next_comp;
+		if (!strcmp(comp, ".") && !last)
+			continue;
+		if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			next = -1;
+		} else if (!S_ISLNK(st.st_mode)) {
+			/* O_NOFOLLOW: a link swapped in since is refused, not followed */
+			next = openat(fd, comp,
+				      O_PATH | O_NOFOLLOW | O_CLOEXEC | (last && !dir ? 0 : O_DIRECTORY));
+		} else if (trusted_link(&st) && on_procfs(fd)) {
+			/* /dev/fd/N, /proc/self/...: the kernel's own link, to what it names */
+			next = openat(fd, comp, O_PATH | O_CLOEXEC | (last && !dir ? 0 : O_DIRECTORY));
+		} else if (!trusted_link(&st)) {
+			snprintf(untrusted, len, "%s (a link of uid %u)", comp, (unsigned)st.st_uid);
+			errno = EPERM;
+			next = -1;
+		} else if (++*links > MAX_LINKS) {
+			errno = ELOOP;
+			next = -1;
+		} else if ((n = readlinkat(fd, comp, target, sizeof(target) - 1)) < 0) {
+			next = -1;
+		} else {
+			target[n] = '\0';
+			next = ma_walk_trusted(fd, target, dir || !last, links, untrusted, len);
+		}
+		close(fd);
+		fd = next;
+	}
+	return fd;
+}
+
+/* P (O_PATH, closed here) reopened for reading if it is a regular file; fd or -1. */
+static int reopen_regular(int p)
+{
 	struct stat before, after;
 	char self[64];
-	int p, fd, e;
+	int fd, e;
 
-	p = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-	if (p < 0 && errno == ENOSYS && !in_root)
-		p = openat(dirfd, path, O_PATH | O_CLOEXEC);
-	if (p < 0)
-		return -1;
 	if (fstat(p, &before) != 0 || !S_ISREG(before.st_mode)) {
 		close(p);
 		errno = EINVAL;
@@ -153,6 +217,62 @@ int ma_open_regular(int dirfd, const char *path, bool in_root)
 	return fd;
 }
 
+int ma_open_regular(int dirfd, const char *path, bool in_root)
+{
+	int p;
+
+	if (in_root) {
+		struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+					.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+
+		p = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	} else {
+		/* Links of other users are not followed (a /tmp swap to a root-only file). */
+		char untrusted[300] = "";
+		int links = 0, at = dirfd == AT_FDCWD ? open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)
+							: dirfd;
+
+		p = at >= 0 ? ma_walk_trusted(at, path, false, &links, untrusted, sizeof(untrusted))
+			    : -1;
+		if (dirfd == AT_FDCWD && at >= 0)
+			close(at);
+	}
+	return p < 0 ? -1 : reopen_regular(p);
+}
+
+int ma_open_regular_proc_link(const char *path)
+{
+	/* The kernel resolves the magic link: no path a user wrote is followed. */
+	int p = open(path, O_PATH | O_CLOEXEC);
+
+	return p < 0 ? -1 : reopen_regular(p);
+}
+
+/*
+ * PATH opened for reading, its links followed only if root's or this
+ * user's (an input in another user's folder swapped for a link to a
+ * root-only file would have been read, and its first line quoted in the
+ * error).  O_NONBLOCK: opening a FIFO that has no writer must not wait.
+ */
+static int open_input(const char *path)
+{
+	char untrusted[300] = "", self[64];
+	int links = 0, here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), p, fd;
+
+	p = here >= 0 ? ma_walk_trusted(here, path, false, &links, untrusted, sizeof(untrusted)) : -1;
+	if (here >= 0)
+		close(here);
+	if (p < 0)
+		return untrusted[0] ? ma_fail(MA_E_PERM, "cannot open '%s': memattach does not follow "
+					      "%s, which another user could point anywhere",
+					      path, untrusted)
+				    : ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
+	fd = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	close(p);
+	return fd >= 0 ? fd : ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+}
+
 int ma_input_load(struct ma_input *in, const char *path, const char *what, uint64_t max)
 {
 	struct stat st;
@@ -162,10 +282,8 @@ int ma_input_load(struct ma_input *in, const char *path, const char *what, uint6
 	memset(in, 0, sizeof(*in));
 	in->data = empty;
 	in->mapped = true;
-	/* O_NONBLOCK: opening a FIFO that has no writer must not wait for one. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	if ((fd = open_input(path)) < 0)
+		return fd;
 	if (fstat(fd, &st) != 0) {
 		rc = ma_fail(MA_E_IO, "cannot read '%s': %s", path, strerror(errno));
 	} else if (S_ISFIFO(st.st_mode)) {

@@ -2,6 +2,8 @@
  * symbolize.c - pcs of a heap dump -> frames -> functions, cached.
  */
 #include <fcntl.h>
+#include <sys/fsuid.h>
+#include <grp.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -283,12 +285,47 @@ static int open_obj_elf(struct ma_symbolizer *s, struct ma_symobj *o)
 	return fd >= 0 ? ma_elf_open_fd(&o->elf, fd, o->path) : ma_elf_open(&o->elf, o->path);
 }
 
+/*
+ * Open the files of a dump as its owner would (opts.open_as): a dump is
+ * written by the target's jemalloc, and one that names a file only root
+ * may read would otherwise lend root's read right to whoever wrote it.
+ * Only the file-system identity changes (fsuid, fsgid, groups), and only
+ * while opening.
+ */
+static void open_as_owner(const struct ma_sym_opts *o, bool on)
+{
+	static gid_t saved[256];
+	static int nsaved = -1;
+
+	if (!o->open_as)
+		return;
+	if (on) {
+		nsaved = getgroups(256, saved);
+		if (setgroups(1, &o->as_gid) != 0)
+			nsaved = -1;
+		setfsgid(o->as_gid);
+		setfsuid(o->as_uid);
+	} else {
+		setfsuid(geteuid());
+		setfsgid(getegid());
+		if (nsaved >= 0)
+			setgroups((size_t)nsaved, saved);
+	}
+}
+
 static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
 {
+	int rc;
+
 	if (o->tried)
 		return o->ok;
 	o->tried = true;
-	if (open_obj_elf(s, o) != 0) {
+	open_as_owner(&s->opts, true);
+	rc = open_obj_elf(s, o);
+	if (!rc && !o->elf.has_symtab)
+		find_debug(o);
+	open_as_owner(&s->opts, false);
+	if (rc != 0) {
 		if (o->main && !s->opts.binary)
 			warn(s, "%s; frames in it stay unnamed (use --binary PATH%s)", ma_errmsg(),
 			     s->opts.nprefix_maps ? "" : " or --prefix-map OLD=NEW");
@@ -300,8 +337,6 @@ static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
 		return false;
 	}
 	o->ok = true;
-	if (!o->elf.has_symtab)
-		find_debug(o);
 	if (!o->elf.has_symtab && !o->has_debug && !o->elf.has_dynsym)
 		warn(s, "'%s' has no symbols; frames in it stay unnamed", o->path);
 	return true;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,6 +36,69 @@ const char *ma_prof_restart_hint(const struct ma_target *t)
 	if (t->je.flavour == MA_JE_PREFIX_RJEM)
 		return "_RJEM_MALLOC_CONF=prof:true,prof_active:true,prof_final:false";
 	return "MALLOC_CONF=prof:true,prof_active:true,prof_final:false";
+}
+
+/* Append /proc/PID/maps, as the kernel gives it to us, to OUT_FD. */
+static int append_kernel_maps(pid_t pid, int out_fd, size_t *nbytes)
+{
+	char path[64], buf[65536];
+	ssize_t n;
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return ma_fail(MA_E_IO, "cannot read %s: %s", path, strerror(errno));
+	while (!rc && (n = read(fd, buf, sizeof(buf))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			rc = ma_fail(MA_E_IO, "reading %s: %s", path, strerror(errno));
+		else if (!(rc = ma_write_all(out_fd, buf, (size_t)n)))
+			*nbytes += (size_t)n;
+	}
+	close(fd);
+	return rc;
+}
+
+/*
+ * The dump from our memfd reference FD into OUT_FD, with its
+ * MAPPED_LIBRARIES section replaced by the process's maps as the kernel
+ * shows them to memattach.  The target's jemalloc wrote that section, and
+ * a patched one could name any file there (a root-only ELF whose symbols
+ * a later aggregate would then print); the kernel's list names only what
+ * the process really mapped.
+ */
+static int copy_dump(int fd, pid_t pid, int out_fd, size_t *nbytes)
+{
+	static const char marker[] = "\nMAPPED_LIBRARIES:\n";
+	struct stat sb;
+	const char *p, *cut;
+	size_t len, head;
+	int rc;
+
+	*nbytes = 0;
+	if (fstat(fd, &sb) != 0)
+		return ma_fail(MA_E_IO, "reading the dump's memfd: %s", strerror(errno));
+	len = (size_t)sb.st_size;
+	if (len > MAX_DUMP_BYTES)
+		return ma_fail(MA_E_IO, "the dump holds %zu bytes, more than the %zu memattach takes",
+			       len, MAX_DUMP_BYTES);
+	if (len == 0)
+		return 0;
+	p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return ma_fail(MA_E_IO, "reading the dump's memfd: %s", strerror(errno));
+	cut = memmem(p, len, marker, sizeof(marker) - 1);
+	head = cut ? (size_t)(cut - p) : len;
+	rc = ma_write_all(out_fd, p, head);
+	munmap((void *)p, len);
+	if (rc)
+		return rc;
+	*nbytes = head;
+	if ((rc = ma_write_all(out_fd, marker, sizeof(marker) - 1)))
+		return rc;
+	*nbytes += sizeof(marker) - 1;
+	return append_kernel_maps(pid, out_fd, nbytes);
 }
 
 int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
@@ -90,7 +154,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	if (!rc)
 		rc = ma_mallctl_write_cstr(s, "prof.dump", path, PROF_DUMP_TIMEOUT_MS);
 	if (!rc)
-		rc = ma_copy_memfd(ours, out_fd, MAX_DUMP_BYTES, nbytes);
+		rc = copy_dump(ours, s->t->proc_pid, out_fd, nbytes);
 	if (ours >= 0)
 		close(ours);
 	if (!rc && *nbytes == 0)

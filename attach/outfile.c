@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "input.h"
 #include "ma_error.h"
 #include "outfile.h"
 #include "target.h"
@@ -58,67 +59,15 @@ static void random_suffix(char out[7])
 	out[6] = '\0';
 }
 
-#define MAX_LINKS 40
-
-/*
- * Follow the folder path PATH from AT (an O_PATH folder descriptor) one
- * component at a time, and a symbolic link only if root or this user owns
- * it: another user's link in a folder it can write (a shared /tmp without
- * protected_symlinks) could send root's output anywhere.  An O_PATH
- * descriptor, or -1 with errno (EPERM and *UNTRUSTED set for such a link).
- */
-static int walk_dir(int at, const char *path, int *links, char *untrusted, size_t len)
-{
-	char buf[4096], *save = NULL, *comp;
-	int fd;
-
-	if (strlen(path) >= sizeof(buf)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	snprintf(buf, sizeof(buf), "%s", path);
-	fd = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)
-			    : fcntl(at, F_DUPFD_CLOEXEC, 0);
-	for (comp = strtok_r(buf, "/", &save); fd >= 0 && comp; comp = strtok_r(NULL, "/", &save)) {
-		char target[4096];
-		struct stat st;
-		ssize_t n;
-		int next;
-
-		if (!strcmp(comp, "."))
-			continue;
-		if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-			next = -1;
-		} else if (!S_ISLNK(st.st_mode)) {
-			/* O_NOFOLLOW: a link swapped in since is refused, not followed */
-			next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		} else if (st.st_uid != 0 && st.st_uid != geteuid()) {
-			snprintf(untrusted, len, "%s (a link of uid %u)", comp, (unsigned)st.st_uid);
-			errno = EPERM;
-			next = -1;
-		} else if (++*links > MAX_LINKS) {
-			errno = ELOOP;
-			next = -1;
-		} else if ((n = readlinkat(fd, comp, target, sizeof(target) - 1)) < 0) {
-			next = -1;
-		} else {
-			target[n] = '\0';
-			next = walk_dir(fd, target, links, untrusted, len);
-		}
-		close(fd);
-		fd = next;
-	}
-	return fd;
-}
-
 int ma_open_dir_trusted(const char *path)
 {
 	char untrusted[300] = "";
 	int links = 0, here, walked, fd;
 
+
 	if ((here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return ma_fail(MA_E_IO, "cannot open the current folder: %s", strerror(errno));
-	walked = walk_dir(here, path, &links, untrusted, sizeof(untrusted));
+	walked = ma_walk_trusted(here, path, true, &links, untrusted, sizeof(untrusted));
 	close(here);
 	if (walked < 0)
 		return untrusted[0] ? ma_fail(MA_E_PERM, "'%s': memattach does not follow %s, which "

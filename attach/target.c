@@ -371,7 +371,7 @@ int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mappin
 	/* map_files works for deleted files and other mount namespaces. */
 	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->proc_pid,
 		 m->start, m->end);
-	fd = ma_open_regular(AT_FDCWD, path, false);
+	fd = ma_open_regular_proc_link(path);
 	if (fd >= 0)
 		return fd;
 	/*

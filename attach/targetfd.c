@@ -78,28 +78,3 @@ int ma_take_target_memfd(pid_t pid, int target_fd, const char *name, size_t max_
 	}
 	return rc;
 }
-
-int ma_copy_memfd(int fd, int out_fd, size_t max, size_t *n)
-{
-	char buf[65536];
-	off_t off = 0;
-
-	*n = 0;
-	for (;;) {
-		ssize_t r = pread(fd, buf, sizeof(buf), off);
-		int rc;
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return ma_fail(MA_E_IO, "reading the dump's memfd: %s", strerror(errno));
-		if (r == 0)
-			return 0;
-		if (*n + (size_t)r > max)
-			return ma_fail(MA_E_IO, "the dump grew past the %zu bytes memattach takes", max);
-		if ((rc = ma_write_all(out_fd, buf, (size_t)r)))
-			return rc;
-		*n += (size_t)r;
-		off += r;
-	}
-}

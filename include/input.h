@@ -33,11 +33,23 @@ void ma_input_release(struct ma_input *in);
  * Open PATH (relative to DIRFD, or AT_FDCWD) for reading only if it is a
  * regular file: the file is looked at through an O_PATH descriptor first,
  * so a FIFO, a device or a socket put where a file was expected is never
- * opened (no blocking open, no driver side effect).  IN_ROOT resolves
- * PATH with DIRFD as its root (links cannot leave it).  The descriptor,
+ * opened (no blocking open, no driver side effect).  Links of other users
+ * are not followed (ma_walk_trusted).  IN_ROOT instead resolves PATH with
+ * DIRFD as its root (links cannot leave it).  The descriptor,
  * or -1 with errno set (EINVAL for a file that is not regular).
  */
 int ma_open_regular(int dirfd, const char *path, bool in_root);
+/* The same for a /proc magic link (map_files, fd): the kernel's link, followed. */
+int ma_open_regular_proc_link(const char *path);
+/*
+ * Resolve PATH from the folder AT, one component at a time, following a
+ * symbolic link only if root or this user owns it (another user's link,
+ * in a folder it can write, could point anywhere root can read or
+ * write).  DIR: PATH must be a folder.  An O_PATH descriptor, or -1 with
+ * errno (EPERM and the link named in UNTRUSTED for another user's link);
+ * *LINKS counts the links followed (start at 0).
+ */
+int ma_walk_trusted(int at, const char *path, bool dir, int *links, char *untrusted, size_t len);
 
 /* Bounds for the inputs memattach reads: far above any real one. */
 #define MA_MAX_HEAP_DUMP (16ULL << 30)

@@ -21,6 +21,7 @@
 #ifndef MA_SYMBOLIZE_H
 #define MA_SYMBOLIZE_H
 
+#include <sys/types.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +53,10 @@ struct ma_sym_opts {
 	 */
 	int (*open_map)(void *ctx, const struct ma_hp_map *map);
 	void *open_ctx;
+	/* Open the dump's files with this file-system identity (a dump not ours). */
+	bool open_as;
+	uid_t as_uid;
+	gid_t as_gid;
 };
 
 struct ma_frame {

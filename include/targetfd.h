@@ -22,7 +22,5 @@
  * close-on-exec), or MA_E_* with the reason.
  */
 int ma_take_target_memfd(pid_t pid, int target_fd, const char *name, size_t max_size, int *fd);
-/* Copy all of FD (from offset 0, at most MAX bytes) to OUT_FD; *N gets the size. */
-int ma_copy_memfd(int fd, int out_fd, size_t max, size_t *n);
 
 #endif

@@ -63,7 +63,8 @@
 
 static const char usage_text[] =
 	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout MS] [--once [--format FMT]] [--strict]\n\n"
+	"                        [--timeout MS] [--scrape-timeout MS]\n"
+	"                        [--once [--format FMT]] [--strict]\n\n"
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
 	"threads) and answers in the OpenMetrics text format: the headline gauges\n"
@@ -88,6 +89,10 @@ static const char usage_text[] =
 	"  --match REGEX  export every jemalloc process whose name (comm) matches\n"
 	"                 the extended REGEX, looked up again at each scrape\n"
 	"  --timeout MS   per target, give up finding a safe thread after MS (1000)\n"
+	"  --scrape-timeout MS\n"
+	"                 a whole scrape reads targets for at most MS (5000, below\n"
+	"                 Prometheus's 10 s), those that answered last time first;\n"
+	"                 the rest count as failed this time\n"
 	"  --once         print one scrape on stdout and exit (no server)\n"
 	"  --format FMT   what --once prints: openmetrics (the default) or\n"
 	"                 prometheus (text format 0.0.4)\n"
@@ -111,12 +116,14 @@ struct exporter {
 	const char *match;
 	regex_t re;
 	int deadline_ms;
+	int budget_ms; /* a whole scrape: targets past it are not read this time */
 	bool strict;
 	bool once;
 	enum ma_om_format once_format;
 	/* failures so far, by pid (a counter must not reset between scrapes) */
 	pid_t fail_pid[MAX_TARGETS];
 	uint64_t fail_n[MAX_TARGETS];
+	bool fail_last[MAX_TARGETS]; /* the last scrape of that pid failed */
 	size_t nfail;
 };
 
@@ -129,6 +136,7 @@ static uint64_t *failures_of(struct exporter *e, pid_t pid)
 		return NULL;
 	e->fail_pid[e->nfail] = pid;
 	e->fail_n[e->nfail] = 0;
+	e->fail_last[e->nfail] = false;
 	return &e->fail_n[e->nfail++];
 }
 
@@ -148,20 +156,67 @@ static size_t resolve(struct exporter *e, pid_t *out)
 	return n;
 }
 
+/* Did the last scrape of PID fail? */
+static bool failed_last(const struct exporter *e, pid_t pid)
+{
+	for (size_t i = 0; i < e->nfail; i++)
+		if (e->fail_pid[i] == pid)
+			return e->fail_last[i];
+	return false;
+}
+
+static void set_failed_last(struct exporter *e, pid_t pid, bool failed)
+{
+	for (size_t i = 0; i < e->nfail; i++)
+		if (e->fail_pid[i] == pid)
+			e->fail_last[i] = failed;
+}
+
+/*
+ * Targets that answered last time first: any user can start processes a
+ * --match selects, and one that never lets a thread be borrowed costs a
+ * whole --timeout; behind the budget, such ones can no longer keep the
+ * others from being read.
+ */
+static void order_targets(const struct exporter *e, pid_t *pids, size_t n)
+{
+	size_t k = 0;
+	pid_t tmp[MAX_TARGETS];
+
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < n; i++)
+			if (failed_last(e, pids[i]) == (pass == 1))
+				tmp[k++] = pids[i];
+	memcpy(pids, tmp, n * sizeof(pid_t));
+}
+
 /* Read every target once into T; returns how many, *FAILED how many could not be read. */
 static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t *failed)
 {
 	pid_t pids[MAX_TARGETS];
 	size_t n = resolve(e, pids);
+	uint64_t t0 = ma_now_ns();
 
 	*failed = 0;
+	order_targets(e, pids, n);
 	for (size_t i = 0; i < n; i++) {
-		struct ma_session_opts o = { .deadline_ms = e->deadline_ms,
+		int64_t left_ms = e->budget_ms - (int64_t)((ma_now_ns() - t0) / 1000000);
+		struct ma_session_opts o = { .deadline_ms = left_ms < e->deadline_ms ? (int)left_ms
+										 : e->deadline_ms,
 					     .strict = e->strict };
 		uint64_t *fails = failures_of(e, pids[i]);
+		int rc;
 
 		memset(&t[i], 0, sizeof(t[i]));
-		if (ma_scrape_target(pids[i], &o, &t[i]) != 0) {
+		if (left_ms > 0) {
+			rc = ma_scrape_target(pids[i], &o, &t[i]);
+		} else {
+			t[i].pid = pids[i];
+			rc = ma_fail(MA_E_TIMEOUT, "not read: this scrape's budget of %d ms "
+				     "(--scrape-timeout) was spent on the targets before it",
+				     e->budget_ms);
+		}
+		if (rc != 0) {
 			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
 				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
 			ma_err_clear();
@@ -169,6 +224,7 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 			if (fails)
 				(*fails)++;
 		}
+		set_failed_last(e, pids[i], rc != 0);
 		t[i].failures = fails ? *fails : 0;
 	}
 	return n;
@@ -753,6 +809,12 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 							       "1 to 600000", argv[i + 1]);
 			e->deadline_ms = (int)v;
 			i++;
+		} else if (strcmp(argv[i], "--scrape-timeout") == 0 && i + 1 < argc) {
+			if (!ma_parse_long(argv[i + 1], &v) || v <= 0 || v > 600000)
+				return ma_usage_error(argv[0], "--scrape-timeout '%s': expected "
+							       "milliseconds, 1 to 600000", argv[i + 1]);
+			e->budget_ms = (int)v;
+			i++;
 		} else if (strcmp(argv[i], "--once") == 0) {
 			e->once = true;
 		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
@@ -786,7 +848,7 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 
 int cmd_export(int argc, char **argv)
 {
-	static struct exporter e = { .deadline_ms = 1000 };
+	static struct exporter e = { .deadline_ms = 1000, .budget_ms = 5000 };
 	int rc;
 
 	if ((rc = parse_args(argc, argv, &e)))

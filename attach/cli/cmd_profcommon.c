@@ -171,6 +171,12 @@ int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *p
 		return ma_cmd_error(c->cmd, MA_EXIT_USAGE,
 				    "'%s' is a directory; snapshot directories are not supported yet, "
 				    "pass the heap dump file inside it", path);
+	/* Root reading another user's dump opens the files it names as that user. */
+	if (geteuid() == 0 && stat(path, &st) == 0 && st.st_uid != 0) {
+		c->sym.open_as = true;
+		c->sym.as_uid = st.st_uid;
+		c->sym.as_gid = st.st_gid;
+	}
 	if (c->sym.binary && access(c->sym.binary, R_OK) != 0)
 		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "cannot read --binary '%s': %s",
 				    c->sym.binary, strerror(errno));

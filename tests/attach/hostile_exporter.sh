@@ -11,7 +11,7 @@
 # check metrics accepts (text 0.0.4) and whose OpenMetrics lines all parse.
 # No check is a time: outcomes only, with generous timeouts.
 . "$(dirname "$0")/../lib.sh"
-plan 22
+plan 24
 
 for p in promtool curl setpriv useradd; do
 	if ! command -v $p >/dev/null; then
@@ -271,6 +271,36 @@ assert all(c in v for c in "\"\\\x01\x1b\ufffd"), repr(v)
 ' "$TMP/odd.om" "$opid"
 kill -TERM $XPID; wait $XPID 2>/dev/null
 fix_quit "$opid" "$OFD"
+
+# --- (found by an outside review) ma-eve starts processes that --match
+# selects and that never let a thread be borrowed (each one costs a whole
+# --timeout): once they have failed, the targets that answer go first and
+# the scrape stops at its budget.
+mkdir -p -m 755 "$TMP/st/root" "$TMP/st/eve"
+cp "$FIX/daemon" "$TMP/st/root/victimd"; cp "$FIX/stall" "$TMP/st/eve/victimd"
+chmod 755 "$TMP/st/eve/victimd"
+savefix=$FIX FIX=$TMP/st/root
+fix_start victimd -q || echo "victimd did not start" >&2
+FIX=$savefix vpid=$FIX_PID VFD=$FIX_FD
+stallers=()
+for i in $(seq 12); do
+	setpriv --reuid=ma-eve --regid=ma-eve --clear-groups "$TMP/st/eve/victimd" >"$TMP/st/s$i.out" 2>&1 &
+	stallers+=($!); track $!
+done
+for i in $(seq 12); do for _ in $(seq 100); do grep -q READY "$TMP/st/s$i.out" && break; sleep 0.1; done; done
+EP=$(free_port)
+"$MA" export --listen 127.0.0.1:$EP --match '^victimd$' --timeout 1000 --scrape-timeout 3000 \
+	>"$TMP/st/x.out" 2>"$TMP/st/x.err" &
+SXPID=$!; track $SXPID
+for _ in $(seq 100); do curl -s --max-time 60 -o "$TMP/st/m1" "http://127.0.0.1:$EP/metrics" && break; sleep 0.1; done
+curl -s --max-time 60 -H "Accept: $OM_ACCEPT" -o "$TMP/st/m2" "http://127.0.0.1:$EP/metrics"
+check "12 processes of ma-eve named as the target, never borrowable: the second scrape reads the target ($(grep -c "^memattach_scrape_success{pid=\"$vpid\"" "$TMP/st/m2" 2>/dev/null) lines; $(head -c 160 "$TMP/st/x.err"))" \
+	grep -q "^memattach_scrape_success{pid=\"$vpid\",comm=\"victimd\"} 1$" "$TMP/st/m2"
+check "... and the scrapes stop at their budget, the rest reported not read" \
+	grep -q "budget of 3000 ms" "$TMP/st/x.err"
+kill -TERM $SXPID; wait $SXPID 2>/dev/null
+kill -KILL "${stallers[@]}" 2>/dev/null; wait "${stallers[@]}" 2>/dev/null
+fix_quit "$vpid" "$VFD"
 
 fix_cmd "$pid" "$DFD" "$DOUT" resume >/dev/null
 v=$(fix_cmd "$pid" "$DFD" "$DOUT" verdict)

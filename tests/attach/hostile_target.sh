@@ -16,11 +16,11 @@
 # clients: hostile_exporter.sh.)
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 24
+plan 28
 need_fixtures hostile daemon
 
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
-	for i in $(seq 24); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
+	for i in $(seq 28); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
 	exit 0
 fi
 id ma-eve >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin ma-eve
@@ -179,6 +179,36 @@ check "4. nothing was written into root's folder through it ($(ls -A "$TMP/rooto
 check "4. a path through folders and links of root's own works (exit $rc: $(head -c 200 "$TMP/l.err"))" \
 	[ "$rc" -eq 0 ]
 eve_end >/dev/null
+
+# --- (found by an outside review) dumps and inputs naming root-only files ---
+mkdir -m 700 "$TMP/sec"
+printf 'void TOPSECRET_root_only_fn(void) {}\nint main(void) { TOPSECRET_root_only_fn(); return 0; }\n' >"$TMP/sec/s.c"
+cc -O0 -o "$TMP/sec/secret" "$TMP/sec/s.c" && chmod 700 "$TMP/sec/secret"
+fn=$(nm "$TMP/sec/secret" | awk '$3 == "TOPSECRET_root_only_fn" { print $1 }')
+mkdir -m 777 "$PUB/d"
+crafted() { # crafted PATH-IN-MAPS: a dump whose one stack is in that file's function
+	printf 'heap_v2/524288\n  t*: 1: 1048576 [0: 0]\n  t0: 1: 1048576 [0: 0]\n'
+	printf '@ 0x%x\n  t*: 1: 1048576 [0: 0]\n  t0: 1: 1048576 [0: 0]\n\n' $((0x555555554000 + 0x$fn + 1))
+	printf 'MAPPED_LIBRARIES:\n555555554000-555555556000 r-xp 00000000 fe:00 1 %s\n' "$1"
+}
+crafted "$TMP/sec/secret" | "${EVE[@]}" tee "$PUB/d/eve.heap" >/dev/null
+"$MA" aggregate "$PUB/d/eve.heap" >"$TMP/agg.out" 2>&1
+check "a dump eve wrote naming a root-only ELF: aggregate does not print its symbols ($(grep -c TOPSECRET "$TMP/agg.out") lines)" \
+	bash -c "! grep -q TOPSECRET '$TMP/agg.out'"
+"${EVE[@]}" ln -s "$TMP/sec/secret" "$PUB/d/lib.so"
+crafted "$PUB/d/lib.so" >"$TMP/root.heap" # a dump of root's, naming eve's path she swapped for a link
+"$MA" aggregate "$TMP/root.heap" >"$TMP/agg2.out" 2>&1
+check "a dump naming eve's link to a root-only ELF: aggregate does not follow it ($(grep -c TOPSECRET "$TMP/agg2.out") lines)" \
+	bash -c "! grep -q TOPSECRET '$TMP/agg2.out'"
+echo 'root:$6$SECRETHASH:19000:0:99999:7:::' >"$TMP/sec/shadowlike"; chmod 600 "$TMP/sec/shadowlike"
+"${EVE[@]}" ln -s "$TMP/sec/shadowlike" "$PUB/d/link.heap"
+"$MA" aggregate "$PUB/d/link.heap" >"$TMP/agg3.out" 2>&1; rc=$?
+check "an input path through eve's link is refused without reading it (exit $rc: $(head -c 200 "$TMP/agg3.out"))" \
+	bash -c "[ $rc -eq 1 ] && ! grep -q SECRETHASH '$TMP/agg3.out' && grep -q 'does not follow' '$TMP/agg3.out'"
+crafted "$TMP/sec/secret" >"$TMP/own.heap"
+"$MA" aggregate "$TMP/own.heap" >"$TMP/agg4.out" 2>&1
+check "root's own dump of root's own binary is still named (the check above can see names)" \
+	grep -q TOPSECRET_root_only_fn "$TMP/agg4.out"
 
 # --- 7. eve holds the flock of the executable of root's daemon ---
 mkdir -m 755 "$TMP/rd"; mkfifo -m 600 "$TMP/rd/in"
