@@ -140,13 +140,13 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
 	header_row(f, "small-bin waste", sum->small_waste, share);
 	if (fr && fr->done) {
+		/* The parts of "skipped" in parentheses: the counts add up to the threads. */
 		fprintf(f, "tcache flush: %u of %u threads flushed, %u without tcache, %u skipped",
 			fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
-		if (fr->skipped - fr->eintr_waits)
-			fprintf(f, ", %u unsafe at that moment", fr->skipped - fr->eintr_waits);
 		if (fr->eintr_waits)
-			fprintf(f, ", %u blocked in a wait a stop would end with EINTR (epoll_wait...), "
-				   "never stopped", fr->eintr_waits);
+			fprintf(f, " (%u in a wait a stop would end with EINTR, left alone with --strict; "
+				   "%u unsafe at that moment)", fr->eintr_waits,
+				fr->skipped - fr->eintr_waits);
 		fprintf(f, "%s\n", fr->skipped ? "; their cached regions still count as live" : "");
 	}
 	header_row(f, "tcache_bytes", t->tcache_bytes, tcache_note(t, fr));

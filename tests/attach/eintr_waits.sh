@@ -14,7 +14,7 @@
 # wait would start its whole timeout once more).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 31
+plan 32
 need_fixtures sysc
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
@@ -79,6 +79,11 @@ b=$(switches "$idle")
 check "bins --flush-tcache (no flag) flushes sc_idle too, its wait issued again (exit $rc, switches $a -> $b)" \
 	eval '[ "$rc" -eq 0 ] && [ "$b" -gt "$a" ]'
 
+"$MA" bins "$pid" --flush-tcache --strict >"$TMP/b.txt" 2>&1
+line=$(grep '^tcache flush:' "$TMP/b.txt")
+read -r F T N S < <(sed -n 's/^tcache flush: \([0-9]*\) of \([0-9]*\) threads flushed, \([0-9]*\) without tcache, \([0-9]*\) skipped.*/\1 \2 \3 \4/p' <<<"$line")
+check "bins --flush-tcache's counts add up to the threads ($line)" \
+	bash -c "[ -n '$T' ] && [ \$(( ${F:-0} + ${N:-0} + ${S:-0} )) -eq ${T:-0} ]"
 v=$(fix_cmd "$pid" "$fd" "$out" verdict)
 echo "# $v"
 check "sysc: no EINTR, no wrong result ($v)" verdict_ok "$v"
