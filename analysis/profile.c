@@ -279,8 +279,37 @@ static int cmp_stack_bytes(const void *a, const void *b, void *arg)
 	return i < k ? -1 : i > k;
 }
 
+/* Does function FN's name or key hold NEEDLE?  MATCH caches it: 0 unknown, 1 yes, 2 no. */
+static bool func_matches(struct ma_symbolizer *sym, uint32_t fn, const char *needle,
+			 unsigned char *match)
+{
+	if (!match[fn])
+		match[fn] = (strstr(sym->funcs[fn].key, needle) ||
+			     strstr(ma_sym_func_name(sym, fn), needle)) ? 1 : 2;
+	return match[fn] == 1;
+}
+
+/* Does stack I match: its allocation site, or (ANY) any of its frames? */
+static bool stack_matches(const struct ma_profile *p, size_t i, const char *needle, bool any,
+			  unsigned char *match)
+{
+	struct ma_symbolizer *sym = p->sym;
+	uint32_t depth = any ? p->chain_len[i] : 1;
+
+	for (uint32_t k = 0; k < depth; k++)
+		if (func_matches(sym, sym->frames[ma_profile_frame(p, i, k)].func, needle, match))
+			return true;
+	return false;
+}
+
 int ma_profile_match_leaf(const struct ma_profile *p, const char *needle, size_t **hits, size_t *n,
 			  double *bytes)
+{
+	return ma_profile_match(p, needle, false, hits, n, bytes);
+}
+
+int ma_profile_match(const struct ma_profile *p, const char *needle, bool any_frame, size_t **hits,
+		     size_t *n, double *bytes)
 {
 	struct ma_symbolizer *sym = p->sym;
 	size_t *h = malloc((p->hp->nstacks + 1) * sizeof(*h)), nh = 0;
@@ -293,15 +322,9 @@ int ma_profile_match_leaf(const struct ma_profile *p, const char *needle, size_t
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < p->hp->nstacks; i++) {
-		uint32_t fn;
-
 		if (p->chain_len[i] == 0 || p->hp->stacks[i].bytes == 0)
 			continue;
-		fn = sym->frames[ma_profile_frame(p, i, 0)].func;
-		if (!match[fn])
-			match[fn] = (strstr(sym->funcs[fn].key, needle) ||
-				     strstr(ma_sym_func_name(sym, fn), needle)) ? 1 : 2;
-		if (match[fn] == 1) {
+		if (stack_matches(p, i, needle, any_frame, match)) {
 			h[nh++] = i;
 			total += ma_profile_stack_bytes(p, i);
 		}

@@ -73,6 +73,9 @@ double ma_profile_stack_objs(const struct ma_profile *p, size_t i);
  */
 int ma_profile_match_leaf(const struct ma_profile *p, const char *needle, size_t **hits, size_t *n,
 			  double *bytes);
+/* The same, matching any frame of a stack (ANY_FRAME), as pprof's -focus. */
+int ma_profile_match(const struct ma_profile *p, const char *needle, bool any_frame, size_t **hits,
+		     size_t *n, double *bytes);
 
 /* Frame (index into sym->frames) number K (0 = leaf) of stack I's chain. */
 static inline uint32_t ma_profile_frame(const struct ma_profile *p, size_t i, size_t k)

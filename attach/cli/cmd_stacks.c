@@ -3,6 +3,7 @@
  * substring, from a heap dump.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,17 +17,34 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: memattach stacks DUMP SUBSTRING [-n N] [--json] [--binary PATH]\n\n"
+		"usage: memattach stacks DUMP SUBSTRING [-n N] [--any-frame] [--json]\n"
+		"                        [--binary PATH]\n\n"
 		"The full call chains (allocation site first) of the stacks whose\n"
 		"allocation site matches SUBSTRING, in its mangled or demangled form\n"
 		"(demangled Rust/C++ names look like '<app::Foo>::bar'), heaviest first.\n\n"
 		"  -n N, --top N          stacks shown (default 10)\n"
+		"  --any-frame            match SUBSTRING in any frame of a stack, not only its\n"
+		"                         allocation site (as pprof's -focus)\n"
 		"  --json                 JSON: stacks[{scaled_bytes, raw_bytes, objects, scale,\n"
 		"                         frames[{name, symbol, object, file, line}]}]\n"
 		"%s"
 		"\nexit status: 0 success (also when nothing matches), 1 unreadable dump,\n"
 		"2 usage error\n",
 		ma_profcmd_help);
+}
+
+/* Say how many more stacks hold NEEDLE in a deeper frame (a caller, not the site). */
+static void hint_deeper(const struct ma_profile *p, const char *needle, size_t nleaf)
+{
+	size_t *all = NULL, nall = 0;
+	double bytes = 0;
+
+	if (ma_profile_match(p, needle, true, &all, &nall, &bytes) == 0 && nall > nleaf)
+		printf("\n(%zu more stack%s hold '%s' in a deeper frame, as a caller; --any-frame "
+		       "shows them)\n", nall - nleaf, nall - nleaf == 1 ? "" : "s",
+		       ma_printable(needle));
+	free(all);
+	ma_err_clear();
 }
 
 int cmd_stacks(int argc, char **argv)
@@ -36,12 +54,17 @@ int cmd_stacks(int argc, char **argv)
 	const char *dump = NULL, *needle = NULL;
 	size_t *hits = NULL, nhits = 0, shown;
 	double hit_bytes = 0;
+	bool any_frame = false;
 	int rc, r;
 
 	if (ma_profcmd_wants_help(argc, argv, usage))
 		return MA_EXIT_OK;
 	ma_profcmd_init(&c, argv[0], 10);
 	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--any-frame") == 0) {
+			any_frame = true;
+			continue;
+		}
 		r = ma_profcmd_opt(&c, argc, argv, &i);
 		if (r == 0) {
 			if (argv[i][0] == '-' && argv[i][1] != '\0')
@@ -67,7 +90,7 @@ int cmd_stacks(int argc, char **argv)
 		ma_profcmd_release(&c);
 		return rc;
 	}
-	if (ma_profile_match_leaf(&b.prof, needle, &hits, &nhits, &hit_bytes)) {
+	if (ma_profile_match(&b.prof, needle, any_frame, &hits, &nhits, &hit_bytes)) {
 		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		goto out;
 	}
@@ -117,8 +140,8 @@ int cmd_stacks(int argc, char **argv)
 	} else {
 		char s1[32], s2[32];
 
-		printf("%zu stacks with an allocation site matching '%s': %s of %s (%.1f%%)\n", nhits,
-		       ma_printable(needle), ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
+		printf("%zu stacks with %s matching '%s': %s of %s (%.1f%%)\n", nhits,
+		       any_frame ? "a frame" : "an allocation site", ma_printable(needle), ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
 		       ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
 		       b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
 		for (size_t h = 0; h < shown; h++) {
@@ -141,6 +164,8 @@ int cmd_stacks(int argc, char **argv)
 		}
 		if (nhits > shown)
 			printf("\n(%zu more stacks; -n N shows more)\n", nhits - shown);
+		if (!any_frame)
+			hint_deeper(&b.prof, needle, nhits);
 	}
 	rc = fflush(stdout) ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 out:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # aggregate / stacks / diff: exit codes, bad input, output formats.
 . "$(dirname "$0")/../lib.sh"
-plan 43
+plan 45
 export LC_ALL=C
 D=$ROOT/fixtures/dumps
 
@@ -110,6 +110,15 @@ d=json.load(open(sys.argv[1])); f=[x["name"] for x in d["stacks"][0]["frames"]]
 assert d["matched_stacks"]==1 and f[0]=="site_calloc" and "run_all" in f and "main" in f' "$TMP/st.json"
 	"$MA" stacks "$TMP/c.heap" no_such_function_xyz >"$TMP/st.txt"
 	check "stacks: no match is not an error" grep -q '^0 stacks' "$TMP/st.txt"
+	# run_all is a caller of every site, the allocation site of none
+	"$MA" stacks "$TMP/c.heap" run_all >"$TMP/st2.txt"
+	check "stacks: a caller's name finds no site but says deeper frames hold it" \
+		bash -c "grep -q '^0 stacks' '$TMP/st2.txt' && grep -q 'more stacks* hold .run_all. in a deeper frame.*--any-frame' '$TMP/st2.txt'"
+	"$MA" stacks "$TMP/c.heap" run_all --any-frame --json >"$TMP/st3.json"
+	check "stacks --any-frame: every stack under run_all, each with run_all in its chain" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1]))
+assert d["matched_stacks"] > 1, d["matched_stacks"]
+assert all(any(f["name"] == "run_all" for f in s["frames"]) for s in d["stacks"])' "$TMP/st3.json"
 	# diff: two different builds (PIE and static jemalloc) of the same program
 	if MALLOC_CONF=prof:true,prof_final:false "$FIX/prof_c_static" "$TMP/s.heap" >/dev/null; then
 		"$MA" diff "$TMP/c.heap" "$TMP/s.heap" --json >"$TMP/diff.json"
