@@ -82,6 +82,7 @@ struct watch {
 	uint64_t lifetime_hwm;
 	uint64_t t0_ns;
 	unsigned dumps, skipped;
+	unsigned behind; /* samples that ended past the next one's time (--interval too short) */
 	char path[4096];
 };
 
@@ -444,7 +445,7 @@ int cmd_watch(int argc, char **argv)
 			   .dirfd = -1 };
 	char defdir[64], b[32], c[32];
 	const char *why = "interrupted";
-	uint64_t deadline;
+	uint64_t deadline, next_ns;
 	int rc;
 
 	if ((rc = parse_args(argc, argv, &w)))
@@ -461,6 +462,7 @@ int cmd_watch(int argc, char **argv)
 	       w.interval_ms, w.dir);
 	fflush(stdout);
 	w.t0_ns = ma_now_ns();
+	next_ns = w.t0_ns;
 	deadline = w.duration_s ? w.t0_ns + (uint64_t)w.duration_s * 1000000000ULL : 0;
 	while (!ma_interrupted) {
 		if ((rc = sample(&w))) {
@@ -478,7 +480,14 @@ int cmd_watch(int argc, char **argv)
 			why = "duration reached";
 			break;
 		}
-		pause_ms(w.interval_ms);
+		/* On a fixed schedule: a sample that ends past the next one's time is counted. */
+		next_ns += (uint64_t)w.interval_ms * 1000000ULL;
+		if (ma_now_ns() >= next_ns) {
+			w.behind++;
+			next_ns = ma_now_ns();
+		} else {
+			pause_ms((long)((next_ns - ma_now_ns()) / 1000000ULL));
+		}
 	}
 	fclose(w.csv);
 	if (write_chart(&w)) {
@@ -493,6 +502,17 @@ int cmd_watch(int argc, char **argv)
 		       w.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
 		       w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
 		       w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
+	if (why && w.behind)
+		printf("ran behind %u time%s: a sample took longer than --interval %ld ms (one "
+		       "every %.0f ms on average); a longer --interval keeps the schedule\n",
+		       w.behind, w.behind == 1 ? "" : "s", w.interval_ms,
+		       w.series.n ? (double)(ma_now_ns() - w.t0_ns) / 1e6 / (double)w.series.n : 0.0);
+	if (!rc && w.series.n && w.skipped == w.series.n) {
+		ma_cmd_error(w.cmd, MA_EXIT_FAIL, "no sample could read the allocator (%zu samples, "
+			     "each found no thread safe to borrow in %d ms); see 'memattach threads "
+			     "%d'", w.series.n, w.o.deadline_ms, w.pid);
+		rc = MA_E_NOSAFE;
+	}
 	ma_series_release(&w.series);
 	ma_live_end(&w.l);
 	close(w.dirfd);
