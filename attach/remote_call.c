@@ -2548,8 +2548,8 @@ int ma_session_close(struct ma_session *s)
 	return rc;
 }
 
-int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, struct ma_backtrace *bt,
-		      char *why, size_t whylen, bool *safe)
+int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
+		      struct ma_backtrace *bt, char *why, size_t whylen, bool *safe)
 {
 	struct ma_session s;
 	int rc;
@@ -2562,7 +2562,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, stru
 	s.status_fd = s.mem_fd = -1;
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
-	if ((rc = ma_runlock_acquire(t->pid, 5000, &waited, &lock)))
+	if ((rc = ma_runlock_acquire(t->pid, lock_ms, &waited, &lock)))
 		return rc;
 	if ((rc = ma_arch_state_alloc(&s.saved))) {
 		ma_runlock_release(&lock);

@@ -217,9 +217,10 @@ struct ma_thread_info;
 struct ma_backtrace;
 /*
  * Stop one thread just long enough to unwind it and judge it, then let it
- * go untouched.  *SAFE and WHY give the verdict.  0, or MA_E_PERM etc.
+ * go untouched.  *SAFE and WHY give the verdict.  LOCK_MS: how long to
+ * wait for another run's turn on the process.  0, or MA_E_PERM etc.
  */
-int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, struct ma_backtrace *bt,
-		      char *why, size_t whylen, bool *safe);
+int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
+		      struct ma_backtrace *bt, char *why, size_t whylen, bool *safe);
 
 #endif

@@ -17,7 +17,7 @@
 #include "safepoint.h"
 
 static const char usage_text[] =
-	"usage: memattach threads PID [--json]\n\n"
+	"usage: memattach threads PID [--json] [--tid TID] [--timeout MS] [--strict]\n\n"
 	"List the threads of PID with their state, the syscall they are blocked\n"
 	"in, their stack (unwound remotely, each thread stopped only while its\n"
 	"own stack is read), and whether memattach may borrow the thread for a\n"
@@ -28,11 +28,27 @@ static const char usage_text[] =
 	"memattach tries them: untimed waits, timed waits, uninterruptible,\n"
 	"running, waits a stop ends with EINTR (their wait issued again at once;\n"
 	"never with --strict but by --tid), jemalloc's background threads\n"
-	"(never); among\n"
-	"equals the one idle longest first, since borrowing it\n"
+	"(never); among equals the one idle longest first, since borrowing it\n"
 	"delays the least work (a serving thread that waits between requests has\n"
-	"just run).\n\n"
-	"  --json   machine-readable output\n";
+	"just run).  A thread in such a wait is never stopped to be looked at.\n\n"
+	"  --json         machine-readable output\n"
+	"  --tid TID      only that thread\n"
+	"  --timeout MS   wait up to MS for another memattach run on PID to end\n"
+	"                 (default 5000)\n"
+	"  --strict       accepted, as by the commands that borrow: threads never\n"
+	"                 stops a thread in such a wait\n";
+
+/* --tid: keep only thread TID of TI (MA_E_NOPROC if PID has none such). */
+static int keep_only(struct ma_thread_info *ti, size_t *n, pid_t tid, pid_t pid)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (ti[i].tid == tid) {
+			ti[0] = ti[i];
+			*n = 1;
+			return 0;
+		}
+	return ma_fail(MA_E_NOPROC, "process %d has no thread %d", pid, tid);
+}
 
 static void describe_syscall(long nr, char *buf, size_t len)
 {
@@ -174,9 +190,10 @@ int cmd_threads(int argc, char **argv)
 	int rc;
 
 	const struct ma_arg opts[] = { { "--json", NULL, MA_ARG_FLAG, &json }, { NULL } };
+	struct ma_session_opts o = { .deadline_ms = 5000 };
 
 	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &pid })))
+								.opts = opts, .pid = &pid, .live = &o })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
@@ -184,13 +201,16 @@ int cmd_threads(int argc, char **argv)
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
 	if ((rc = ma_live_open(&l, pid)) || (rc = ma_list_threads(pid, &ti, &n)))
 		goto out;
+	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
+		goto out;
 	if (!(r = calloc(n ? n : 1, sizeof(*r)))) {
 		rc = ma_fail(MA_E_NOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
 		r[i].ti = ti[i];
-		rc = ma_inspect_thread(&l.t, &ti[i], &r[i].bt, r[i].why, sizeof(r[i].why), &r[i].safe);
+		rc = ma_inspect_thread(&l.t, &ti[i], o.deadline_ms, &r[i].bt, r[i].why,
+				       sizeof(r[i].why), &r[i].safe);
 		if (rc == MA_E_PERM || rc == MA_E_TRACED)
 			break;
 		if (rc) {
