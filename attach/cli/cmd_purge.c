@@ -112,6 +112,31 @@ static void print_json(const struct purge_result *r)
 	ma_json_end(&j);
 }
 
+/*
+ * What the deltas mean: a purge returns unused whole pages (dirty, muzzy)
+ * and nothing else; zero deltas most often mean there were none (decay or
+ * background threads had returned them), and slab waste is never returned.
+ */
+static void print_meaning(const struct purge_result *r)
+{
+	const struct ma_headline *b = &r->before.h;
+	char w[40], u[40];
+
+	if (!b->have_pages)
+		return;
+	ma_fmt_bytes(w, sizeof(w), b->slab_waste);
+	ma_fmt_bytes(u, sizeof(u), b->dirty + b->muzzy);
+	if (b->dirty + b->muzzy == 0)
+		printf("\nnothing to return: dirty and muzzy were already 0\n(%s).\n",
+		       r->before.st.background_thread ? "jemalloc's background threads return them as "
+							"they decay"
+						      : "decay had returned them");
+	else
+		printf("\n%s of unused pages (dirty + muzzy) were there to return.\n", u);
+	printf("Slab waste (%s, free space inside live slabs) is not something a purge\n"
+	       "returns: see 'memattach bins'.\n", w);
+}
+
 static void print_table(const struct purge_result *r)
 {
 	char a[40], b[40], d[40];
@@ -129,6 +154,7 @@ static void print_table(const struct purge_result *r)
 		       ma_fmt_signed_bytes(d, sizeof(d), y - x, true),
 		       metrics[k].what);
 	}
+	print_meaning(r);
 	printf("\nthe purge call held thread %d for %.3f ms (%.3f ms in all, with the readings)\n",
 	       r->tid, r->purge_ns / 1e6, r->held_ns / 1e6);
 }

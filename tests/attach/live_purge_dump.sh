@@ -4,7 +4,7 @@
 # namespace (nothing left behind, the dump names the fixture's peak site),
 # on a target without prof (exact MALLOC_CONF), and with an unwritable -o.
 . "$(dirname "$0")/../lib.sh"
-plan 32
+plan 33
 
 [ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
 PROF_CONF=prof:true,prof_active:true,prof_final:false
@@ -29,6 +29,9 @@ check "purge: resident = active + dirty + metadata_resident, outside = rss - res
 check "purge: the purge time is reported" py "assert d['purge_ns'] > 0 and d['held_ns'] >= d['purge_ns']"
 "$MA" purge $FIX_PID >"$TMP/purge.txt"
 check "purge table shows before/after/delta" grep -q '^resident .*before\|^ *before *after *delta' "$TMP/purge.txt"
+# the second purge, just after the first: what it found to return, and that slab waste stays
+check "purge says what there was to return, and that slab waste is not returned ($(tail -4 "$TMP/purge.txt" | head -2 | tr '\n' ' '))" \
+	bash -c "grep -q 'nothing to return: dirty and muzzy were already 0\|of unused pages (dirty + muzzy) were there to return' '$TMP/purge.txt' && grep -q 'is not something a purge' '$TMP/purge.txt'"
 v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
 check "bigfree fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $FIX_PID $FIX_FD
