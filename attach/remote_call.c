@@ -513,8 +513,9 @@ static int skip_self_deadlock(struct ma_session *s)
 	}
 	s->at_marker = false;
 	return ma_fail(MA_E_JEMALLOC,
-		       "the call in thread %d would wait for a lock that thread itself holds (it "
-		       "was inside fork() or similar); the call was given up and the thread restored",
+		       "the call in thread %d would wait for a jemalloc lock that thread itself "
+		       "holds (as one does inside fork(), or in a handler that interrupted "
+		       "jemalloc); the call was given up and the thread restored",
 		       s->tid);
 }
 
@@ -1072,8 +1073,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 * thread that was slow to stop, or exits): try again.
 			 */
 			if (st.tracer == getpid()) {
-				snprintf(why, whylen, "did not stop yet when this run tried it before "
-					 "(an uninterruptible wait)");
+				snprintf(why, whylen, "had not come to its stop yet when this run tried "
+					 "it before (in the kernel, or waiting for CPU)");
 				return MA_E_NOSAFE;
 			}
 			if (st.tracer && (ma_is_memattach(st.tracer) ||
