@@ -119,18 +119,25 @@ static bool stale_temp_of(const char *entry, const char *name)
 	return end != p && *end == '.' && !memattach_alive((pid_t)pid);
 }
 
+/* A listing of the folder FD, on a descriptor of its own (FD stays open); or NULL. */
+static DIR *open_listing(int fd)
+{
+	int scan = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	DIR *dh = scan >= 0 ? fdopendir(scan) : NULL;
+
+	if (!dh && scan >= 0)
+		close(scan);
+	return dh;
+}
+
 /* Remove this user's plain files in the folder FD (a folder of ours). */
 static void remove_own_files(int fd)
 {
-	int scan = dup(fd);
-	DIR *dh = scan >= 0 ? fdopendir(scan) : NULL;
+	DIR *dh = open_listing(fd);
 	struct dirent *d;
 
-	if (!dh) {
-		if (scan >= 0)
-			close(scan);
+	if (!dh)
 		return;
-	}
 	while ((d = readdir(dh))) {
 		struct stat sb;
 
@@ -176,15 +183,11 @@ void ma_outdir_remove(int parentfd, const char *name)
 
 void ma_remove_stale_temps_at(int dirfd, const char *name)
 {
-	int scan = dup(dirfd);
-	DIR *dh = scan >= 0 ? fdopendir(scan) : NULL;
+	DIR *dh = open_listing(dirfd);
 	struct dirent *d;
 
-	if (!dh) {
-		if (scan >= 0)
-			close(scan);
+	if (!dh)
 		return;
-	}
 	while ((d = readdir(dh))) {
 		struct stat sb;
 
