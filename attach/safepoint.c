@@ -624,8 +624,16 @@ static uint64_t idle_ns(pid_t pid, pid_t tid, int cpu, struct clock_ref *ref, ui
 	read_sched(path, &t);
 	if (t.exec_start_ms < 0 || read_stat(pid, tid, buf, sizeof(buf)) != 0 || stat_cpu(buf) != cpu)
 		return 0;
-	/* It ran after our reading of the clock: it has just begun to wait. */
-	idle = c->sched_ms > t.exec_start_ms ? (uint64_t)((c->sched_ms - t.exec_start_ms) * 1e6) : 0;
+	/*
+	 * It ran after our reading of the clock: it has just begun to wait,
+	 * at a time we cannot tell (after that reading).  No start then: a
+	 * start at the reading would make the wait seem older than it is,
+	 * and a wait issued again with "what remained" would end early (an
+	 * outside attack saw a 30 ms epoll_wait return after 4.4 ms).
+	 */
+	if (c->sched_ms <= t.exec_start_ms)
+		return 0;
+	idle = (uint64_t)((c->sched_ms - t.exec_start_ms) * 1e6);
 	/*
 	 * The scheduler's clock and CLOCK_MONOTONIC (NTP-slewed) run at rates
 	 * up to a few hundred ppm apart: 27 us over 200 ms made a wait seem to
