@@ -32,15 +32,7 @@ static const char usage_text[] =
 	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
 	"  --json          all bins in bin order, sizes in bytes\n"
 	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
-	"  --tid TID       borrow this thread (still refused if unsafe; one that\n"
-	"                  never called into jemalloc is borrowed: that creates its\n"
-	"                  allocator state: a tcache, and perhaps an arena and a\n"
-	"                  jemalloc background thread)\n"
-	"  --strict      never stop a thread blocked in epoll_wait and the like\n"
-	"                (by default one is borrowed when no better thread exists:\n"
-	"                its wait is issued again at once; only a memattach killed\n"
-	"                within microseconds of that stop leaves it an EINTR, as a\n"
-	"                SIGSTOP would)\n"
+	MA_HELP_TID_STRICT
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)

@@ -60,15 +60,7 @@ static const char usage_text[] =
 	"  all:\n"
 	"  --json           machine-readable output (sizes in bytes)\n"
 	"  --timeout MS     give up finding a thread safe to borrow after MS (2000)\n"
-	"  --tid TID        borrow this thread (still refused if unsafe; one that\n"
-	"                   never called into jemalloc is borrowed: that creates its\n"
-	"                   allocator state: a tcache, and perhaps an arena and a\n"
-	"                   jemalloc background thread)\n"
-	"  --strict      never stop a thread blocked in epoll_wait and the like\n"
-	"                (by default one is borrowed when no better thread exists:\n"
-	"                its wait is issued again at once; only a memattach killed\n"
-	"                within microseconds of that stop leaves it an EINTR, as a\n"
-	"                SIGSTOP would)\n"
+	MA_HELP_TID_STRICT
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8

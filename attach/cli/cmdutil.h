@@ -93,4 +93,19 @@ struct ma_live_cmd {
 };
 int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 
+/*
+ * The help of the options every command that borrows a thread takes
+ * (after its own --timeout line, whose default differs).
+ */
+#define MA_HELP_TID_STRICT                                                          \
+	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
+	"                never called into jemalloc is borrowed: that creates its\n"  \
+	"                allocator state: a tcache, and perhaps an arena and a\n"    \
+	"                jemalloc background thread)\n"                              \
+	"  --strict      never stop a thread blocked in epoll_wait and the like\n"   \
+	"                (by default one is borrowed when no better thread exists:\n" \
+	"                its wait is issued again at once; only a memattach killed\n" \
+	"                within microseconds of that stop leaves it an EINTR, as a\n" \
+	"                SIGSTOP would)\n"
+
 #endif
