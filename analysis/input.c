@@ -149,8 +149,12 @@ int ma_walk_trusted(int at, const char *path, bool dir, int *links, char *untrus
 		return -1;
 	}
 	snprintf(buf, sizeof(buf), "%s", path);
-	fd = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)
-			    : fcntl(at, F_DUPFD_CLOEXEC, 0);
+	if (path[0] == '/')
+		fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	else if (at == AT_FDCWD)
+		fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	else
+		fd = fcntl(at, F_DUPFD_CLOEXEC, 0);
 	for (comp = strtok_r(buf, "/", &save); fd >= 0 && comp; comp = next_comp) {
 		char target[4096];
 		struct stat st;
@@ -190,11 +194,40 @@ int ma_walk_trusted(int at, const char *path, bool dir, int *links, char *untrus
 	return fd;
 }
 
+int ma_open_trusted(const char *path, bool dir)
+{
+	char untrusted[300] = "";
+	int links = 0, p = ma_walk_trusted(AT_FDCWD, path, dir, &links, untrusted, sizeof(untrusted));
+
+	if (p >= 0)
+		return p;
+	return untrusted[0] ? ma_fail(MA_E_PERM, "cannot open '%s': memattach does not follow %s, "
+				      "which another user could point anywhere", path, untrusted)
+			    : ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
+}
+
+/*
+ * The very file behind P (an O_PATH descriptor, closed here) opened for
+ * reading, not its path again (which may have changed since); fd or -1.
+ * O_NONBLOCK: a FIFO without a writer must not make the open wait.
+ */
+static int reopen_for_reading(int p)
+{
+	char self[64];
+	int fd, e;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
+	fd = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	e = errno;
+	close(p);
+	errno = e;
+	return fd;
+}
+
 /* P (O_PATH, closed here) reopened for reading if it is a regular file; fd or -1. */
 static int reopen_regular(int p)
 {
 	struct stat before, after;
-	char self[64];
 	int fd, e;
 
 	if (fstat(p, &before) != 0 || !S_ISREG(before.st_mode)) {
@@ -202,11 +235,8 @@ static int reopen_regular(int p)
 		errno = EINVAL;
 		return -1;
 	}
-	/* Reopen the very inode looked at (not the path again, which may have changed). */
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
-	fd = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	fd = reopen_for_reading(p);
 	e = errno;
-	close(p);
 	if (fd >= 0 && (fstat(fd, &after) != 0 || after.st_ino != before.st_ino ||
 			after.st_dev != before.st_dev)) {
 		close(fd);
@@ -228,14 +258,10 @@ int ma_open_regular(int dirfd, const char *path, bool in_root)
 		p = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 	} else {
 		/* Links of other users are not followed (a /tmp swap to a root-only file). */
-		char untrusted[300] = "";
-		int links = 0, at = dirfd == AT_FDCWD ? open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)
-							: dirfd;
+		char untrusted[300];
+		int links = 0;
 
-		p = at >= 0 ? ma_walk_trusted(at, path, false, &links, untrusted, sizeof(untrusted))
-			    : -1;
-		if (dirfd == AT_FDCWD && at >= 0)
-			close(at);
+		p = ma_walk_trusted(dirfd, path, false, &links, untrusted, sizeof(untrusted));
 	}
 	return p < 0 ? -1 : reopen_regular(p);
 }
@@ -252,24 +278,15 @@ int ma_open_regular_proc_link(const char *path)
  * PATH opened for reading, its links followed only if root's or this
  * user's (an input in another user's folder swapped for a link to a
  * root-only file would have been read, and its first line quoted in the
- * error).  O_NONBLOCK: opening a FIFO that has no writer must not wait.
+ * error).
  */
 static int open_input(const char *path)
 {
-	char untrusted[300] = "", self[64];
-	int links = 0, here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), p, fd;
+	int p = ma_open_trusted(path, false), fd;
 
-	p = here >= 0 ? ma_walk_trusted(here, path, false, &links, untrusted, sizeof(untrusted)) : -1;
-	if (here >= 0)
-		close(here);
 	if (p < 0)
-		return untrusted[0] ? ma_fail(MA_E_PERM, "cannot open '%s': memattach does not follow "
-					      "%s, which another user could point anywhere",
-					      path, untrusted)
-				    : ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
-	fd = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	close(p);
+		return p;
+	fd = reopen_for_reading(p);
 	return fd >= 0 ? fd : ma_fail(MA_E_IO, "cannot open '%s': %s", path, strerror(errno));
 }
 

@@ -300,8 +300,9 @@ static void open_as_owner(const struct ma_sym_opts *o, bool on)
 	if (!o->open_as)
 		return;
 	if (on) {
+		/* groups restored only if read (more than 256: left as they are) */
 		nsaved = getgroups(256, saved);
-		if (setgroups(1, &o->as_gid) != 0)
+		if (nsaved >= 0 && setgroups(1, &o->as_gid) != 0)
 			nsaved = -1;
 		setfsgid(o->as_gid);
 		setfsuid(o->as_uid);

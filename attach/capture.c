@@ -25,8 +25,6 @@
 #include "targetfd.h"
 
 #define PROF_DUMP_TIMEOUT_MS 60000
-#define MFD_CLOEXEC_FLAG 1U
-#define MFD_ALLOW_SEALING_FLAG 2U
 /* A bound on what one dump may put on disk: far above any real profile. */
 #define MAX_DUMP_BYTES ((size_t)4 << 30)
 
@@ -136,7 +134,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	if ((rc = ma_mem_write(s->t->proc_pid, a_name, name, sizeof(name))))
 		return rc;
 	{
-		uint64_t args[2] = { a_name, MFD_CLOEXEC_FLAG | MFD_ALLOW_SEALING_FLAG };
+		uint64_t args[2] = { a_name, MA_MEMFD_FLAGS };
 
 		if ((rc = ma_session_syscall(s, SYS_memfd_create, args, 2, &fd)))
 			return rc;

@@ -25,8 +25,6 @@
 extern const unsigned char ma_agent_so[];
 extern const unsigned long ma_agent_so_len;
 
-#define MFD_CLOEXEC_FLAG 1U
-#define MFD_ALLOW_SEALING_FLAG 2U
 #define RTLD_NOW_FLAG 2
 #define DLOPEN_TIMEOUT_MS 10000
 #define QUERY_TIMEOUT_MS 30000
@@ -151,7 +149,7 @@ static int write_agent_memfd(struct ma_session *s, uint64_t *fd)
 	if ((rc = ma_mem_write(s->t->proc_pid, a_name, name, sizeof(name))))
 		return rc;
 	args[0] = a_name;
-	args[1] = MFD_CLOEXEC_FLAG | MFD_ALLOW_SEALING_FLAG;
+	args[1] = MA_MEMFD_FLAGS;
 	if ((rc = ma_session_syscall(s, SYS_memfd_create, args, 2, fd)))
 		return rc;
 	if ((int64_t)*fd < 0)
@@ -194,7 +192,7 @@ static void target_dlerror(struct ma_session *s, char *msg, size_t len)
 static int check_dlopen_syscalls(struct ma_session *s)
 {
 	struct ma_sc_query q[] = {
-		{ SYS_memfd_create, { 0, MFD_CLOEXEC_FLAG | MFD_ALLOW_SEALING_FLAG, 0, 0, 0, 0 }, 0,
+		{ SYS_memfd_create, { 0, MA_MEMFD_FLAGS, 0, 0, 0, 0 }, 0,
 		  "memfd_create (the agent)" },
 		{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC, 0, 0, 0 }, 0,
 		  "openat (dlopen)" },

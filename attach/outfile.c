@@ -61,20 +61,10 @@ static void random_suffix(char out[7])
 
 int ma_open_dir_trusted(const char *path)
 {
-	char untrusted[300] = "";
-	int links = 0, here, walked, fd;
+	int walked = ma_open_trusted(path, true), fd;
 
-
-	if ((here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return ma_fail(MA_E_IO, "cannot open the current folder: %s", strerror(errno));
-	walked = ma_walk_trusted(here, path, true, &links, untrusted, sizeof(untrusted));
-	close(here);
 	if (walked < 0)
-		return untrusted[0] ? ma_fail(MA_E_PERM, "'%s': memattach does not follow %s, which "
-					      "another user could point anywhere; name the folder "
-					      "itself", path, untrusted)
-				    : ma_fail(MA_E_IO, "cannot open the folder '%s': %s", path,
-					      strerror(errno));
+		return walked;
 	/* A real descriptor (readdir needs one), of the very folder walked to. */
 	fd = openat(walked, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	close(walked);

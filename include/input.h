@@ -42,7 +42,7 @@ int ma_open_regular(int dirfd, const char *path, bool in_root);
 /* The same for a /proc magic link (map_files, fd): the kernel's link, followed. */
 int ma_open_regular_proc_link(const char *path);
 /*
- * Resolve PATH from the folder AT, one component at a time, following a
+ * Resolve PATH from the folder AT (or AT_FDCWD), one component at a time, following a
  * symbolic link only if root or this user owns it (another user's link,
  * in a folder it can write, could point anywhere root can read or
  * write).  DIR: PATH must be a folder.  An O_PATH descriptor, or -1 with
@@ -50,6 +50,8 @@ int ma_open_regular_proc_link(const char *path);
  * *LINKS counts the links followed (start at 0).
  */
 int ma_walk_trusted(int at, const char *path, bool dir, int *links, char *untrusted, size_t len);
+/* ma_walk_trusted from the current folder, with a message when it fails: O_PATH fd or MA_E_*. */
+int ma_open_trusted(const char *path, bool dir);
 
 /* Bounds for the inputs memattach reads: far above any real one. */
 #define MA_MAX_HEAP_DUMP (16ULL << 30)

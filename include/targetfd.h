@@ -15,6 +15,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* memfd_create flags for a memfd to take: MFD_CLOEXEC | MFD_ALLOW_SEALING. */
+#define MA_MEMFD_FLAGS 3U
+
 /*
  * Take descriptor TARGET_FD of process PID and check that it is a memfd
  * named NAME made with MFD_ALLOW_SEALING and no seal yet (no other kind

@@ -120,24 +120,25 @@ struct exporter {
 	bool strict;
 	bool once;
 	enum ma_om_format once_format;
-	/* failures so far, by pid (a counter must not reset between scrapes) */
-	pid_t fail_pid[MAX_TARGETS];
-	uint64_t fail_n[MAX_TARGETS];
-	bool fail_last[MAX_TARGETS]; /* the last scrape of that pid failed */
-	size_t nfail;
+	/* what past scrapes saw, by pid (a counter must not reset between scrapes) */
+	struct target_record {
+		pid_t pid;
+		uint64_t failures;
+		bool failed_last; /* the last scrape of that pid failed */
+	} records[MAX_TARGETS];
+	size_t nrecords;
 };
 
-static uint64_t *failures_of(struct exporter *e, pid_t pid)
+/* PID's record, made on first sight; NULL once the table is full. */
+static struct target_record *record_of(struct exporter *e, pid_t pid)
 {
-	for (size_t i = 0; i < e->nfail; i++)
-		if (e->fail_pid[i] == pid)
-			return &e->fail_n[i];
-	if (e->nfail == MAX_TARGETS)
+	for (size_t i = 0; i < e->nrecords; i++)
+		if (e->records[i].pid == pid)
+			return &e->records[i];
+	if (e->nrecords == MAX_TARGETS)
 		return NULL;
-	e->fail_pid[e->nfail] = pid;
-	e->fail_n[e->nfail] = 0;
-	e->fail_last[e->nfail] = false;
-	return &e->fail_n[e->nfail++];
+	e->records[e->nrecords] = (struct target_record){ .pid = pid };
+	return &e->records[e->nrecords++];
 }
 
 /* The targets of this scrape: --pid as given, or --match resolved now. */
@@ -156,37 +157,24 @@ static size_t resolve(struct exporter *e, pid_t *out)
 	return n;
 }
 
-/* Did the last scrape of PID fail? */
-static bool failed_last(const struct exporter *e, pid_t pid)
-{
-	for (size_t i = 0; i < e->nfail; i++)
-		if (e->fail_pid[i] == pid)
-			return e->fail_last[i];
-	return false;
-}
-
-static void set_failed_last(struct exporter *e, pid_t pid, bool failed)
-{
-	for (size_t i = 0; i < e->nfail; i++)
-		if (e->fail_pid[i] == pid)
-			e->fail_last[i] = failed;
-}
-
 /*
  * Targets that answered last time first: any user can start processes a
  * --match selects, and one that never lets a thread be borrowed costs a
  * whole --timeout; behind the budget, such ones can no longer keep the
  * others from being read.
  */
-static void order_targets(const struct exporter *e, pid_t *pids, size_t n)
+static void order_targets(struct exporter *e, pid_t *pids, size_t n)
 {
 	size_t k = 0;
 	pid_t tmp[MAX_TARGETS];
 
 	for (int pass = 0; pass < 2; pass++)
-		for (size_t i = 0; i < n; i++)
-			if (failed_last(e, pids[i]) == (pass == 1))
+		for (size_t i = 0; i < n; i++) {
+			const struct target_record *r = record_of(e, pids[i]);
+
+			if ((r && r->failed_last) == (pass == 1))
 				tmp[k++] = pids[i];
+		}
 	memcpy(pids, tmp, n * sizeof(pid_t));
 }
 
@@ -204,7 +192,7 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 		struct ma_session_opts o = { .deadline_ms = left_ms < e->deadline_ms ? (int)left_ms
 										 : e->deadline_ms,
 					     .strict = e->strict };
-		uint64_t *fails = failures_of(e, pids[i]);
+		struct target_record *r = record_of(e, pids[i]);
 		int rc;
 
 		memset(&t[i], 0, sizeof(t[i]));
@@ -221,11 +209,12 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
 			ma_err_clear();
 			(*failed)++;
-			if (fails)
-				(*fails)++;
 		}
-		set_failed_last(e, pids[i], rc != 0);
-		t[i].failures = fails ? *fails : 0;
+		if (r) {
+			r->failures += rc != 0;
+			r->failed_last = rc != 0;
+		}
+		t[i].failures = r ? r->failures : 0;
 	}
 	return n;
 }
@@ -783,13 +772,24 @@ static int run_server(struct exporter *e)
 	return MA_EXIT_OK;
 }
 
+/* The milliseconds after option ARGV[I] into *OUT; 0, or a usage error. */
+static int parse_ms(char **argv, int i, int *out)
+{
+	long v;
+
+	if (!ma_parse_long(argv[i + 1], &v) || v <= 0 || v > 600000)
+		return ma_usage_error(argv[0], "%s '%s': expected milliseconds, 1 to 600000", argv[i],
+				      argv[i + 1]);
+	*out = (int)v;
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, struct exporter *e)
 {
 	const char *format = NULL;
+	int rc;
 
 	for (int i = 1; i < argc; i++) {
-		long v;
-
 		if (ma_is_help(argv[i])) {
 			fputs(usage_text, stdout);
 			return -1;
@@ -804,17 +804,11 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 		} else if (strcmp(argv[i], "--match") == 0 && i + 1 < argc) {
 			e->match = argv[++i];
 		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-			if (!ma_parse_long(argv[i + 1], &v) || v <= 0 || v > 600000)
-				return ma_usage_error(argv[0], "--timeout '%s': expected milliseconds, "
-							       "1 to 600000", argv[i + 1]);
-			e->deadline_ms = (int)v;
-			i++;
+			if ((rc = parse_ms(argv, i++, &e->deadline_ms)))
+				return rc;
 		} else if (strcmp(argv[i], "--scrape-timeout") == 0 && i + 1 < argc) {
-			if (!ma_parse_long(argv[i + 1], &v) || v <= 0 || v > 600000)
-				return ma_usage_error(argv[0], "--scrape-timeout '%s': expected "
-							       "milliseconds, 1 to 600000", argv[i + 1]);
-			e->budget_ms = (int)v;
-			i++;
+			if ((rc = parse_ms(argv, i++, &e->budget_ms)))
+				return rc;
 		} else if (strcmp(argv[i], "--once") == 0) {
 			e->once = true;
 		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
