@@ -38,6 +38,7 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 {
 	int rc;
 
+	ma_run_deadline_set(o->run_ms); /* the run starts here */
 	if ((rc = ma_live_open(l, pid)) || (prep && (rc = prep(&l->t, ctx))) ||
 	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
@@ -63,5 +64,6 @@ int ma_live_end(struct ma_live *l)
 	if (l->open)
 		ma_target_release(&l->t);
 	l->open = false;
+	ma_run_deadline_set(0);
 	return rc;
 }

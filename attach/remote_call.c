@@ -36,7 +36,9 @@
 #include <dirent.h>
 
 #include "ma_error.h"
+#include "holdprio.h"
 #include "remote.h"
+#include "runclock.h"
 #include "agent_abi.h"
 #include "runlock.h"
 #include "safepoint.h"
@@ -134,14 +136,6 @@ void ma_install_signal_guards(void)
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &set, NULL);
-}
-
-uint64_t ma_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 /*
@@ -880,6 +874,7 @@ static void release_untouched(struct ma_session *s, int sig)
 {
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
 	s->seized = false;
+	ma_hold_priority_drop();
 }
 
 /*
@@ -1015,7 +1010,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	bool reissued = false;
 	uint64_t wait_began_ns = 0, wait_nvcsw = 0;
 	struct ma_thread_info now;
-	int status, rc, sig;
+	int status, rc, sig, stop_ms;
 
 	close_fd(&s->status_fd); /* the previous candidate's */
 	s->early_seccomp_mode = -1;
@@ -1060,7 +1055,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_began_ns = now.wait_began_ns;
 		wait_nvcsw = now.nvcsw;
 	}
+	stop_ms = ma_run_ms_left(1000);
+	if (stop_ms == 0)
+		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
+			       "stopped", ti->tid);
+	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
+	ma_hold_priority_raise();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+		ma_hold_priority_drop();
 		if (errno == EPERM) {
 			struct ma_proc_status st;
 
@@ -1107,7 +1109,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	 * any time, in a hold as well.
 	 */
 	s->early_seccomp_mode = s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : -1;
-	rc = peek_stop(ti->tid, &status, 1000);
+	rc = peek_stop(ti->tid, &status, stop_ms);
 	/* A signal on its way in: handed back still unreported (peek_stop). */
 	if (rc == 0 && is_signal_stop(status)) {
 		snprintf(why, whylen, "a signal (%d) was being delivered to it", WSTOPSIG(status));
@@ -1117,7 +1119,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if (rc == 0)
 		rc = wait_stop(ti->tid, &status, 1000);
 	if (rc == MA_E_TIMEOUT) {
-		snprintf(why, whylen, "did not stop within 1 s");
+		snprintf(why, whylen, "did not stop within %s", stop_ms < 1000 ? "the run's --timeout"
+										 : "1 s");
 		return MA_E_TIMEOUT; /* still seized; the caller keeps trying others */
 	}
 	if (rc)
@@ -1267,7 +1270,7 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
-	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
+	uint64_t deadline = ma_now_ns() + (uint64_t)ma_run_ms_left(o->deadline_ms) * 1000000ULL;
 	char why[256] = "", last[400] = "no thread found", who[80] = "";
 	bool seen = false;
 
@@ -2150,10 +2153,13 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 {
 	struct user_regs_struct r = s->saved.regs;
 	uint64_t retaddr = s->stub;
-	int rc;
+	int rc, cut_ms;
 
 	if (!s->seized || !s->mapped || s->abandoned)
 		return ma_fail(MA_E_INTERNAL, "no session");
+	/* A call is never started that the run's --timeout leaves no time to wait for. */
+	if ((cut_ms = ma_run_ms_left(timeout_ms)) == 0)
+		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before the call");
 	rc = ma_mem_write(s->t->proc_pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
@@ -2165,7 +2171,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	s->ncalls++;
 	s->at_marker = false;
 	test_kill_point("call");
-	rc = run_until(s, GOAL_CALL, timeout_ms, &r);
+	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {
 		s->at_marker = true;
 		test_kill_point("marker");
@@ -2177,6 +2183,10 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		 * jemalloc; it finishes and restores itself through the stub.
 		 */
 		s->abandoned = true;
+		if (cut_ms < timeout_ms)
+			return ma_fail(MA_E_TIMEOUT,
+				       "the run's --timeout ran out during the call in thread %d; "
+				       "the thread was left to finish it and restore itself", s->tid);
 		return ma_fail(MA_E_TIMEOUT,
 			       "the call in thread %d did not return within %d ms; the thread was "
 			       "left to finish it and restore itself",
@@ -2538,6 +2548,7 @@ int ma_session_close(struct ma_session *s)
 	if (s->t_stop_ns)
 		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	s->t_stop_ns = 0;
+	ma_hold_priority_drop(); /* the hold is over */
 	if (s->gave_back_by_stub)
 		restore_stub_when_left(s); /* after the hold */
 	close_fd(&s->status_fd);
@@ -2579,6 +2590,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
 		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
 	}
+	ma_hold_priority_drop();
 	close_fd(&s.status_fd);
 	ma_arch_state_free(&s.saved);
 	end_turn(&lock);

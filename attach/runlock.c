@@ -15,6 +15,7 @@
 
 #include "ma_error.h"
 #include "remote.h"
+#include "runclock.h"
 #include "runlock.h"
 #include "target.h"
 
@@ -82,7 +83,10 @@ static int lock_busy_error(pid_t pid, int deadline_ms)
 
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
 {
-	uint64_t t0 = ma_now_ns(), deadline = t0 + (uint64_t)deadline_ms * 1000000ULL;
+	uint64_t t0 = ma_now_ns(), deadline;
+
+	deadline_ms = ma_run_ms_left(deadline_ms);
+	deadline = t0 + (uint64_t)deadline_ms * 1000000ULL;
 	char path[64];
 
 	*waited_ns = 0;

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "arch.h"
+#include "runclock.h"
 #include "runlock.h"
 #include "target.h"
 
@@ -143,6 +144,11 @@ struct ma_session_opts {
 	 */
 	pid_t prefer_tid;
 	int deadline_ms; /* for finding a safe thread */
+	/*
+	 * --timeout given: the whole run's bound (runclock.h), from
+	 * ma_live_begin to the thread given back; 0: each wait its own.
+	 */
+	int run_ms;
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */
 };
@@ -211,7 +217,6 @@ extern volatile sig_atomic_t ma_interrupted;
 /* Install handlers that only set ma_interrupted, so every exit path detaches. */
 void ma_install_signal_guards(void);
 
-uint64_t ma_now_ns(void);
 
 struct ma_thread_info;
 struct ma_backtrace;

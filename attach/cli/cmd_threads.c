@@ -199,6 +199,7 @@ int cmd_threads(int argc, char **argv)
 		return ma_usage_error(argv[0], "a PID is required");
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
+	ma_run_deadline_set(o.run_ms);
 	if ((rc = ma_live_open(&l, pid)) || (rc = ma_list_threads(pid, &ti, &n)))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))

@@ -204,7 +204,7 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 	long v;
 
 	if (strcmp(arg, "--timeout") == 0 && ma_parse_long(val, &v) && v <= 600000) {
-		o->deadline_ms = (int)v;
+		o->deadline_ms = o->run_ms = (int)v;
 		++*i;
 		return true;
 	}

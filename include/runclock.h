@@ -1,0 +1,25 @@
+/*
+ * runclock.h - the monotonic clock, and the bound of a whole run.
+ *
+ * A live command's --timeout bounds the whole run: waiting for another
+ * run's turn, finding a safe thread, each stop and each call.  The attach
+ * core asks how much of it is left before every wait, so no wait can
+ * outlast it (a call cut short is abandoned the safe way: the thread
+ * finishes it and restores itself through the stub).
+ */
+#ifndef MA_RUNCLOCK_H
+#define MA_RUNCLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+uint64_t ma_now_ns(void);
+
+/* The run ends within MS from now; 0: no bound but each wait's own. */
+void ma_run_deadline_set(int ms);
+/* WANT_MS, or less when the run's bound comes sooner (0 once it has passed). */
+int ma_run_ms_left(int want_ms);
+/* The run's bound has passed. */
+bool ma_run_deadline_passed(void);
+
+#endif
