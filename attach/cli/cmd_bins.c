@@ -31,7 +31,9 @@ static const char usage_text[] =
 	"                  rather than a lower bound\n"
 	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
 	"  --json          all bins in bin order, sizes in bytes\n"
-	"  --timeout MS    give up finding a thread safe to borrow after MS (2000)\n"
+	"  --timeout MS    end the whole run within MS: the wait for its turn,\n"
+	"                  finding a thread, its calls (default: 2000 to find one,\n"
+	"                  then each call its own limit)\n"
 	MA_HELP_TID_STRICT
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 

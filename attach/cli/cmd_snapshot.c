@@ -44,7 +44,9 @@ static const char usage_text[] =
 	"                set prof.active=true first; without it the heap profile of\n"
 	"                an inactive profiler is said to be (nearly) empty, in the\n"
 	"                output and in manifest.json's heap_note\n"
-	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
+	"                finding a thread, its calls (default: 2000 to find one,\n"
+	"                then each call its own limit)\n"
 	MA_HELP_TID_STRICT
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 

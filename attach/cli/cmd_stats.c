@@ -34,7 +34,9 @@ static const char usage_text[] =
 	"  --format openmetrics\n"
 	"                the metrics 'memattach export' serves, for this process\n"
 	"                (OpenMetrics text, as Prometheus scrapes it)\n"
-	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
+	"                finding a thread, its calls (default: 2000 to find one,\n"
+	"                then each call its own limit)\n"
 	MA_HELP_TID_STRICT;
 
 struct stats_result {

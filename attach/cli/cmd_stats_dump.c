@@ -25,7 +25,9 @@ static const char usage_text[] =
 	"appears only when complete.  Note: jemalloc counts its own 64 KiB print\n"
 	"buffer in the numbers it prints.\n\n"
 	"  -o FILE       output file (required)\n"
-	"  --timeout MS  give up finding a thread safe to borrow after MS (2000)\n"
+	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
+	"                finding a thread, its calls (default: 2000 to find one,\n"
+	"                then each call its own limit)\n"
 	MA_HELP_TID_STRICT
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 

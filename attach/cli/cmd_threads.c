@@ -33,8 +33,8 @@ static const char usage_text[] =
 	"just run).  A thread in such a wait is never stopped to be looked at.\n\n"
 	"  --json         machine-readable output\n"
 	"  --tid TID      only that thread\n"
-	"  --timeout MS   wait up to MS for another memattach run on PID to end\n"
-	"                 (default 5000)\n"
+	"  --timeout MS   end the whole run within MS (default: each thread's look\n"
+	"                 waits up to 5000 for another memattach run on PID to end)\n"
 	"  --strict       accepted, as by the commands that borrow: threads never\n"
 	"                 stops a thread in such a wait\n";
 

@@ -54,8 +54,9 @@ static const char usage_text[] =
 	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
 	"                 process itself reads as its peak (VmHWM, getrusage's\n"
 	"                 ru_maxrss)\n"
-	"  --timeout MS   per sample, give up finding a thread safe to borrow\n"
-	"                 after MS (500; the sample is kept without allocator stats)\n"
+	"  --timeout MS   end each sample's run (a reading, or a heap dump) within\n"
+	"                 MS (default: 500 to find a thread; a sample that finds\n"
+	"                 none is kept without allocator stats)\n"
 	MA_HELP_TID_STRICT
 	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
 	"             1 could not start, 2 usage error\n";
