@@ -63,7 +63,7 @@ $(B)/%.o: %.c
 AGENT_SO := $(B)/agent/memattach-agent.so
 $(AGENT_SO): attach/agent/agent.c include/agent_abi.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fvisibility=hidden \
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \
 	  -shared -s -Wl,-z,now -Wl,--no-undefined -o $@ $< -lgcc_s
 $(B)/agent/agent_syms.h: $(AGENT_SO)
 	nm -D --defined-only $< | awk '$$3 ~ /^ma_agent_/ { sub(/^ma_agent_/, "", $$3); \

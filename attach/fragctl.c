@@ -246,11 +246,15 @@ static const char *agent_error(int64_t rc)
 	case MA_AGENT_EBUSY: return "an agent is already running";
 	case MA_AGENT_EHOOK: return "jemalloc refused experimental.hooks.install/remove "
 				    "(all 4 hook slots in use?)";
+	case MA_AGENT_ENOSLOT: return "no GOT slot of malloc and free points into jemalloc: "
+				      "its callers do not reach it through the dynamic linker";
+	case MA_AGENT_EMAPS: return "the agent could not read /proc/self/maps in the target";
 	case MA_AGENT_ENOMEM: return "the agent could not map its tables (mmap failed)";
 	case MA_AGENT_EIDLE: return "no agent is running (memattach frag start PID)";
 	case MA_AGENT_EPARAM: return "the agent refused its parameters";
 	case MA_AGENT_EQUERY: return "experimental.utilization.batch_query failed";
-	case MA_AGENT_EINFLIGHT: return "hooks were still running after 2 s; run frag stop again";
+	case MA_AGENT_EINFLIGHT: return "wrappers or hooks were still recording after 2 s; run "
+					"frag stop again";
 	case MA_AGENT_ECALL: return "a call of an earlier memattach (killed during it) is still "
 				    "running in the agent; retry in a moment";
 	default: return "unexpected error";
@@ -323,6 +327,11 @@ static uint64_t random_seed(void)
 	return seed ? seed : unix_ns() * 0x9e3779b97f4a7c15ULL;
 }
 
+uint32_t ma_agent_mechanism_for(const struct ma_target *t)
+{
+	return t->je.is_static || !t->je.ntext ? MA_AGENT_MECH_HOOKS : MA_AGENT_MECH_GOT;
+}
+
 int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 {
 	const struct ma_jemalloc *je = &s->t->je;
@@ -359,6 +368,12 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.shift = o->shift;
 	p.focus_size = o->focus_size;
 	p.seed = random_seed();
+	p.mechanism = ma_agent_mechanism_for(s->t);
+	if (je->ntext) {
+		p.je_lo = je->text[0].lo;
+		p.je_hi = je->text[je->ntext - 1].hi;
+	}
+	snprintf(p.prefix, sizeof(p.prefix), "%s", je->prefix);
 	p.mallctl = je->mallctl;
 	p.mallctlnametomib = je->mallctlnametomib;
 	p.mallctlbymib = je->mallctlbymib;

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 2
+#define MA_AGENT_VERSION 3
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
@@ -31,6 +31,12 @@ enum ma_agent_state {
 	MA_AGENT_FORKED = 3, /* a fork child's copy: records nothing */
 };
 
+/* How the agent sees allocations (attach/agent/README.md). */
+enum ma_agent_mechanism {
+	MA_AGENT_MECH_HOOKS = 0, /* jemalloc's experimental.hooks (static jemalloc only) */
+	MA_AGENT_MECH_GOT = 1, /* the GOT slots of every loaded object rewritten */
+};
+
 enum ma_agent_mode {
 	MA_AGENT_MODE_SHIFT = 0, /* each allocation with probability 1/2^shift */
 	MA_AGENT_MODE_FOCUS = 1, /* every allocation of one size class */
@@ -40,9 +46,12 @@ enum ma_agent_mode {
 struct ma_agent_params {
 	uint64_t magic;
 	uint32_t version, mode;
-	uint32_t shift, pad;
+	uint32_t shift, mechanism;
 	uint64_t focus_size;
 	uint64_t seed; /* salts the address hash that picks samples */
+	/* GOT: jemalloc's code (a slot into it is an allocation entry point) and libc's dlopen */
+	uint64_t je_lo, je_hi, dlopen;
+	char prefix[8]; /* jemalloc's symbol prefix ("", "je_") */
 	/* the target's jemalloc entry points (any prefix, shared or static) */
 	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_usable_size;
 	uint64_t capacity; /* bound of sample slots over all stripes, a power of two >= MA_AGENT_STRIPES * 64 */
@@ -62,6 +71,8 @@ struct ma_agent_params {
 #define MA_AGENT_EQUERY 6 /* experimental.utilization.batch_query failed */
 #define MA_AGENT_EINFLIGHT 7 /* stop: hooks still running after the wait */
 #define MA_AGENT_ECALL 8 /* another entry point is running (a killed memattach's call) */
+#define MA_AGENT_ENOSLOT 9 /* GOT: no malloc or free slot found to rewrite */
+#define MA_AGENT_EMAPS 10 /* GOT: /proc/self/maps could not be read in the target */
 
 /* One distinct stack: frames[off .. off+n) of the frame array. */
 struct ma_agent_stack {
@@ -83,6 +94,12 @@ struct ma_agent_ctl {
 	uint64_t seed, mask; /* sampled iff hash(ptr) & mask == 0 */
 	uint64_t mallctl, mallctlnametomib, mallctlbymib, malloc_usable_size;
 	uint64_t hook_handle;
+	uint32_t mechanism; /* enum ma_agent_mechanism */
+	uint32_t pad;
+	uint64_t je_lo, je_hi;
+	/* GOT: slots holding a wrapper after the last pass, and slots left alone */
+	uint64_t slots_patched, slots_failed, slots_foreign;
+	uint64_t passes; /* link-map passes (start, each dlopen while running, stop) */
 	uint64_t self_lo, self_hi;
 	uint64_t pid; /* the process that started the agent (a fork child differs) */
 	uint64_t started_unix_ns;
@@ -107,7 +124,7 @@ struct ma_agent_ctl {
 	 * uses: entry points take this flag or return -MA_AGENT_ECALL.
 	 */
 	uint64_t entry_busy;
-	uint64_t reserved[7];
+	uint64_t reserved[4];
 };
 
 /*

@@ -63,15 +63,24 @@ struct ma_agent_start_opts {
 };
 
 /*
+ * How the agent will see allocations in T (agent_abi.h): the GOT slots
+ * where jemalloc is a shared object its callers bind to, else (jemalloc
+ * linked into the executable or a library, where callers call it
+ * directly) jemalloc's hooks.
+ */
+uint32_t ma_agent_mechanism_for(const struct ma_target *t);
+
+/*
  * Load the agent if it is not loaded (through S, whose target must have
  * been opened with for_dlopen set), then start it.  MA_E_JEMALLOC with a
  * message if it is already running.
  */
 int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o);
-/* Remove the hooks and release the agent's memory. */
+/* Restore the slots (or remove the hooks) and release the agent's memory. */
 int ma_agent_stop_in(struct ma_session *s);
 /*
- * Query every live sample's slab (experimental.utilization.batch_query,
+ * Query every live sample's slab (GOT: the slots of objects loaded since
+ * the last pass are rewritten first) (experimental.utilization.batch_query,
  * run by the agent), read samples and stacks back, release the agent's
  * output.  D's samples, stacks and frames are filled (names are not).
  */

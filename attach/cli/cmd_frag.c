@@ -182,6 +182,7 @@ struct frag_live {
 	const char *cmd;
 	struct frag_args *a;
 	bool loading; /* start: the agent may be loaded by this run */
+	bool walks_link_map; /* start, report, stop with GOT slots: the agent calls dl_iterate_phdr */
 	bool flush; /* report: every tcache flushed first */
 	struct ma_flush_result *fr;
 	struct ma_agent_start_opts so; /* start */
@@ -192,8 +193,9 @@ struct frag_live {
 /*
  * Before a session: (report) flush every tcache; wait until no call of a
  * killed memattach still runs in the agent (it would race ours over the
- * agent's memory); before the agent's first load, no thread may be inside
- * the dynamic loader, whose lock our dlopen would wait for.
+ * agent's memory); before the agent's first load, and before each walk of
+ * the link map (the GOT mechanism's start, report and stop), no thread may
+ * be inside the dynamic loader, whose lock ours would wait for.
  */
 static int prepare(struct ma_target *t, void *ctx)
 {
@@ -205,7 +207,10 @@ static int prepare(struct ma_target *t, void *ctx)
 		return rc;
 	if ((rc = ma_agent_wait_idle(t, 30000)) || (rc = ma_agent_find(t, &fl->before)))
 		return rc;
-	rc = fl->before.loaded || !fl->loading ? 0 : ma_agent_loader_busy(t, why, sizeof(why));
+	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
+			     (fl->loading || fl->before.ctl.state == MA_AGENT_RUNNING);
+	rc = (fl->before.loaded || !fl->loading) && !fl->walks_link_map
+		     ? 0 : ma_agent_loader_busy(t, why, sizeof(why));
 	if (rc > 0)
 		return ma_fail(MA_E_NOSAFE, "%s; retry when it has finished", why);
 	return rc;
@@ -273,12 +278,16 @@ static int start_agent(struct ma_session *s, void *ctx)
 	return ma_agent_start_in(s, &fl->so);
 }
 
-/* Start and stop, the thread given back: visit every thread, then read the agent. */
+/*
+ * Start and stop, the thread given back: after a hook change visit every
+ * thread; then read the agent.
+ */
 static int settle_and_read(struct ma_live *l, void *ctx)
 {
 	struct frag_live *fl = ctx;
 
-	settle_threads(fl->cmd, l->t.pid, fl->a->o.strict, fl->fr);
+	if (ma_agent_mechanism_for(&l->t) == MA_AGENT_MECH_HOOKS)
+		settle_threads(fl->cmd, l->t.pid, fl->a->o.strict, fl->fr);
 	if (ma_agent_find(&l->t, &fl->after))
 		return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	return MA_EXIT_OK;
@@ -414,6 +423,10 @@ static int do_status(struct frag_args *a)
 			ma_json_u64(&j, "dropped_stacks", v.ctl.dropped_stacks);
 			ma_json_u64(&j, "stacks", v.ctl.nstacks);
 			ma_json_u64(&j, "memory_bytes", v.table_bytes);
+			ma_json_str(&j, "mechanism", v.ctl.mechanism == MA_AGENT_MECH_GOT ? "got" : "hooks");
+			ma_json_u64(&j, "slots_patched", v.ctl.slots_patched);
+			ma_json_u64(&j, "slots_failed", v.ctl.slots_failed);
+			ma_json_u64(&j, "slots_foreign", v.ctl.slots_foreign);
 			ma_json_u64(&j, "started_unix_ns", v.ctl.started_unix_ns);
 		}
 		ma_json_obj_close(&j);
