@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bins.h"
 #include "bins_report.h"
@@ -209,8 +210,14 @@ static int prepare(struct ma_target *t, void *ctx)
 		return rc;
 	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
 			     (fl->loading || fl->before.ctl.state == MA_AGENT_RUNNING);
-	rc = (fl->before.loaded || !fl->loading) && !fl->walks_link_map
-		     ? 0 : ma_agent_loader_busy(t, why, sizeof(why));
+	if ((fl->before.loaded || !fl->loading) && !fl->walks_link_map)
+		return 0;
+	/*
+	 * A thread seen in the loader is usually passing through (a lazy
+	 * binding, __tls_get_addr): look again a few times before refusing.
+	 */
+	for (int tries = 0; (rc = ma_agent_loader_busy(t, why, sizeof(why))) > 0 && tries < 20; tries++)
+		usleep(10000);
 	if (rc > 0)
 		return ma_fail(MA_E_NOSAFE, "%s; retry when it has finished", why);
 	return rc;
