@@ -36,10 +36,11 @@ static const char usage_text[] =
 	"regions in partly used slabs) to the allocation sites whose surviving\n"
 	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
 	"small agent into the process (dlopen of a memfd; nothing on disk) that\n"
-	"installs jemalloc allocation hooks and samples live allocations with their\n"
+	"points the GOT slots of the allocation functions at its wrappers (jemalloc's\n"
+	"hooks where jemalloc is linked statically) and samples live allocations with their\n"
 	"stacks; 'report' asks jemalloc (experimental.utilization.batch_query) how\n"
 	"full each sampled object's slab is and estimates, per stack, the waste its\n"
-	"survivors pin; 'stop' removes the hooks and frees the agent's memory.\n"
+	"survivors pin; 'stop' restores the slots and frees the agent's memory.\n"
 	"Reports cover allocations made since 'frag start'.\n\n"
 	"  start:\n"
 	"  --shift N        sample each allocation with probability 1/2^N (default 8;\n"
@@ -337,9 +338,10 @@ static int do_start(struct frag_args *a)
 		printf("tables: %s now, growing as samples come, up to %llu samples\n",
 		       ma_fmt_bytes(b, sizeof(b), v->table_bytes),
 		       (unsigned long long)(so->capacity - so->capacity / 8));
-		printf("every malloc/free now goes through jemalloc's hooks; 'memattach frag report "
+		printf("every malloc/free now goes through %s; 'memattach frag report "
 		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
-		       "stop %d' removes the hooks\n", a->pid, a->pid);
+		       "stop %d' undoes it\n", v->ctl.mechanism == MA_AGENT_MECH_GOT ?
+		       "the agent's wrappers (GOT slots)" : "jemalloc's hooks", a->pid, a->pid);
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -373,7 +375,7 @@ static int do_stop(struct frag_args *a)
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
-		printf("frag agent stopped in process %d: hooks removed, %s of tables released "
+		printf("frag agent stopped in process %d: slots restored or hooks removed, %s of tables released "
 		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before->table_bytes),
 		       (unsigned long long)before->live);
 		if (after->loaded)
