@@ -305,6 +305,9 @@ static int ptrace_errno(const char *what, pid_t tid)
 	case ESRCH:
 		return ma_fail(MA_E_EXITED, "thread %d went away (%s)", tid, what);
 	case EPERM:
+		/* The kernel refuses to trace a thread that is exiting, too. */
+		if (ma_thread_going(tid, tid))
+			return ma_fail(MA_E_EXITED, "thread %d exited (%s)", tid, what);
 		return ma_fail(MA_E_PERM,
 			       "not permitted to trace thread %d: run as the target's user or root, "
 			       "and check /proc/sys/kernel/yama/ptrace_scope",
@@ -1061,7 +1064,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_nvcsw = now.nvcsw;
 	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
-		if (errno == EPERM) {
+		int e = errno;
+
+		if (e == EPERM) {
 			struct ma_proc_status st;
 
 			if (ma_proc_read_status(s->t->pid, ti->tid, &st) != 0) {
@@ -1092,6 +1097,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 				return MA_E_NOSAFE;
 			}
 		}
+		errno = e;
 		return ptrace_errno("PTRACE_SEIZE", ti->tid);
 	}
 	s->seized = true;
@@ -1317,11 +1323,18 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 					       "with 'kill -CONT %d' and run memattach again",
 					       s->t->pid, s->t->pid);
 			}
+			if (rc == MA_E_EXITED && ma_process_exited(s->t->pid)) {
+				free(ti);
+				return ma_fail_if_exited(s->t->pid, rc);
+			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
 				add_straggler(s->t->pid, ti[i].tid);
 				s->seized = false;
 			}
+			/* A failure (it exited...), not a verdict: its message says why. */
+			if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT && ma_errmsg()[0])
+				snprintf(why, sizeof(why), "%s", ma_errmsg());
 			ma_err_clear();
 			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
 			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);

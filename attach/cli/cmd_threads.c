@@ -199,7 +199,7 @@ int cmd_threads(int argc, char **argv)
 		return ma_usage_error(argv[0], "a PID is required");
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
-	if ((rc = ma_live_open(&l, pid)) || (rc = ma_list_threads(pid, &ti, &n)))
+	if ((rc = ma_live_open(&l, pid)) || (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
 		goto out;
@@ -220,7 +220,10 @@ int cmd_threads(int argc, char **argv)
 		}
 	}
 	ma_unwind_release();
-	if (rc || (rc = ma_livesym_init(&ls, &l.t)))
+	/* A table of a process that exited meanwhile would list threads as "went away". */
+	if (!rc && ma_process_exited(pid))
+		rc = MA_E_EXITED;
+	if ((rc = ma_fail_if_exited(pid, rc)) || (rc = ma_livesym_init(&ls, &l.t)))
 		goto out;
 	if (json)
 		print_json(&l.t, r, n, &ls);
