@@ -794,7 +794,8 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
  * a thread is stopped only when no better one exists, and never with --strict
  * unless named (ma_session_opts.strict).
  */
-static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why, size_t whylen)
+static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, long *nr, char *why,
+			  size_t whylen)
 {
 	struct ma_thread_info now;
 	const struct ma_thread_info *w = ti;
@@ -805,6 +806,7 @@ static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why,
 			return false;
 		w = &now;
 	}
+	*nr = w->syscall;
 	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed only when no "
 		 "better thread exists, its wait issued again at once (a memattach killed in "
 		 "between would leave the EINTR); never with --strict, unless named (--tid %d)",
@@ -1037,7 +1039,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = true;
 		return MA_E_NOSAFE;
 	}
-	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, why, whylen)) {
+	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, &s->eintr_nr, why, whylen)) {
 		/* A choice among threads tries again later (it may have left the
 		 * wait); one thread asked for (a flush visit) is given up at once. */
 		s->hopeless = s->named != 0;
@@ -1271,18 +1273,98 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 	return rc;
 }
 
+/* One round over the candidates: how each was refused. */
+struct round_tally {
+	size_t tried, hopeless, fresh, waits, busy; /* busy: refused for now only */
+	pid_t fresh_tid, wait_tid;
+	char wait_who[80], wait_in[40];
+	char last[400]; /* the last refusal, any kind */
+	char last_who[80], last_why[256];
+	char last_busy[400]; /* the last refusal that waiting may end */
+};
+
+/* Count TI's refusal (WHY, the session's flags as try_thread left them) into T. */
+static void tally_refusal(struct round_tally *t, const struct ma_session *s,
+			  const struct ma_thread_info *ti, const char *why)
+{
+	snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
+	snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
+	snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+	t->hopeless += s->hopeless;
+	if (s->in_eintr_wait && !t->waits++) {
+		t->wait_tid = ti->tid;
+		snprintf(t->wait_who, sizeof(t->wait_who), "thread %d (%s)", ti->tid, ti->name);
+		if (ma_arch_syscall_name(s->eintr_nr))
+			snprintf(t->wait_in, sizeof(t->wait_in), "%s", ma_arch_syscall_name(s->eintr_nr));
+	}
+	if (s->fresh) {
+		t->fresh++;
+		t->fresh_tid = ti->tid;
+	}
+	if (!s->hopeless && !s->in_eintr_wait) {
+		t->busy++;
+		snprintf(t->last_busy, sizeof(t->last_busy), "%s", t->last);
+	}
+}
+
+/*
+ * Every thread tried was refused for a reason no wait can end (T): say
+ * which, and what would help instead of a longer --timeout.
+ */
+static int lasting_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			   const struct round_tally *t)
+{
+	if (t->waits)
+		return ma_fail(MA_E_NOSAFE,
+			       "with --strict, no thread of process %d can be borrowed: %s%s is "
+			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
+			       "again at once; only a memattach killed in between leaves the EINTR "
+			       "to the program), and the others are jemalloc's background threads "
+			       "or never called into jemalloc; --tid %d borrows it, or leave out "
+			       "--strict",
+			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
+			       t->wait_tid);
+	if (t->fresh)
+		return ma_fail(MA_E_NOSAFE,
+			       "no thread of process %d can be borrowed without leaving a trace: "
+			       "the ones safe to borrow never called into jemalloc, and a call "
+			       "would create their allocator state (a tcache; with "
+			       "background_thread:true perhaps a background thread); --tid %d "
+			       "borrows one anyway",
+			       s->t->pid, t->fresh_tid);
+	if (o->tid)
+		return ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", t->last_who, t->last_why);
+	return ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed (last: %s)", s->t->pid,
+		       t->last);
+}
+
+/* The deadline passed with some thread refused only for the moment (T->busy). */
+static int deadline_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			    const struct round_tally *t)
+{
+	size_t lasting = t->tried - t->busy;
+	char others[160] = "";
+
+	if (lasting)
+		snprintf(others, sizeof(others), " (%zu other thread%s refused for reasons that "
+			 "last)", lasting, lasting > 1 ? "s" : "");
+	return ma_fail(MA_E_NOSAFE,
+		       "no thread of process %d was safe to borrow within %d ms (last: %s)%s; "
+		       "that may pass: try again, or give a longer --timeout",
+		       s->t->pid, o->deadline_ms, t->last_busy, others);
+}
+
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)o->deadline_ms * 1000000ULL;
-	char why[256] = "", last[400] = "no thread found", who[80] = "";
+	char why[256] = "";
 	bool seen = false;
 
 	for (unsigned round = 0;; round++) {
+		struct round_tally t = { .wait_in = "a wait", .last = "no thread found" };
 		struct ma_thread_info *ti;
-		size_t n, tried = 0, hopeless = 0, fresh = 0, waits = 0;
-		pid_t fresh_tid = 0;
-		char wait_who[80] = "", wait_in[40] = "a wait";
-		pid_t wait_tid = 0;
+		size_t n;
+		bool lasting;
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -1300,10 +1382,10 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 					       "never borrowed; give another --tid or none",
 					       o->tid);
 			}
-			tried++;
+			t.tried++;
 			if (ma_thread_is_jemalloc_bg(&ti[i])) {
 				/* It runs inside jemalloc: never borrowed, so never stopped. */
-				hopeless++;
+				t.hopeless++;
 				continue;
 			}
 			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
@@ -1336,64 +1418,33 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT && ma_errmsg()[0])
 				snprintf(why, sizeof(why), "%s", ma_errmsg());
 			ma_err_clear();
-			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
-			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
-			hopeless += s->hopeless;
-			if (s->in_eintr_wait && !waits++) {
-				wait_tid = ti[i].tid;
-				snprintf(wait_who, sizeof(wait_who), "thread %d (%s)", ti[i].tid, ti[i].name);
-				if (ma_arch_syscall_name(ti[i].syscall))
-					snprintf(wait_in, sizeof(wait_in), "%s",
-						 ma_arch_syscall_name(ti[i].syscall));
-			}
-			if (s->fresh) {
-				fresh++;
-				fresh_tid = ti[i].tid;
-			}
+			tally_refusal(&t, s, &ti[i], why);
 		}
 		free(ti);
 		/* Waiting cannot help a thread that has exited or that another
 		 * program traces: say so now rather than at the deadline. */
 		if (o->tid && s->fresh)
 			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
-				       "allocator state)", who);
-		/*
-		 * Every thread is either never borrowable or in a wait we do not
-		 * stop (an event loop in epoll_wait, its helpers idle since they
-		 * started): say so and how to go on, after a few rounds (the
-		 * loop may run meanwhile, and be taken while it runs).
-		 */
-		if (!o->tid && waits && hopeless + waits == tried && round >= 20)
-			return ma_fail(MA_E_NOSAFE,
-				       "with --strict, no thread of process %d can be borrowed: %s%s is "
-				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
-				       "again at once; only a memattach killed in between leaves the EINTR "
-				       "to the program), and the others are jemalloc's background threads "
-				       "or never called into jemalloc; --tid %d borrows it, or leave out "
-				       "--strict",
-				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in, wait_tid);
-		if (tried && hopeless == tried && fresh)
-			return ma_fail(MA_E_NOSAFE,
-				       "no thread of process %d can be borrowed without leaving a trace: "
-				       "the ones safe to borrow never called into jemalloc, and a call "
-				       "would create their allocator state (a tcache; with "
-				       "background_thread:true perhaps a background thread); --tid %d "
-				       "borrows one anyway",
-				       s->t->pid, fresh_tid);
-		if (tried && hopeless == tried)
-			return o->tid ? ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", who, why)
-				      : ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed "
-							     "(last: %s)", s->t->pid, last);
+				       "allocator state)", t.last_who);
 		if (o->tid && !seen)
 			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
 				       s->t->pid);
+		/*
+		 * Every thread is either never borrowable or in a wait we do not
+		 * stop (an event loop in epoll_wait, its helpers idle since they
+		 * started): say so and how to go on, at once when none waits,
+		 * else after a few rounds (the loop may run meanwhile, and be
+		 * taken while it runs) or at the deadline.
+		 */
+		lasting = t.tried && t.busy == 0;
+		if (lasting && (!t.waits || round >= 20 || ma_now_ns() >= deadline))
+			return lasting_refusal(s, o, &t);
 		if (ma_interrupted)
 			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
 		if (ma_now_ns() >= deadline)
-			return ma_fail(MA_E_NOSAFE,
-				       "no thread of process %d was safe to borrow within %d ms "
-				       "(last: %s); try again or raise --timeout",
-				       s->t->pid, o->deadline_ms, last);
+			return t.busy ? deadline_refusal(s, o, &t)
+				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
+						s->t->pid);
 		/* Let the threads run a little: a lock holder finishes. */
 		usleep(round < 20 ? 500 : 5000);
 	}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,10 +19,10 @@
 #include "runlock.h"
 #include "target.h"
 
-/* Does process HOLDER have LINK ("/proc/PID/personality") open?  Read by readlink: nothing opened. */
-static bool has_open(const char *holder, const char *link)
+/* Is one of process HOLDER's descriptors the file LOCKED (its device and inode)? */
+static bool has_open(const char *holder, const struct stat *locked)
 {
-	char dir[300], path[600], got[64];
+	char dir[300], path[600];
 	struct dirent *d;
 	bool found = false;
 	DIR *dp;
@@ -30,54 +31,104 @@ static bool has_open(const char *holder, const char *link)
 	if (!(dp = opendir(dir)))
 		return false;
 	while (!found && (d = readdir(dp))) {
-		ssize_t n;
+		struct stat st;
 
 		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		n = readlink(path, got, sizeof(got) - 1);
-		found = n > 0 && (got[n] = '\0', strcmp(got, link) == 0);
+		/* stat follows the link to the open file: nothing is opened. */
+		found = d->d_name[0] != '.' && stat(path, &st) == 0 && st.st_dev == locked->st_dev &&
+			st.st_ino == locked->st_ino;
 	}
 	closedir(dp);
 	return found;
 }
 
-/* The pid of another memattach that has the lock file of PID open (0: none seen). */
-static pid_t find_holder(pid_t pid)
+/*
+ * A process other than this one with the lock file (descriptor FD) open:
+ * another memattach run first, else any (0: none seen).
+ */
+static pid_t find_holder(int fd, bool *memattach)
 {
-	char link[64];
+	struct stat locked;
 	struct dirent *d;
 	pid_t holder = 0;
-	DIR *dp = opendir("/proc");
+	DIR *dp;
 
-	snprintf(link, sizeof(link), "/proc/%d/personality", pid);
-	while (dp && !holder && (d = readdir(dp))) {
+	*memattach = false;
+	if (fstat(fd, &locked) != 0 || !(dp = opendir("/proc")))
+		return 0;
+	while (!*memattach && (d = readdir(dp))) {
 		char *end;
 		long p = strtol(d->d_name, &end, 10);
 
-		if (*end || p <= 0 || p == getpid() || !ma_is_memattach((pid_t)p))
+		if (*end || p <= 0 || p == getpid() || !has_open(d->d_name, &locked))
 			continue;
-		if (has_open(d->d_name, link))
-			holder = (pid_t)p;
+		holder = (pid_t)p;
+		*memattach = ma_is_memattach(holder);
 	}
-	if (dp)
-		closedir(dp);
+	closedir(dp);
 	return holder;
 }
 
-static int lock_busy_error(pid_t pid, int deadline_ms)
+/* How long process PID has run, in seconds (-1 unknown). */
+static double running_s(pid_t pid)
 {
-	pid_t holder = find_holder(pid);
+	char path[64], buf[512], *p;
+	unsigned long long start;
+	double up;
+	FILE *f;
 
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	/* Field 22, starttime, in clock ticks since boot; the name may hold anything. */
+	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+			 " %*s %*s %*s %*s %llu", &start) != 1)
+		return -1;
+	if (!(f = fopen("/proc/uptime", "re")))
+		return -1;
+	if (fscanf(f, "%lf", &up) != 1)
+		up = -1;
+	fclose(f);
+	return up < 0 ? -1 : up - (double)start / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The lock of PID (descriptor FD) was not free by the deadline, or the wait was interrupted. */
+static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
+{
+	bool memattach;
+	pid_t holder = find_holder(fd, &memattach);
+	char waited[64];
+
+	if (ma_interrupted)
+		snprintf(waited, sizeof(waited), "interrupted while waiting for it");
+	else
+		snprintf(waited, sizeof(waited), "not free within %d ms", deadline_ms);
+	/* A run ends: waiting longer helps. */
+	if (holder && memattach) {
+		double ran = running_s(holder);
+		char age[48] = "";
+
+		if (ran >= 0)
+			snprintf(age, sizeof(age), ", running for %.1f s", ran);
+		return ma_fail(MA_E_TIMEOUT,
+			       "another memattach run on process %d (pid %d%s) holds its run lock: %s; "
+			       "try again, or give a longer --timeout",
+			       pid, holder, age, waited);
+	}
+	/* Only the process's own user and root can open that file. */
 	if (holder)
 		return ma_fail(MA_E_TIMEOUT,
-			       "another memattach run (pid %d) on process %d did not finish within "
-			       "%d ms; try again or raise --timeout",
-			       holder, pid, deadline_ms);
-	/* Only the process's own user and root can open that file. */
+			       "the run lock of process %d (a flock on /proc/%d/personality) is held by "
+			       "pid %d (%s), which is no memattach run and may hold it for good: %s; "
+			       "run again once it has let go",
+			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
-		       "the run lock of process %d (a flock on /proc/%d/personality) was not free within "
-		       "%d ms, and no memattach run holds it: a program of the process's owner or "
-		       "of root does; try again or raise --timeout",
-		       pid, pid, deadline_ms);
+		       "the run lock of process %d (a flock on /proc/%d/personality) was %s, held "
+		       "by a process memattach cannot see (another pid namespace?); run again once "
+		       "it has let go",
+		       pid, pid, waited);
 }
 
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
@@ -106,8 +157,10 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 			return ma_fail(MA_E_IO, "cannot lock %s: %s", path, strerror(e));
 		}
 		if (ma_interrupted || ma_now_ns() >= deadline) {
+			int rc = lock_busy_error(pid, l->fd, deadline_ms);
+
 			ma_runlock_release(l);
-			return lock_busy_error(pid, deadline_ms);
+			return rc;
 		}
 		nanosleep(&ts, NULL);
 	}

@@ -84,6 +84,7 @@ struct ma_session {
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool hopeless; /* the thread just tried can never be borrowed in this run */
 	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
+	long eintr_nr; /* ... that wait's syscall */
 	bool fresh_ok; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
