@@ -490,8 +490,9 @@ static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscal
  * stopped where any register state may be set.  The session goes on from
  * there (unmapping, restoring) as after any failed call.
  */
-static int skip_self_deadlock(struct ma_session *s)
+static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 {
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, mutex);
 	struct user_regs_struct r;
 	int rc, status;
 
@@ -515,11 +516,14 @@ static int skip_self_deadlock(struct ma_session *s)
 			hold_signal(s);
 	}
 	s->at_marker = false;
+	/* What was seen, no guess at how: the thread took the lock before the stop. */
 	return ma_fail(MA_E_JEMALLOC,
-		       "the call in thread %d would wait for a jemalloc lock that thread itself "
-		       "holds (as one does inside fork(), or in a handler that interrupted "
-		       "jemalloc); the call was given up and the thread restored",
-		       s->tid);
+		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx (in %s), "
+		       "which thread %d itself holds: it took it before this run borrowed it, with "
+		       "no jemalloc frame on its stack; the call could never return and was given "
+		       "up, the thread restored; run again (the thread lets go as it runs on)",
+		       s->tid, (unsigned long long)mutex,
+		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
 }
 
 /*
@@ -575,7 +579,7 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 					return ma_arch_get_regs(s->tid, out);
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
-				return skip_self_deadlock(s);
+				return skip_self_deadlock(s, info.entry.args[0]);
 			}
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
