@@ -1,7 +1,6 @@
 /*
  * runlock.c - one run at a time per target process (runlock.h).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,53 +19,35 @@
 #include "runlock.h"
 #include "target.h"
 
-/* Is one of process HOLDER's descriptors the file LOCKED (its device and inode)? */
-static bool has_open(const char *holder, const struct stat *locked)
-{
-	char dir[300], path[600];
-	struct dirent *d;
-	bool found = false;
-	DIR *dp;
-
-	snprintf(dir, sizeof(dir), "/proc/%s/fd", holder);
-	if (!(dp = opendir(dir)))
-		return false;
-	while (!found && (d = readdir(dp))) {
-		struct stat st;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		/* stat follows the link to the open file: nothing is opened. */
-		found = d->d_name[0] != '.' && stat(path, &st) == 0 && st.st_dev == locked->st_dev &&
-			st.st_ino == locked->st_ino;
-	}
-	closedir(dp);
-	return found;
-}
-
 /*
- * A process other than this one with the lock file (descriptor FD) open:
- * another memattach run first, else any (0: none seen).
+ * The process that holds the flock on the file open as FD, from
+ * /proc/locks (a run that waits for it has the file open too: its
+ * descriptors would not tell them apart).  0: none seen (it let go, or
+ * lives in another pid namespace).
  */
-static pid_t find_holder(int fd, bool *memattach)
+static pid_t find_holder(int fd)
 {
+	char line[256];
 	struct stat locked;
-	struct dirent *d;
 	pid_t holder = 0;
-	DIR *dp;
+	FILE *f;
 
-	*memattach = false;
-	if (fstat(fd, &locked) != 0 || !(dp = opendir("/proc")))
+	if (fstat(fd, &locked) != 0 || !(f = fopen("/proc/locks", "re")))
 		return 0;
-	while (!*memattach && (d = readdir(dp))) {
-		char *end;
-		long p = strtol(d->d_name, &end, 10);
+	/* "1: FLOCK  ADVISORY  WRITE 2405 00:17:36071 0 EOF"; a waiter's line has "->". */
+	while (!holder && fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+		unsigned long ino;
+		char type[16];
+		int pid;
 
-		if (*end || p <= 0 || p == getpid() || !has_open(d->d_name, &locked))
-			continue;
-		holder = (pid_t)p;
-		*memattach = ma_is_memattach(holder);
+		if (!strstr(line, "->") &&
+		    sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", type, &pid, &maj, &min, &ino) == 5 &&
+		    strcmp(type, "FLOCK") == 0 && makedev(maj, min) == locked.st_dev &&
+		    ino == locked.st_ino && pid > 0)
+			holder = pid;
 	}
-	closedir(dp);
+	fclose(f);
 	return holder;
 }
 
@@ -97,8 +79,8 @@ static double running_s(pid_t pid)
 /* The lock of PID (descriptor FD) was not free by the deadline, or the wait was interrupted. */
 static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 {
-	bool memattach;
-	pid_t holder = find_holder(fd, &memattach);
+	pid_t holder = find_holder(fd);
+	bool memattach = holder && ma_is_memattach(holder);
 	char waited[64];
 
 	if (ma_interrupted)
@@ -106,7 +88,7 @@ static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 	else
 		snprintf(waited, sizeof(waited), "not free within %d ms", deadline_ms);
 	/* A run ends: waiting longer helps. */
-	if (holder && memattach) {
+	if (memattach) {
 		double ran = running_s(holder);
 		char age[48] = "";
 
@@ -126,8 +108,8 @@ static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
 		       "the run lock of process %d (a flock on /proc/%d/personality) was %s, held "
-		       "by a process memattach cannot see (another pid namespace?); run again once "
-		       "it has let go",
+		       "by a process /proc/locks does not name (in another pid namespace?); run "
+		       "again once it has let go",
 		       pid, pid, waited);
 }
 
