@@ -796,24 +796,19 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
  * Is the thread blocked in a wait that a stop ends with EINTR?  As listed,
  * and read again now, just before a stop: the listing may be stale.  Such
  * a thread is stopped only when no better one exists, and never with --strict
- * unless named (ma_session_opts.strict).
+ * unless named (ma_session_opts.strict).  *W gets what was read.
  */
-static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, long *nr, char *why,
-			  size_t whylen)
+static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, struct ma_thread_info *w,
+			  char *why, size_t whylen)
 {
-	struct ma_thread_info now;
-	const struct ma_thread_info *w = ti;
-
-	if (!ma_thread_stop_ends_with_eintr(ti)) {
-		ma_read_thread_info(pid, ti->tid, &now);
-		if (!ma_thread_stop_ends_with_eintr(&now))
+	*w = *ti;
+	if (!ma_thread_stop_ends_with_eintr(w)) {
+		ma_read_thread_info(pid, ti->tid, w);
+		if (!ma_thread_stop_ends_with_eintr(w))
 			return false;
-		w = &now;
 	}
-	*nr = w->syscall;
-	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed only when no "
-		 "better thread exists, its wait issued again at once (a memattach killed in "
-		 "between would leave the EINTR); never with --strict, unless named (--tid %d)",
+	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped with "
+		 "--strict unless named (--tid %d)",
 		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait",
 		 ti->tid);
 	return true;
@@ -1043,9 +1038,15 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = true;
 		return MA_E_NOSAFE;
 	}
-	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, &s->eintr_nr, why, whylen)) {
+	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, &now, why, whylen)) {
+		/* Not even named: say so rather than what --tid would do. */
+		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+			s->hopeless = true;
+			return MA_E_NOSAFE;
+		}
 		/* A choice among threads tries again later (it may have left the
 		 * wait); one thread asked for (a flush visit) is given up at once. */
+		s->eintr_nr = now.syscall;
 		s->hopeless = s->named != 0;
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
@@ -2617,8 +2618,23 @@ int ma_session_close(struct ma_session *s)
 	return rc;
 }
 
+/* The verdict on a thread in a wait a stop ends with EINTR (NR), for a run with or without --strict. */
+static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t whylen)
+{
+	const char *name = ma_arch_syscall_name(nr) ? ma_arch_syscall_name(nr) : "a wait";
+
+	if (strict)
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: with --strict "
+			 "borrowed only if named (--tid %d)", name, tid);
+	else
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed when no "
+			 "better thread exists, its wait issued again at once; not stopped to be "
+			 "looked at", name);
+}
+
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
-		      struct ma_backtrace *bt, char *why, size_t whylen, bool *safe)
+		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      enum ma_verdict *v)
 {
 	struct ma_session s;
 	int rc;
@@ -2641,7 +2657,11 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	reaper_timer(true);
 	rc = try_thread(&s, ti, bt, why, whylen);
 	reaper_timer(false);
-	*safe = rc == 0;
+	*v = rc == 0 ? MA_VERDICT_SAFE : MA_VERDICT_UNSAFE;
+	if (rc == MA_E_NOSAFE && s.in_eintr_wait) {
+		*v = strict ? MA_VERDICT_NAMED_ONLY : MA_VERDICT_EINTR_WAIT;
+		eintr_wait_why(ti->tid, s.eintr_nr, strict, why, whylen);
+	}
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
