@@ -111,12 +111,12 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
 	size_t n = 0, frame;
 	int rc, busy = 0;
 	char v[400];
-	bool safe;
+	enum ma_verdict verdict;
 
 	if ((rc = ma_list_threads(t->pid, &ti, &n)))
 		return rc;
 	for (size_t i = 0; i < n && !busy; i++) {
-		if (ma_inspect_thread(t, &ti[i], 5000, &bt, v, sizeof(v), &safe)) {
+		if (ma_inspect_thread(t, &ti[i], 5000, false, &bt, v, sizeof(v), &verdict)) {
 			ma_err_clear(); /* gone meanwhile, or not stoppable: nothing to see */
 			continue;
 		}

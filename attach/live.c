@@ -16,7 +16,7 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
 	if ((rc = ma_target_open(&l->t, pid)))
 		return rc;
-	return ma_target_find_jemalloc(&l->t);
+	return ma_fail_if_exited(pid, ma_target_find_jemalloc(&l->t));
 }
 
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
@@ -26,7 +26,8 @@ int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 
 	if (!again.prefer_tid)
 		again.prefer_tid = l->last_tid;
-	rc = ma_session_open(&l->s, &l->t, &again); /* a failed open holds nothing */
+	/* a failed open holds nothing */
+	rc = ma_fail_if_exited(l->t.pid, ma_session_open(&l->s, &l->t, &again));
 	l->borrowed = rc == 0;
 	if (l->borrowed)
 		l->last_tid = l->s.tid;
@@ -39,8 +40,8 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
-	if ((rc = ma_live_open(l, pid)) || (prep && (rc = prep(&l->t, ctx))) ||
-	    (rc = ma_live_borrow(l, o)))
+	if ((rc = ma_live_open(l, pid)) ||
+	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) || (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
 	return rc;
 }
@@ -52,7 +53,7 @@ int ma_live_restore(struct ma_live *l)
 	if (!l->borrowed)
 		return 0;
 	l->borrowed = false;
-	rc = ma_session_close(&l->s);
+	rc = ma_fail_if_exited(l->t.pid, ma_session_close(&l->s));
 	ma_unwind_release(); /* the unwinder's view of this stop */
 	return rc;
 }

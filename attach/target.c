@@ -205,8 +205,8 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	/* A main thread that called pthread_exit is a zombie; the others still run. */
 	if (st.state == 'Z' || st.state == 'X') {
 		if (!(t->proc_pid = ma_live_thread_of(pid)))
-			return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid,
-				       st.name);
+			return ma_fail(MA_E_ZOMBIE, "process %d (%s) exited (a zombie: its parent "
+				       "has not reaped it yet)", pid, st.name);
 	}
 	/* Another memattach (or one that just exited: its comm is gone) is waited for, not refused. */
 	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer) &&
@@ -223,7 +223,8 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 			       "or changed its user or group): only root (CAP_SYS_PTRACE) may attach; "
 			       "run memattach as root",
 			       pid, st.name);
-	return read_maps(t);
+	/* Empty maps: its memory is gone, as it is while it exits. */
+	return ma_fail_if_exited(pid, read_maps(t));
 }
 
 const char *ma_comm_of(pid_t pid)
@@ -263,6 +264,74 @@ int ma_process_status(pid_t pid, struct ma_proc_status *st)
 	}
 	ma_err_clear();
 	return 0;
+}
+
+#define PF_EXITING_FLAG 0x4 /* the kernel's PF_EXITING, in /proc/.../stat's flags field */
+
+/* Fields 3 and 9 of /proc/PID/task/TID/stat: state and the kernel's flags.  False if gone. */
+static bool read_state_flags(pid_t pid, pid_t tid, char *state, unsigned long *flags)
+{
+	char path[96], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* The name may hold anything: the fields start after its last ')'. */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", state, flags) != 2)
+		return false;
+	return true;
+}
+
+bool ma_thread_going(pid_t pid, pid_t tid)
+{
+	struct ma_proc_status st;
+	unsigned long flags = 0;
+	char state = 0;
+
+	if (!read_state_flags(pid, tid, &state, &flags))
+		return true;
+	if (state == 'Z' || state == 'X' || (flags & PF_EXITING_FLAG))
+		return true;
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
+}
+
+bool ma_process_exited(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	bool alive = false;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return errno == ENOENT || errno == ESRCH;
+	while (!alive && (d = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		alive = tid > 0 && !ma_thread_going(pid, tid);
+	}
+	closedir(dir);
+	return !alive;
+}
+
+int ma_fail_if_exited(pid_t pid, int rc)
+{
+	if (rc == 0 || rc == MA_E_USAGE || !ma_process_exited(pid))
+		return rc;
+	ma_err_clear();
+	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 }
 
 pid_t ma_live_thread_of(pid_t pid)

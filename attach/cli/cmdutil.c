@@ -239,13 +239,16 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 		ma_live_end(&l);
 		return MA_EXIT_FAIL;
 	}
-	if ((rc = c->body(&l.s, ctx))) {
+	if ((rc = ma_fail_if_exited(c->pid, c->body(&l.s, ctx)))) {
 		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s%s%s", c->what ? c->what : "", c->what ? ": " : "",
 			     ma_errmsg());
 		ma_err_clear();
 	}
 	if (ma_live_restore(&l)) {
-		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid, ma_errmsg());
+		/* A process that exited was said to have exited already. */
+		if (rc != MA_E_EXITED || !ma_process_exited(c->pid))
+			ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid,
+				     ma_errmsg());
 		rc = MA_E_INTERNAL;
 	}
 	if (c->visit)

@@ -63,7 +63,7 @@ expect "a thread id is refused" 1 "is a thread of process $dpid" "$MA" stats "$t
 bash -c 'sleep 0.2 & echo $! > '"$TMP"'/zpid; exec sleep 30' & zparent=$!; track $zparent
 sleep 0.6
 zpid=$(cat "$TMP/zpid")
-expect "zombie" 1 "is a zombie" "$MA" stats "$zpid"
+expect "zombie" 1 "exited \(a zombie: its parent has not reaped it yet\)" "$MA" stats "$zpid"
 
 # A stripped static binary: jemalloc is in it but nothing names mallctl.
 strip -o "$TMP/stripped_static" "$FIX/daemon_static"
