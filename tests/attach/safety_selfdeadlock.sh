@@ -21,7 +21,7 @@ for i in $(seq "$RUNS"); do
 	rc=$?
 	if [ $rc -eq 0 ]; then ok=$((ok + 1))
 	elif [ $rc -eq 137 ]; then hangs=$((hangs + 1)); break
-	elif [ $rc -eq 1 ] && grep -q "lock that thread itself holds" "$TMP/run.err"; then given_up=$((given_up + 1))
+	elif [ $rc -eq 1 ] && says "lock that thread itself holds" "$TMP/run.err"; then given_up=$((given_up + 1))
 	else other=$((other + 1)); echo "# exit $rc: $(head -1 "$TMP/run.err")"
 	fi
 	alive "$pid" || break
