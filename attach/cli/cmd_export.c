@@ -205,8 +205,8 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 				     e->budget_ms);
 		}
 		if (rc != 0) {
-			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
-				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
+			ma_cmd_note("export", "scrape of process %d (%s): %s", pids[i],
+				    t[i].comm[0] ? t[i].comm : "?", ma_errmsg());
 			ma_err_clear();
 			(*failed)++;
 		}
@@ -763,8 +763,7 @@ static int run_server(struct exporter *e)
 	}
 	for (size_t i = 0; i < s.cap; i++)
 		s.conns[i].fd = -1;
-	fprintf(stderr, "memattach export: serving /metrics on %s (at most %zu connections)\n",
-		e->listen, s.cap);
+	ma_cmd_note("export", "serving /metrics on %s (at most %zu connections)", e->listen, s.cap);
 	serve(e, &s);
 	close(s.lfd);
 	free(s.conns);

@@ -237,8 +237,8 @@ static void settle_threads(const char *cmd, pid_t pid, bool strict, struct ma_fl
 
 	ma_err_clear();
 	if (ma_live_open(&l, pid) || ma_flush_all_tcaches(&l.t, 300, strict, fr))
-		fprintf(stderr, "memattach %s: warning: could not visit every thread after the "
-			"hook change: %s\n", cmd, ma_errmsg());
+		ma_cmd_note(cmd, "warning: could not visit every thread after the hook change: %s",
+			    ma_errmsg());
 	ma_live_end(&l);
 }
 
@@ -313,17 +313,19 @@ static int do_start(struct frag_args *a)
 		ma_json_end(&j);
 	} else {
 		if (a->have_focus)
-			printf("frag agent started in process %d: every allocation of the %ld B class "
-			       "is recorded\n", a->pid, a->focus);
+			ma_print_wrapped(2, "frag agent started in process %d: every allocation "
+					 "of the %ld B class is recorded\n", a->pid, a->focus);
 		else
-			printf("frag agent started in process %d: 1 in %llu allocations sampled "
-			       "(--shift %u)\n", a->pid, 1ULL << so->shift, so->shift);
-		printf("tables: %s now, growing as samples come, up to %llu samples\n",
-		       ma_fmt_bytes(b, sizeof(b), v->table_bytes),
-		       (unsigned long long)(so->capacity - so->capacity / 8));
-		printf("every malloc/free now goes through jemalloc's hooks; 'memattach frag report "
-		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
-		       "stop %d' removes the hooks\n", a->pid, a->pid);
+			ma_print_wrapped(2, "frag agent started in process %d: 1 in %llu "
+					 "allocations sampled (--shift %u)\n", a->pid,
+					 1ULL << so->shift, so->shift);
+		ma_print_wrapped(2, "tables: %s now, growing as samples come, up to %llu samples\n",
+				 ma_fmt_bytes(b, sizeof(b), v->table_bytes),
+				 (unsigned long long)(so->capacity - so->capacity / 8));
+		ma_print_wrapped(2, "every malloc/free now goes through jemalloc's hooks; "
+				 "'memattach frag report %d' attributes the waste of allocations "
+				 "made from now on, 'memattach frag stop %d' removes the hooks\n",
+				 a->pid, a->pid);
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -357,14 +359,16 @@ static int do_stop(struct frag_args *a)
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
-		printf("frag agent stopped in process %d: hooks removed, %s of tables released "
-		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before->table_bytes),
-		       (unsigned long long)before->live);
+		ma_print_wrapped(2, "frag agent stopped in process %d: hooks removed, %s of tables "
+				 "released (%llu samples)\n", a->pid,
+				 ma_fmt_bytes(b, sizeof(b), before->table_bytes),
+				 (unsigned long long)before->live);
 		if (after->loaded)
-			printf("its code (%llu KiB) stays mapped: a thread may still be about to enter a "
-			       "hook it loaded before the removal, so unmapping it is not provably safe; "
-			       "the next 'frag start' reuses it\n",
-			       (unsigned long long)((after->hi - after->lo) >> 10));
+			ma_print_wrapped(2, "its code (%llu KiB) stays mapped: a thread may still "
+					 "be about to enter a hook it loaded before the removal, "
+					 "so unmapping it is not provably safe; the next 'frag "
+					 "start' reuses it\n",
+					 (unsigned long long)((after->hi - after->lo) >> 10));
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -434,14 +438,18 @@ static int do_status(struct frag_args *a)
 			else
 				printf(", 1 in %llu allocations sampled (--shift %u)\n",
 				       1ULL << v.ctl.shift, v.ctl.shift);
-			printf("samples held %llu (recorded %llu, removed %llu), %llu stacks, "
-			       "tables %s\n", (unsigned long long)v.live, (unsigned long long)v.recorded,
-			       (unsigned long long)v.removed, (unsigned long long)v.ctl.nstacks,
-			       ma_fmt_bytes(b, sizeof(b), v.table_bytes));
+			ma_print_wrapped(2, "samples held %llu (recorded %llu, removed %llu), %llu "
+					 "stacks, tables %s\n", (unsigned long long)v.live,
+					 (unsigned long long)v.recorded,
+					 (unsigned long long)v.removed,
+					 (unsigned long long)v.ctl.nstacks,
+					 ma_fmt_bytes(b, sizeof(b), v.table_bytes));
 			if (v.dropped_full || v.ctl.dropped_stacks)
-				printf("bounds hit: %llu samples dropped (table full), %llu recorded without "
-				       "a stack (stack table full)\n", (unsigned long long)v.dropped_full,
-				       (unsigned long long)v.ctl.dropped_stacks);
+				ma_print_wrapped(2, "bounds hit: %llu samples dropped (table "
+						 "full), %llu recorded without a stack (stack "
+						 "table full)\n",
+						 (unsigned long long)v.dropped_full,
+						 (unsigned long long)v.ctl.dropped_stacks);
 		}
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -628,33 +636,65 @@ static void print_header(const struct frag_args *a, const struct ma_frag_data *d
 			     : 0;
 
 	if (a->from)
-		printf("frag report of %s (process %llu)\n", ma_printable(a->from),
-		       (unsigned long long)d->pid);
+		ma_print_wrapped(2, "frag report of %s (process %llu)\n", ma_printable(a->from),
+				 (unsigned long long)d->pid);
 	else
 		printf("frag report of process %d\n", a->pid);
 	if (d->mode == 1)
-		printf("covers: every allocation of the %llu B class made since frag start (%.1f s "
-		       "before this report) and still live\n", (unsigned long long)d->focus_size, age);
+		ma_print_wrapped(2, "covers: every allocation of the %llu B class made since frag "
+				 "start (%.1f s before this report) and still live\n",
+				 (unsigned long long)d->focus_size, age);
 	else
-		printf("covers: allocations made since frag start (%.1f s before this report) and "
-		       "still live, 1 in %llu sampled (--shift %u)\n", age, 1ULL << d->shift, d->shift);
-	printf("samples: %zu live (recorded %llu, removed %llu)\n", d->n,
-	       (unsigned long long)d->recorded, (unsigned long long)d->removed);
+		ma_print_wrapped(2, "covers: allocations made since frag start (%.1f s before this "
+				 "report) and still live, 1 in %llu sampled (--shift %u)\n", age,
+				 1ULL << d->shift, d->shift);
+	ma_print_wrapped(2, "samples: %zu live (recorded %llu, removed %llu)\n", d->n,
+			 (unsigned long long)d->recorded, (unsigned long long)d->removed);
 	if (d->dropped_full || d->dropped_stacks || d->query_failed)
-		printf("bounds hit: %llu samples dropped (table full), %llu without a stack (stack "
-		       "table full), %llu not answered by batch_query\n",
-		       (unsigned long long)d->dropped_full, (unsigned long long)d->dropped_stacks,
-		       (unsigned long long)d->query_failed);
+		ma_print_wrapped(2, "bounds hit: %llu samples dropped (table full), %llu without a "
+				 "stack (stack table full), %llu not answered by batch_query\n",
+				 (unsigned long long)d->dropped_full,
+				 (unsigned long long)d->dropped_stacks,
+				 (unsigned long long)d->query_failed);
 	if (fr && fr->done)
-		printf("tcache flush: %u of %u threads flushed, %u without tcache, %u skipped\n",
-		       fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
-	printf("attributed waste: %s", ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed)));
+		ma_print_wrapped(2, "tcache flush: %u of %u threads flushed, %u without tcache, "
+				 "%u skipped\n", fr->flushed, fr->threads, fr->no_tcache,
+				 fr->skipped);
+	ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed));
 	if (d->have_bins)
-		printf(" of %s small-bin waste in the process now (%.0f%%; the rest is pinned by "
-		       "objects allocated before frag start or not sampled)\n",
-		       ma_fmt_bytes(b2, sizeof(b2), d->bins_waste), pct(r->attributed, (double)d->bins_waste));
+		ma_print_wrapped(2, "attributed waste: %s of %s small-bin waste in the process "
+				 "now (%.0f%%; the rest is pinned by objects allocated before frag "
+				 "start or not sampled)\n", b1,
+				 ma_fmt_bytes(b2, sizeof(b2), d->bins_waste),
+				 pct(r->attributed, (double)d->bins_waste));
 	else
-		printf("\n");
+		printf("attributed waste: %s\n", b1);
+}
+
+/* Where a leaf set goes on: under its first name, after "%10llu pages = {". */
+#define LEAF_SET_HANG 19
+
+/* "N pages = {a, b}": a name that would pass the width starts a line of its own (never broken). */
+static void print_leaf_set(const struct ma_frag_report *r, const struct ma_frag_leafset *ls)
+{
+	size_t col = LEAF_SET_HANG;
+
+	printf("%10llu pages = {", (unsigned long long)ls->pages);
+	for (size_t k = 0; k < ls->nleaves; k++) {
+		const char *name = ma_printable(r->leaves[ls->leaves[k]].name);
+		size_t w = ma_text_columns(name) + 1; /* and the ',' or '}' after it */
+
+		if (k && col + 2 + w > MA_TEXT_WIDTH) {
+			printf(",\n%*s", LEAF_SET_HANG, "");
+			col = LEAF_SET_HANG;
+		} else if (k) {
+			printf(", ");
+			col += 2;
+		}
+		printf("%s", name);
+		col += w - 1;
+	}
+	printf("}\n");
 }
 
 static void print_report(const struct frag_args *a, const struct ma_frag_data *d,
@@ -681,19 +721,16 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 		       100 * c->fill, ma_fmt_bytes(b, sizeof(b), round_bytes(c->waste)));
 	}
 	if (d->mode == 1) {
-		printf("\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu cohort (%.1f%%: "
-		       "one leaf), %llu mixed (%.1f%%)\n", (unsigned long long)d->focus_size,
-		       (unsigned long long)r->pages, (unsigned long long)r->cohort_pages,
-		       pct((double)r->cohort_pages, (double)r->pages), (unsigned long long)r->mixed_pages,
-		       pct((double)r->mixed_pages, (double)r->pages));
+		ma_print_wrapped(2, "\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu "
+				 "cohort (%.1f%%: one leaf), %llu mixed (%.1f%%)\n",
+				 (unsigned long long)d->focus_size, (unsigned long long)r->pages,
+				 (unsigned long long)r->cohort_pages,
+				 pct((double)r->cohort_pages, (double)r->pages),
+				 (unsigned long long)r->mixed_pages,
+				 pct((double)r->mixed_pages, (double)r->pages));
 		printf("leaf sets by pages:\n");
-		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
-			printf("%10llu pages = {", (unsigned long long)r->leafsets[i].pages);
-			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
-				printf("%s%s", k ? ", " : "",
-				       ma_printable(r->leaves[r->leafsets[i].leaves[k]].name));
-			printf("}\n");
-		}
+		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++)
+			print_leaf_set(r, &r->leafsets[i]);
 		printf("leaves: pages touched, pages where it is the sole occupant:\n");
 		for (size_t i = 0; i < shown(a->top, r->nfocus_leaves); i++)
 			printf("%10llu %10llu  %s\n", (unsigned long long)r->focus_leaves[i].pages,

@@ -168,20 +168,37 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 	ma_json_end(&j);
 }
 
-/* "function+0xoff (object)" or "0xip (object)" */
+/* Where a thread's header and a frame go on when longer than a line. */
+#define THREAD_HANG 4
+#define FRAME_HANG 6
+
+/* "function+0xoff (object)" or "0xip (object)", the object under it if both do not fit. */
 static void print_frame_text(struct ma_livesym *ls, const struct ma_backtrace *bt, size_t k)
 {
 	const struct ma_frame *f = ma_livesym_frame(ls, bt->ip[k], k > 0);
 	const char *obj = frame_object(ls, f);
 	uint64_t pc = k ? bt->ip[k] - 1 : bt->ip[k];
+	char lead[16], *name = NULL, *where = NULL;
+	int a, b;
 
+	snprintf(lead, sizeof(lead), "  #%-2zu ", k);
 	if (f && f->named)
-		printf("  #%-2zu %s+0x%llx (%s)", k, ma_printable(ma_sym_func_name(&ls->sym, f->func)),
-		       (unsigned long long)(f->sym_off + (k ? 1 : 0)), obj ? ma_printable(obj) : "?");
+		a = asprintf(&name, "%s+0x%llx", ma_printable(ma_sym_func_name(&ls->sym, f->func)),
+			     (unsigned long long)(f->sym_off + (k ? 1 : 0)));
 	else
-		printf("  #%-2zu 0x%llx (%s)", k, (unsigned long long)bt->ip[k],
-		       obj ? ma_printable(obj) : "?");
-	printf("%s\n", ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
+		a = asprintf(&name, "0x%llx", (unsigned long long)bt->ip[k]);
+	b = asprintf(&where, "(%s)%s", obj ? ma_printable(obj) : "?",
+		     ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
+	if (a < 0)
+		name = NULL; /* undefined after a failed asprintf */
+	if (b < 0)
+		where = NULL;
+	if (name && where)
+		ma_print_named(lead, name, where, FRAME_HANG);
+	else
+		printf("%s0x%llx\n", lead, (unsigned long long)bt->ip[k]); /* out of memory */
+	free(name);
+	free(where);
 }
 
 static void print_text(const struct ma_target *t, struct thread_report *r, size_t n,
@@ -190,23 +207,30 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 	unsigned nsafe = 0, nwait = 0, nnamed = 0;
 	char sc[64], order[96];
 
+	char head[600];
+	int len;
+
 	for (size_t i = 0; i < n; i++) {
 		nsafe += r[i].verdict == MA_VERDICT_SAFE;
 		nwait += r[i].verdict == MA_VERDICT_EINTR_WAIT;
 		nnamed += r[i].verdict == MA_VERDICT_NAMED_ONLY;
 	}
-	printf("pid %d: %zu thread%s, %u safe to borrow", t->pid, n, n == 1 ? "" : "s", nsafe);
-	if (nwait)
-		printf(", %u borrowed if none is (its wait re-issued)", nwait);
-	if (nnamed)
-		printf(", %u more only with --tid (--strict)", nnamed);
-	printf("; jemalloc in %s\n", ma_printable(t->je.object));
+	len = snprintf(head, sizeof(head), "pid %d: %zu thread%s, %u safe to borrow", t->pid, n,
+		       n == 1 ? "" : "s", nsafe);
+	if (nwait && len < (int)sizeof(head))
+		len += snprintf(head + len, sizeof(head) - len,
+				", %u borrowed if none is (its wait re-issued)", nwait);
+	if (nnamed && len < (int)sizeof(head))
+		snprintf(head + len, sizeof(head) - len, ", %u more only with --tid (--strict)", nnamed);
+	ma_print_wrapped(2, "%s; jemalloc in %s\n", head, ma_printable(t->je.object));
 	for (size_t i = 0; i < n; i++) {
 		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
 		describe_order(&r[i], order, sizeof(order));
-		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n  borrow order %zu: %s\n",
-		       r[i].ti.tid, ma_printable(r[i].ti.name), r[i].ti.state ? r[i].ti.state : '?', sc,
-		       verdict_text(r[i].verdict), ma_printable(r[i].why), i + 1, order);
+		ma_print_wrapped(THREAD_HANG, "\nthread %d \"%s\" state %c, %s: %s (%s)\n",
+				 r[i].ti.tid, ma_printable(r[i].ti.name),
+				 r[i].ti.state ? r[i].ti.state : '?', sc,
+				 verdict_text(r[i].verdict), ma_printable(r[i].why));
+		printf("  borrow order %zu: %s\n", i + 1, order);
 		for (size_t k = 0; k < r[i].bt.n; k++)
 			print_frame_text(ls, &r[i].bt, k);
 	}

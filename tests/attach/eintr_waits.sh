@@ -55,7 +55,8 @@ for c in "${cmds[@]}"; do
 done
 # threads says what a run would do: sc_idle borrowed when no thread is safe,
 # its wait issued again; the two with a socket timeout never.
-"$MA" threads "$pid" >"$TMP/th.txt" 2>&1
+"$MA" threads "$pid" >"$TMP/th.raw" 2>&1
+unwrapped "$TMP/th.raw" 4 >"$TMP/th.txt"
 check "threads: sc_idle 'OK, WAIT RE-ISSUED', borrowed when no thread is safe" \
 	grep -q "^thread $idle \"sc_idle\" .*: OK, WAIT RE-ISSUED (blocked in epoll_wait, .*borrowed when no better" "$TMP/th.txt"
 check "threads: sc_idlerecv and sc_idlesplice UNSAFE, naming their timeout" \
@@ -74,7 +75,7 @@ for t in "$idlerecv" "$idlesplice"; do
 	"$MA" stats "$pid" --tid "$t" >"$TMP/out" 2>"$TMP/err"; rc=$?
 	b=$(switches "$t")
 	check "stats --tid $t: exit $rc, refused naming its timeout, not stopped (switches $a -> $b)" \
-		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && grep -q "with a timeout" "$TMP/err"'
+		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && says "with a timeout" "$TMP/err"'
 done
 flush=$("$MA" bins "$pid" --flush-tcache --strict --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
 check "bins --flush-tcache --strict counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]

@@ -22,7 +22,7 @@ done
 check "--strict on an epoll loop, deadline first: refused ($refused: $(head -c 400 "$TMP/strict.err"))" \
 	[ "$refused" -eq 1 ]
 check "... saying what helps (--tid $pid, or no --strict)" \
-	grep -q -- "--tid $pid borrows it, or leave out --strict" "$TMP/strict.err"
+	says "--tid $pid borrows it, or leave out --strict" "$TMP/strict.err"
 check "... and not a longer --timeout, which cannot" bash -c "! grep -q -- --timeout '$TMP/strict.err'"
 
 # 5. threads says what a run with the same options would do: epolld's only
@@ -39,13 +39,13 @@ threads_in_wait() { # threads_in_wait OUT ARGS...: a listing with the loop in ep
 }
 threads_in_wait "$TMP/th.txt"
 check "threads: the epoll loop's thread 'OK, WAIT RE-ISSUED' ($(grep "^thread $pid" "$TMP/th.txt" | head -c 200))" \
-	grep -q "^thread $pid \"epolld\" state S, in epoll_wait: OK, WAIT RE-ISSUED (" "$TMP/th.txt"
+	says "^thread $pid \"epolld\" state S, in epoll_wait: OK, WAIT RE-ISSUED \(" "$TMP/th.txt" 4
 "$MA" stats "$pid" --json >"$TMP/s.json" 2>"$TMP/s.err"; rc=$?
 check "... and a plain stats does borrow it (exit $rc)" \
 	bash -c "[ $rc -eq 0 ] && grep -q '\"thread\": *$pid' '$TMP/s.json'"
 threads_in_wait "$TMP/ths.txt" --strict
 check "threads --strict: 'ONLY WITH --tid' ($(grep "^thread $pid" "$TMP/ths.txt" | head -c 200))" \
-	grep -q "^thread $pid \"epolld\" state S, in epoll_wait: ONLY WITH --tid (.*--tid $pid" "$TMP/ths.txt"
+	says "^thread $pid \"epolld\" state S, in epoll_wait: ONLY WITH --tid \(.*--tid $pid" "$TMP/ths.txt" 4
 threads_in_wait "$TMP/th.json" --json
 check "threads --json: verdict wait_reissued" \
 	python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["threads"][0]; assert t.get("verdict")=="wait_reissued", t' "$TMP/th.json"

@@ -21,7 +21,7 @@ for i in $(seq "$RUNS"); do
 	rc=$?
 	if [ $rc -eq 0 ]; then ok=$((ok + 1))
 	elif [ $rc -eq 137 ]; then hangs=$((hangs + 1)); break
-	elif [ $rc -eq 1 ] && grep -q "mutex at 0x[0-9a-f]* (in .*), which thread $pid itself holds" "$TMP/run.err"; then
+	elif [ $rc -eq 1 ] && says "mutex at 0x[0-9a-f]* \(in .*\), which thread $pid itself holds" "$TMP/run.err"; then
 		given_up=$((given_up + 1)); cp "$TMP/run.err" "$TMP/given_up.err"
 	else other=$((other + 1)); echo "# exit $rc: $(head -1 "$TMP/run.err")"
 	fi
