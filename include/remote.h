@@ -86,6 +86,7 @@ struct ma_session {
 	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
 	long eintr_nr; /* ... that wait's syscall */
 	bool fresh_ok; /* from the options */
+	bool no_tid_option; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool fresh; /* the thread just tried has no jemalloc state */
@@ -143,6 +144,8 @@ struct ma_session_opts {
 	 * looked like growth to watch's peak detection.
 	 */
 	pid_t prefer_tid;
+	/* The command takes no --tid (export): refusals do not offer it. */
+	bool no_tid_option;
 	int deadline_ms; /* for finding a safe thread */
 	int call_timeout_ms;
 	size_t data_size; /* scratch data area; 0 = default */

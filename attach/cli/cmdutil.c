@@ -200,6 +200,11 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a)
 
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)
 {
+	return ma_parse_borrow_arg(argc, argv, i, o) || (!*pid && ma_parse_pid(argv[*i], pid));
+}
+
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o)
+{
 	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
 	long v;
 
@@ -225,7 +230,7 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		++*i;
 		return true;
 	}
-	return !*pid && ma_parse_pid(arg, pid);
+	return false;
 }
 
 int ma_live_run(const struct ma_live_cmd *c, void *ctx)

@@ -63,6 +63,8 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a);
  * borrowed).  True if argv[*i] was one (and *i moved past its value).
  */
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
+/* The same without the PID: --timeout, --tid, --strict (and --allow-eintr-wait). */
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o);
 
 /*
  * A live command's run, the one shape every live command has: open CMD's
