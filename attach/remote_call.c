@@ -1027,7 +1027,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	close_fd(&s->status_fd); /* the previous candidate's */
 	s->early_seccomp_mode = -1;
 	s->tid = ti->tid;
-	s->hopeless = s->fresh = s->in_eintr_wait = false;
+	s->hopeless = s->fresh = s->in_eintr_wait = s->creates_state = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
@@ -1055,7 +1055,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		return MA_E_NOSAFE;
 	}
 	open_status_fd(s, ti->tid);
-	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
+	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	/*
@@ -1210,12 +1210,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 STACK_ROOM >> 10);
 		goto unsafe;
 	}
-	/* A call would create allocator state in a thread that has none. */
-	if (!s->fresh_ok &&
-	    ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0) {
+	/* A call would create allocator state in a thread that has none: only when named. */
+	s->creates_state =
+		ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0;
+	if (s->creates_state && !s->fresh_ok) {
 		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
 			 "allocator state (a tcache)");
 		s->fresh = s->hopeless = true;
+		s->creates_state = false;
 		goto unsafe;
 	}
 	if (s->sites_had_stub && inside_leftover_stub(s)) {

@@ -90,6 +90,7 @@ struct ma_session {
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool fresh; /* the thread just tried has no jemalloc state */
+	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */

@@ -102,8 +102,9 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 #define MA_HELP_TID_STRICT                                                          \
 	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
 	"                never called into jemalloc is borrowed: that creates its\n"  \
-	"                allocator state: a tcache, and perhaps an arena and a\n"    \
-	"                jemalloc background thread)\n"                              \
+	"                allocator state: a tcache, and perhaps an arena, its\n"     \
+	"                mappings and a jemalloc background thread; the run then\n"  \
+	"                says what the process gained)\n"                            \
 	"  --strict      never stop a thread blocked in epoll_wait and the like\n"   \
 	"                (by default one is borrowed when no better thread exists:\n" \
 	"                its wait is issued again at once; only a memattach killed\n" \

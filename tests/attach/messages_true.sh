@@ -2,7 +2,7 @@
 # Messages that say what was seen and what would help.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 22
+plan 24
 need_fixtures epolld
 
 # One epoll loop for all: its only thread waits in epoll_wait with no
@@ -67,5 +67,25 @@ done
 check "the refusals named options ($said of ${#live_cmds[@]} commands did)" [ "$said" -eq "${#live_cmds[@]}" ]
 v=$(fix_cmd "$pid" "$FIX_FD" "$FIX_OUT" verdict)
 check "epolld: no EINTR, no corrupt object ($v)" grep -q "^VERDICT ok .*eintr=0" <<<"$v"
+fix_quit "$pid" "$FIX_FD"
+
+# 8. Borrowing (--tid) a thread that never called into jemalloc creates its
+# allocator state, and with background threads on, a new arena's
+# background thread and mappings (max_background_threads above the threads
+# already running, so that one can start): the run says so, with what the
+# process gained -- here the same as counted around the run from outside.
+MALLOC_CONF=background_thread:true,max_background_threads:64 fix_start manythreads -t 2 -z 1 ||
+	{ fail "manythreads: start"; exit 1; }
+pid=$FIX_PID
+bare=$("$MA" threads "$pid" | sed -n 's/^thread \([0-9]*\) .*never called into jemalloc.*/\1/p' | head -1)
+t0=(/proc/"$pid"/task/*) m0=$(wc -l <"/proc/$pid/maps")
+"$MA" stats "$pid" --tid "$bare" >/dev/null 2>"$TMP/fresh.err"; rc=$?
+t1=(/proc/"$pid"/task/*) m1=$(wc -l <"/proc/$pid/maps")
+dt=$((${#t1[@]} - ${#t0[@]})) dm=$((m1 - m0))
+check "stats --tid of a thread with no allocator state says the run created it (exit $rc: $(head -c 300 "$TMP/fresh.err"))" \
+	grep -q "thread $bare had never called into jemalloc: this run created its allocator state" "$TMP/fresh.err"
+signed() { local v; v=$(printf '%+d' "$1"); echo "[${v:0:1}]${v:1}"; } # +3 as an ERE
+check "... and what the process gained ($(printf '%+d' $dt) threads, $(printf '%+d' $dm) mappings counted from outside)" \
+	grep -Eq "has $(signed $dt) threads? \([+-][0-9]+ jemalloc background\) and $(signed $dm) mappings?" "$TMP/fresh.err"
 fix_quit "$pid" "$FIX_FD"
 
