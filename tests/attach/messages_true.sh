@@ -2,7 +2,7 @@
 # Messages that say what was seen and what would help.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 24
+plan 26
 need_fixtures epolld
 
 # One epoll loop for all: its only thread waits in epoll_wait with no
@@ -88,4 +88,15 @@ signed() { local v; v=$(printf '%+d' "$1"); echo "[${v:0:1}]${v:1}"; } # +3 as a
 check "... and what the process gained ($(printf '%+d' $dt) threads, $(printf '%+d' $dm) mappings counted from outside)" \
 	grep -Eq "has $(signed $dt) threads? \([+-][0-9]+ jemalloc background\) and $(signed $dm) mappings?" "$TMP/fresh.err"
 fix_quit "$pid" "$FIX_FD"
+
+# 4. Only state D is uninterruptible: threads of manythreads -v (a vfork
+# parent, in D while its child sleeps; the others in S) -- no S thread is
+# called uninterruptible, the D one is ranked so.
+fix_start manythreads -t 1 -v || { fail "manythreads -v: start"; exit 1; }
+"$MA" threads "$FIX_PID" >"$TMP/d.txt" 2>&1
+bad=$(awk '/^thread / { s = $0 ~ / state S,/ } s && /uninterruptible/' "$TMP/d.txt" | head -c 200)
+check "threads: no thread in state S is called uninterruptible (${bad:-none})" [ -z "$bad" ]
+check "... the vfork parent, in state D, is ranked 'uninterruptible'" \
+	bash -c "grep -A1 '\"vforker\" state D' '$TMP/d.txt' | grep -q 'borrow order [0-9]*: uninterruptible'"
+fix_quit "$FIX_PID" "$FIX_FD"
 
