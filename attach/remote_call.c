@@ -792,19 +792,22 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
  * a thread is stopped only when no better one exists, and never with --strict
  * unless named (ma_session_opts.strict).  *W gets what was read.
  */
-static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, struct ma_thread_info *w,
-			  char *why, size_t whylen)
+static bool in_eintr_wait(const struct ma_session *s, const struct ma_thread_info *ti,
+			  struct ma_thread_info *w, char *why, size_t whylen)
 {
+	char named[40] = "";
+
 	*w = *ti;
 	if (!ma_thread_stop_ends_with_eintr(w)) {
-		ma_read_thread_info(pid, ti->tid, w);
+		ma_read_thread_info(s->t->pid, ti->tid, w);
 		if (!ma_thread_stop_ends_with_eintr(w))
 			return false;
 	}
+	if (!s->no_tid_option)
+		snprintf(named, sizeof(named), " unless named (--tid %d)", ti->tid);
 	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped with "
-		 "--strict unless named (--tid %d)",
-		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait",
-		 ti->tid);
+		 "--strict%s",
+		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait", named);
 	return true;
 }
 
@@ -1019,7 +1022,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	close_fd(&s->status_fd); /* the previous candidate's */
 	s->early_seccomp_mode = -1;
 	s->tid = ti->tid;
-	s->hopeless = s->fresh = s->in_eintr_wait = false;
+	s->hopeless = s->fresh = s->in_eintr_wait = s->creates_state = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
@@ -1033,7 +1036,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = true;
 		return MA_E_NOSAFE;
 	}
-	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, &now, why, whylen)) {
+	if (!s->stop_eintr_wait && in_eintr_wait(s, ti, &now, why, whylen)) {
 		/* Not even named: say so rather than what --tid would do. */
 		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
 			s->hopeless = true;
@@ -1047,7 +1050,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		return MA_E_NOSAFE;
 	}
 	open_status_fd(s, ti->tid);
-	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
+	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	/*
@@ -1210,12 +1213,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 STACK_ROOM >> 10);
 		goto unsafe;
 	}
-	/* A call would create allocator state in a thread that has none. */
-	if (!s->fresh_ok &&
-	    ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0) {
+	/* A call would create allocator state in a thread that has none: only when named. */
+	s->creates_state =
+		ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0;
+	if (s->creates_state && !s->fresh_ok) {
 		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
 			 "allocator state (a tcache)");
 		s->fresh = s->hopeless = true;
+		s->creates_state = false;
 		goto unsafe;
 	}
 	if (s->sites_had_stub && inside_leftover_stub(s)) {
@@ -1322,24 +1327,32 @@ static void tally_refusal(struct round_tally *t, const struct ma_session *s,
 static int lasting_refusal(const struct ma_session *s, const struct ma_session_opts *o,
 			   const struct round_tally *t)
 {
-	if (t->waits)
+	char tid[48] = "";
+
+	if (t->waits) {
+		if (!o->no_tid_option)
+			snprintf(tid, sizeof(tid), "--tid %d borrows it, or ", t->wait_tid);
 		return ma_fail(MA_E_NOSAFE,
 			       "with --strict, no thread of process %d can be borrowed: %s%s is "
 			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 			       "again at once; only a memattach killed in between leaves the EINTR "
 			       "to the program), and the others are jemalloc's background threads "
-			       "or never called into jemalloc; --tid %d borrows it, or leave out "
-			       "--strict",
+			       "or never called into jemalloc; %sleave out --strict",
 			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
-			       t->wait_tid);
-	if (t->fresh)
+			       tid);
+	}
+	if (t->fresh) {
+		if (o->no_tid_option)
+			snprintf(tid, sizeof(tid), "this command never borrows such a thread");
+		else
+			snprintf(tid, sizeof(tid), "--tid %d borrows one anyway", t->fresh_tid);
 		return ma_fail(MA_E_NOSAFE,
 			       "no thread of process %d can be borrowed without leaving a trace: "
 			       "the ones safe to borrow never called into jemalloc, and a call "
 			       "would create their allocator state (a tcache; with "
-			       "background_thread:true perhaps a background thread); --tid %d "
-			       "borrows one anyway",
-			       s->t->pid, t->fresh_tid);
+			       "background_thread:true perhaps a background thread); %s",
+			       s->t->pid, tid);
+	}
 	if (o->tid)
 		return ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", t->last_who, t->last_why);
 	return ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed (last: %s)", s->t->pid,
@@ -2158,6 +2171,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	s->lock.fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
+	s->no_tid_option = o->no_tid_option;
 	s->stop_eintr_wait = !o->strict || o->tid;
 	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;

@@ -326,6 +326,35 @@ bool ma_process_exited(pid_t pid)
 	return !alive;
 }
 
+int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t first = addr / (uint64_t)page, last = (addr + len + (uint64_t)page - 1) / (uint64_t)page;
+	uint64_t buf[512];
+	int64_t pages = 0;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	/* One 64-bit entry per page: bit 63 present, bit 62 swapped. */
+	for (uint64_t p = first; p < last;) {
+		size_t n = last - p < 512 ? (size_t)(last - p) : 512;
+		ssize_t got = pread(fd, buf, n * 8, (off_t)(p * 8));
+
+		if (got <= 0) {
+			pages = -1;
+			break;
+		}
+		for (ssize_t k = 0; k < got / 8; k++)
+			pages += (buf[k] >> 62) != 0;
+		p += (uint64_t)got / 8;
+	}
+	close(fd);
+	return pages < 0 ? -1 : pages * page;
+}
+
 int ma_fail_if_exited(pid_t pid, int rc)
 {
 	if (rc == 0 || rc == MA_E_USAGE || !ma_process_exited(pid))

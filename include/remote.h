@@ -87,9 +87,11 @@ struct ma_session {
 	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
 	long eintr_nr; /* ... that wait's syscall */
 	bool fresh_ok; /* from the options */
+	bool no_tid_option; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool fresh; /* the thread just tried has no jemalloc state */
+	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
@@ -144,6 +146,8 @@ struct ma_session_opts {
 	 * looked like growth to watch's peak detection.
 	 */
 	pid_t prefer_tid;
+	/* The command takes no --tid (export): refusals do not offer it. */
+	bool no_tid_option;
 	int deadline_ms; /* for finding a safe thread */
 	/*
 	 * --timeout given: the whole run's bound (runclock.h), from

@@ -131,6 +131,11 @@ bool ma_process_exited(pid_t pid);
  * returned; else RC.  For steps after the process was found.
  */
 int ma_fail_if_exited(pid_t pid, int rc);
+/*
+ * Bytes of [ADDR, ADDR+LEN) in process PID that are in RAM or swap (its
+ * pagemap); -1 if unreadable.
+ */
+int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
 /*

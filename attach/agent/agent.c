@@ -318,7 +318,7 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size
 	x.stack = current_stack(c);
 	x.size = size;
 	spin_lock(&s->lock);
-	if (s->count >= s->cap - s->cap / 8 && !grow(c, s)) {
+	if (s->count >= c->stripe_max || (s->count >= s->cap - s->cap / 8 && !grow(c, s))) {
 		s->dropped++;
 	} else {
 		uint64_t i = home_slot(h, s->cap);
@@ -573,8 +573,9 @@ static int start_impl(const struct ma_agent_params *p)
 
 	if (p->magic != MA_AGENT_MAGIC || p->version != MA_AGENT_VERSION || p->shift > 30 ||
 	    !pow2(p->capacity) || p->capacity < MA_AGENT_STRIPES * 64 || !pow2(p->stack_cap) ||
-	    p->stack_cap < 2 || !p->frame_cap || !p->mallctl || !p->mallctlnametomib ||
-	    !p->mallctlbymib || (p->mode == MA_AGENT_MODE_FOCUS && !p->malloc_usable_size))
+	    p->stack_cap < 2 || !p->frame_cap || !p->max_samples || !p->mallctl ||
+	    !p->mallctlnametomib || !p->mallctlbymib ||
+	    (p->mode == MA_AGENT_MODE_FOCUS && !p->malloc_usable_size))
 		return -MA_AGENT_EPARAM;
 	if (c->state == MA_AGENT_RUNNING || c->state == MA_AGENT_STOPPING)
 		return -MA_AGENT_EBUSY;
@@ -592,6 +593,7 @@ static int start_impl(const struct ma_agent_params *p)
 	c->mallctlbymib = p->mallctlbymib;
 	c->malloc_usable_size = p->malloc_usable_size;
 	c->capacity = p->capacity;
+	c->stripe_max = (p->max_samples + MA_AGENT_STRIPES - 1) / MA_AGENT_STRIPES;
 	c->stack_cap = p->stack_cap;
 	c->frame_cap = p->frame_cap;
 	c->self_lo = p->self_lo;

@@ -24,7 +24,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: memattach aggregate DUMP [--binary PATH] [--top N] [--cum] [--json]\n"
-		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n\n"
+		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n"
+		"                 [--pid PID [--timeout MS] [--tid TID] [--strict]]\n\n"
 		"Where the heap is: the allocation sites of a jemalloc heap_v2 dump\n"
 		"(MALLOC_CONF=prof:true), unsampled per stack as jeprof does, by scaled\n"
 		"in-use bytes.  'scale' is scaled/raw: ~1 means one or a few large\n"
@@ -39,7 +40,9 @@ static void usage(FILE *f)
 		"                         inferno, speedscope)\n"
 		"  --svg FILE             write a flame graph to open in a browser\n"
 		"  --pprof FILE           write gzipped pprof protobuf (go tool pprof)\n"
-		"  --pid PID              the same with stats.allocated read live from PID\n"
+		"  --pid PID              the same with stats.allocated read live from PID;\n"
+		"                         with it --timeout MS (default 2000), --tid TID and\n"
+		"                         --strict, as for stats\n"
 		"  --stats FILE.json      compare the scaled total with stats.allocated of a\n"
 		"                         malloc_stats_print JSON file (stats-dump)\n"
 		"%s"
@@ -230,11 +233,10 @@ static int read_allocated(struct ma_session *s, void *ctx)
 }
 
 /* stats.allocated of a live process (prints its own error). */
-static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
+static int live_allocated(const char *cmd, pid_t pid, const struct ma_session_opts *o,
+			  uint64_t *allocated)
 {
-	struct ma_session_opts o = { .deadline_ms = 2000 };
-
-	return ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = pid, .o = &o,
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = pid, .o = o,
 						  .body = read_allocated },
 			   allocated);
 }
@@ -284,7 +286,8 @@ int cmd_aggregate(int argc, char **argv)
 	struct ma_profbundle b;
 	struct stats_check sc = { 0 };
 	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL, *v;
-	bool cum = false, folded = false;
+	bool cum = false, folded = false, borrow_opts = false;
+	struct ma_session_opts o = { .deadline_ms = 2000 };
 	pid_t pid = 0;
 	int rc = MA_EXIT_OK, r;
 
@@ -300,6 +303,10 @@ int cmd_aggregate(int argc, char **argv)
 			}
 			if (strcmp(argv[i], "--folded") == 0) {
 				folded = true;
+				continue;
+			}
+			if (ma_parse_borrow_arg(argc, argv, &i, &o)) {
+				borrow_opts = true;
 				continue;
 			}
 			if ((r = ma_profcmd_value(c.cmd, "--svg", argc, argv, &i, &v)) > 0)
@@ -342,9 +349,15 @@ int cmd_aggregate(int argc, char **argv)
 		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE, "give --stats FILE or --pid PID, not both");
 		goto out;
 	}
+	if (borrow_opts && !pid) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE,
+				  "--timeout, --tid and --strict go with --pid PID (they say how to "
+				  "borrow one of its threads)");
+		goto out;
+	}
 	if (stats || pid) {
 		if (stats ? stats_allocated(stats, &sc.allocated) != 0
-			  : live_allocated(c.cmd, pid, &sc.allocated) != 0) {
+			  : live_allocated(c.cmd, pid, &o, &sc.allocated) != 0) {
 			rc = stats ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
 			goto out;
 		}

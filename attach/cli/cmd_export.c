@@ -191,7 +191,7 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 		int64_t left_ms = e->budget_ms - (int64_t)((ma_now_ns() - t0) / 1000000);
 		struct ma_session_opts o = { .deadline_ms = left_ms < e->deadline_ms ? (int)left_ms
 										 : e->deadline_ms,
-					     .strict = e->strict };
+					     .strict = e->strict, .no_tid_option = true };
 		struct target_record *r = record_of(e, pids[i]);
 		int rc;
 

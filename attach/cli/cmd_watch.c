@@ -77,6 +77,7 @@ struct watch {
 	uint64_t lifetime_hwm;
 	uint64_t t0_ns;
 	unsigned dumps, skipped;
+	char last_skip[400]; /* why the last skipped sample borrowed no thread */
 	unsigned behind; /* samples that ended past the next one's time (--interval too short) */
 	char path[4096];
 };
@@ -243,6 +244,7 @@ static int sample(struct watch *w)
 		if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT)
 			return rc;
 		w->skipped++; /* busy in jemalloc right now: no stats this time */
+		snprintf(w->last_skip, sizeof(w->last_skip), "%s", ma_errmsg());
 		ma_err_clear();
 	} else {
 		if (high)
@@ -511,8 +513,7 @@ int cmd_watch(int argc, char **argv)
 					    : 0.0);
 	if (!rc && w.series.n && w.skipped == w.series.n) {
 		ma_cmd_error(w.cmd, MA_EXIT_FAIL, "no sample could read the allocator (%zu samples, "
-			     "each found no thread safe to borrow in %d ms); see 'memattach threads "
-			     "%d'", w.series.n, w.o.deadline_ms, w.pid);
+			     "none borrowed a thread); the last: %s", w.series.n, w.last_skip);
 		rc = MA_E_NOSAFE;
 	}
 	ma_series_release(&w.series);

@@ -269,6 +269,11 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a)
 
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)
 {
+	return ma_parse_borrow_arg(argc, argv, i, o) || (!*pid && ma_parse_pid(argv[*i], pid));
+}
+
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o)
+{
 	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
 	long v;
 
@@ -294,7 +299,25 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		++*i;
 		return true;
 	}
-	return !*pid && ma_parse_pid(arg, pid);
+	return false;
+}
+
+/*
+ * The borrowed thread had no allocator state (a --tid of it): say that the
+ * run created it, and what the process gained meanwhile.
+ */
+static void note_growth(const char *cmd, const struct ma_live *l)
+{
+	const struct ma_live_growth *g = &l->growth;
+
+	if (!g->created)
+		return;
+	fprintf(stderr, "memattach %s: thread %d had never called into jemalloc: this run created "
+		"its allocator state\n", cmd, l->s.tid);
+	fprintf(stderr, "memattach %s: since before the run, process %d has %+d thread%s (%+d "
+		"jemalloc background) and %+d mapping%s\n", cmd, l->t.pid, g->threads,
+		g->threads == 1 || g->threads == -1 ? "" : "s", g->bg_threads, g->maps,
+		g->maps == 1 || g->maps == -1 ? "" : "s");
 }
 
 int ma_live_run(const struct ma_live_cmd *c, void *ctx)
@@ -320,6 +343,7 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 				     ma_errmsg());
 		rc = MA_E_INTERNAL;
 	}
+	note_growth(c->cmd, &l);
 	if (c->visit)
 		*c->visit = (struct ma_live_visit){ l.s.tid, l.s.stopped_ns, l.s.ncalls };
 	rc = rc ? MA_EXIT_FAIL : c->report ? c->report(&l, ctx) : MA_EXIT_OK;

@@ -87,6 +87,8 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a);
  * borrowed).  True if argv[*i] was one (and *i moved past its value).
  */
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
+/* The same without the PID: --timeout, --tid, --strict (and --allow-eintr-wait). */
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o);
 
 /*
  * A live command's run, the one shape every live command has: open CMD's
@@ -124,8 +126,9 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 #define MA_HELP_TID_STRICT                                                          \
 	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
 	"                never called into jemalloc is borrowed: that creates its\n"  \
-	"                allocator state: a tcache, and perhaps an arena and a\n"    \
-	"                jemalloc background thread)\n"                              \
+	"                allocator state: a tcache, and perhaps an arena, its\n"     \
+	"                mappings and a jemalloc background thread; the run then\n"  \
+	"                says what the process gained)\n"                            \
 	"  --strict      never stop a thread blocked in epoll_wait and the like\n"   \
 	"                (by default one is borrowed when no better thread exists:\n" \
 	"                its wait is issued again at once; only a memattach killed\n" \
