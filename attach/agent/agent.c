@@ -26,6 +26,7 @@
  * jemalloc itself keeps hooks from recursing (a hook's own allocations, or
  * a signal handler's, do not call the hooks again).
  */
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -178,6 +179,34 @@ struct unwind_buf {
 	unsigned n;
 };
 
+static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uint64_t pc = *(uint64_t *)arg;
+
+	(void)size;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && pc >= lo && pc - lo < ph->p_memsz)
+			return 1;
+	}
+	return 0;
+}
+
+/* Is PC in the code of a loaded object (not JIT code in anonymous memory)? */
+static bool in_loaded_code(uint64_t pc)
+{
+	return dl_iterate_phdr(find_code, &pc) != 0;
+}
+
+/*
+ * A frame in code that no loaded object holds is JIT-compiled: its unwind
+ * tables, if any, were registered at run time, and libgcc may abort() on
+ * them (LuaJIT's traces in kresd: SIGABRT in _Unwind_Backtrace when a C
+ * function called from a trace allocates).  The walk ends at such a frame,
+ * before libgcc moves past it; libgcc itself calls dl_iterate_phdr per frame.
+ */
 static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 {
 	struct unwind_buf *b = arg;
@@ -186,6 +215,8 @@ static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 	if (!ip)
 		return _URC_END_OF_STACK;
 	b->ip[b->n++] = ip;
+	if (!in_loaded_code(ip - 1))
+		return _URC_END_OF_STACK;
 	return b->n == UNWIND_RAW ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
