@@ -112,6 +112,8 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
  * live thread -- the process is alive.  Z/X only when it is really gone.
  */
 int ma_process_status(pid_t pid, struct ma_proc_status *st);
+/* How many times a /proc/PID/maps was read in this process's life (tests). */
+unsigned long ma_target_maps_read(void);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
 /*
