@@ -742,14 +742,24 @@ struct named_pass {
 	size_t n;
 	struct ma_elf_sym *out;
 	bool *found;
+	/* the first two bytes of each name: most symbols are passed over at a glance */
+	uint64_t first2[65536 / 64];
 };
+
+static unsigned first2(const char *name)
+{
+	return (unsigned)(unsigned char)name[0] << 8 | (name[0] ? (unsigned char)name[1] : 0);
+}
 
 static int named_visit(void *ctx, const struct ma_elf_sym *s)
 {
 	struct named_pass *p = ctx;
+	unsigned f = first2(s->name);
 
+	if (!(p->first2[f / 64] >> (f % 64) & 1))
+		return 0;
 	for (size_t i = 0; i < p->n; i++) {
-		if (s->name[0] != p->names[i][0] || strcmp(s->name, p->names[i]) != 0)
+		if (strcmp(s->name, p->names[i]) != 0)
 			continue;
 		/* A global before a local; else the first found. */
 		if (!p->found[i] || (p->out[i].bind == STB_LOCAL && s->bind != STB_LOCAL))
@@ -762,7 +772,7 @@ static int named_visit(void *ctx, const struct ma_elf_sym *s)
 int ma_elf_syms_named(struct ma_elf *e, const char *const *names, size_t n,
 		      struct ma_elf_sym *out, bool *found)
 {
-	struct named_pass p = { names, n, out, found };
+	struct named_pass *p = calloc(1, sizeof(*p));
 	uint64_t *zero_at, *next;
 	struct ma_elf_sym *sym;
 	bool *ok;
@@ -770,7 +780,10 @@ int ma_elf_syms_named(struct ma_elf *e, const char *const *names, size_t n,
 	int rc;
 
 	memset(found, 0, n * sizeof(*found));
+	if (!p)
+		return ma_fail(MA_E_NOMEM, "out of memory");
 	if (e->loaded || e->by_name) {
+		free(p);
 		for (size_t i = 0; i < n; i++) {
 			const struct ma_elf_sym *s = ma_elf_sym_by_name(e, names[i]);
 
@@ -780,7 +793,11 @@ int ma_elf_syms_named(struct ma_elf *e, const char *const *names, size_t n,
 		}
 		return 0;
 	}
-	ma_elf_scan(e, named_visit, &p);
+	*p = (struct named_pass){ .names = names, .n = n, .out = out, .found = found };
+	for (size_t i = 0; i < n; i++)
+		p->first2[first2(names[i]) / 64] |= 1ULL << (first2(names[i]) % 64);
+	ma_elf_scan(e, named_visit, p);
+	free(p);
 	/* Sizes as a loaded table has them: a zero-size symbol up to the next start. */
 	zero_at = malloc((n ? n : 1) * sizeof(*zero_at));
 	next = malloc((n ? n : 1) * sizeof(*next));

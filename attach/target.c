@@ -452,7 +452,7 @@ static bool is_jemalloc_symbol(const char *name, const char *prefix)
 		return true;
 	if (pl == 0)
 		for (int i = 0; api_names[i]; i++)
-			if (strcmp(name, api_names[i]) == 0)
+			if (name[0] == api_names[i][0] && strcmp(name, api_names[i]) == 0)
 				return true;
 	return false;
 }
@@ -523,6 +523,8 @@ struct je_text_pass {
 	struct ma_jemalloc *je;
 	uint64_t lo, hi; /* the span of the named functions, .cold parts left out */
 	bool have_files;
+	const char *file; /* the last FILE symbol judged (the locals after one share it) */
+	bool file_is_je;
 	uint64_t *zero; /* jemalloc's functions without a size, to be sized afterwards */
 	size_t nzero, capzero;
 };
@@ -534,9 +536,13 @@ static int je_text_visit(void *ctx, const struct ma_elf_sym *s)
 
 	if (s->type != 2 /* STT_FUNC */)
 		return 0;
-	if (s->file && is_jemalloc_file(s->file))
+	if (s->file && s->file != p->file) {
+		p->file = s->file;
+		p->file_is_je = is_jemalloc_file(s->file);
+	}
+	if (s->file && p->file_is_je)
 		p->have_files = true;
-	if (!is_jemalloc_symbol(s->name, je->prefix) && !(s->file && is_jemalloc_file(s->file)))
+	if (!(s->file && p->file_is_je) && !is_jemalloc_symbol(s->name, je->prefix))
 		return 0;
 	if (!s->size) {
 		if (p->nzero == p->capzero) {
