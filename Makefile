@@ -98,7 +98,7 @@ demo: deps
 	bash fixtures/demo.sh
 
 bench: bench-deps
-	$(MAKE) all fixtures
+	$(MAKE) all fixtures bench-fixtures
 	for b in tests/bench/*.sh; do bash $$b || exit 1; done
 
 clean:

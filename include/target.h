@@ -136,6 +136,8 @@ int ma_fail_if_exited(pid_t pid, int rc);
  * pagemap); -1 if unreadable.
  */
 int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len);
+/* How many times a /proc/PID/maps was read in this process's life (tests). */
+unsigned long ma_target_maps_read(void);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
 /*

@@ -236,6 +236,25 @@ static void print_text(const struct ma_target *t, struct thread_report *r, size_
 	}
 }
 
+/* Every frame to be named, looked up at once (a big binary's symbols are read once). */
+static int prepare_names(struct ma_livesym *ls, const struct thread_report *r, size_t n)
+{
+	size_t nkeys = 0, k = 0;
+	uint64_t *keys;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		nkeys += r[i].bt.n;
+	if (!(keys = malloc((nkeys ? nkeys : 1) * sizeof(*keys))))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		for (size_t f = 0; f < r[i].bt.n; f++)
+			keys[k++] = ma_livesym_key(r[i].bt.ip[f], f > 0);
+	rc = ma_livesym_prepare(ls, keys, nkeys);
+	free(keys);
+	return rc;
+}
+
 int cmd_threads(int argc, char **argv)
 {
 	struct ma_thread_info *ti = NULL;
@@ -284,6 +303,10 @@ int cmd_threads(int argc, char **argv)
 		rc = MA_E_EXITED;
 	if ((rc = ma_fail_if_exited(pid, rc)) || (rc = ma_livesym_init(&ls, &l.t)))
 		goto out;
+	if ((rc = prepare_names(&ls, r, n))) {
+		ma_livesym_release(&ls);
+		goto out;
+	}
 	if (json)
 		print_json(&l.t, r, n, &ls);
 	else
