@@ -1069,9 +1069,11 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_nvcsw = now.nvcsw;
 	}
 	stop_ms = ma_run_ms_left(1000);
-	if (stop_ms == 0)
+	if (stop_ms == 0) {
+		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
 		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
 			       "stopped", ti->tid);
+	}
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
@@ -1381,6 +1383,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 	char why[256] = "";
 	bool seen = false;
 
+	struct round_tally prev = { .busy = 0 };
+
 	for (unsigned round = 0;; round++) {
 		struct round_tally t = { .wait_in = "a wait", .last = "no thread found" };
 		struct ma_thread_info *ti;
@@ -1409,10 +1413,19 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				t.hopeless++;
 				continue;
 			}
+			/* A refusal says its own reason, never the previous thread's. */
+			snprintf(why, sizeof(why), "refused without a reason recorded");
 			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
 			if (rc == 0) {
 				free(ti);
 				return 0;
+			}
+			if (rc == MA_E_TIMEOUT && !s->seized && prev.busy) {
+				/* The deadline came before this thread's stop: the
+				 * last full round says why none could be borrowed. */
+				free(ti);
+				ma_err_clear();
+				return deadline_refusal(s, o, &prev);
 			}
 			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
 				free(ti);
@@ -1466,6 +1479,7 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			return t.busy ? deadline_refusal(s, o, &t)
 				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
 						s->t->pid);
+		prev = t;
 		/* Let the threads run a little: a lock holder finishes. */
 		usleep(round < 20 ? 500 : 5000);
 	}
