@@ -150,7 +150,7 @@ battery() { # battery NAME PID
 	"$MA" threads "$pid" >"$o.threads" 2>&1; rc=$?
 	local want nthreads listed_all=1 t
 	want=$(ls "/proc/$pid/task" | wc -l)
-	nthreads=$(sed -n "s/^pid $pid: \([0-9]*\) threads.*/\1/p" "$o.threads")
+	nthreads=$(sed -n "s/^pid $pid: \([0-9]*\) threads\?[,;].*/\1/p" "$o.threads")
 	for t in $(ls "/proc/$pid/task"); do grep -q "^thread $t " "$o.threads" || listed_all=0; done
 	check "$d: threads (exit $rc): $nthreads threads, as /proc has ($want), each listed" \
 		eval '[ $rc = 0 ] && [ "$nthreads" = "$want" ] && [ $listed_all = 1 ]'
@@ -171,7 +171,7 @@ battery() { # battery NAME PID
 
 	"$MA" heap-dump "$pid" -o "$o.heap" >"$o.hd" 2>&1; rc=$?
 	check "$d: heap-dump refused (exit $rc): '$(head -c 160 "$o.hd")'; no file" \
-		eval '[ $rc = 1 ] && grep -q "not started with heap profiling.*MALLOC_CONF=prof:true" "$o.hd" &&
+		eval '[ $rc = 1 ] && says "not started with heap profiling.*MALLOC_CONF=prof:true" "$o.hd" &&
 		[ ! -e "$o.heap" ]'
 
 	"$MA" stats-dump "$pid" -o "$o.json" >"$o.sd" 2>&1; rc=$?
@@ -183,7 +183,7 @@ battery() { # battery NAME PID
 	check "$d: snapshot (exit $rc): manifest, stats, bins; no heap, saying why" \
 		eval '[ $rc = 0 ] && [ -f "$o.snap/stats.json" ] && [ -f "$o.snap/bins.json" ] &&
 		[ ! -e "$o.snap/heap.heap" ] && [ "$(json_get "$o.snap/manifest.json" pid)" = "$pid" ] &&
-		grep -q "heap profiling is off.*MALLOC_CONF=prof:true" "$o.sn"'
+		says "heap profiling is off.*MALLOC_CONF=prof:true" "$o.sn" 2'
 
 	"$MA" export --once --pid "$pid" >"$o.om" 2>&1; rc=$?
 	check "$d: export --once (exit $rc): its gauges, scrape success 1" \
