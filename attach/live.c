@@ -82,7 +82,8 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	if ((rc = ma_live_open(l, pid)) ||
-	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) || (rc = ma_live_borrow(l, o)))
+	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) ||
+	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
 	return rc;
 }

@@ -518,10 +518,11 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 	s->at_marker = false;
 	/* What was seen, no guess at how: the thread took the lock before the stop. */
 	return ma_fail(MA_E_JEMALLOC,
-		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx (in %s), "
-		       "which thread %d itself holds: it took it before this run borrowed it, with "
-		       "no jemalloc frame on its stack; the call could never return and was given "
-		       "up, the thread restored; run again (the thread lets go as it runs on)",
+		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx "
+		       "(in %s), which thread %d itself holds: it took it before this run "
+		       "borrowed it, with no jemalloc frame on its stack; the call could never "
+		       "return and was given up, the thread restored; run again (the thread lets "
+		       "go as it runs on)",
 		       s->tid, (unsigned long long)mutex,
 		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
 }
@@ -813,7 +814,8 @@ static bool in_eintr_wait(const struct ma_session *s, const struct ma_thread_inf
 		snprintf(named, sizeof(named), " unless named (--tid %d)", ti->tid);
 	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped with "
 		 "--strict%s",
-		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait", named);
+		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait",
+		 named);
 	return true;
 }
 
@@ -1304,8 +1306,10 @@ static void tally_refusal(struct round_tally *t, const struct ma_session *s,
 	if (s->in_eintr_wait && !t->waits++) {
 		t->wait_tid = ti->tid;
 		snprintf(t->wait_who, sizeof(t->wait_who), "thread %d (%s)", ti->tid, ti->name);
-		if (ma_arch_syscall_name(s->eintr_nr))
-			snprintf(t->wait_in, sizeof(t->wait_in), "%s", ma_arch_syscall_name(s->eintr_nr));
+		const char *name = ma_arch_syscall_name(s->eintr_nr);
+
+		if (name)
+			snprintf(t->wait_in, sizeof(t->wait_in), "%s", name);
 	}
 	if (s->fresh) {
 		t->fresh++;
@@ -1335,8 +1339,8 @@ static int lasting_refusal(const struct ma_session *s, const struct ma_session_o
 			       "again at once; only a memattach killed in between leaves the EINTR "
 			       "to the program), and the others are jemalloc's background threads "
 			       "or never called into jemalloc; %sleave out --strict",
-			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
-			       tid);
+			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "",
+			       t->wait_in, tid);
 	}
 	if (t->fresh) {
 		if (o->no_tid_option)
@@ -1445,8 +1449,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
 				       "allocator state)", t.last_who);
 		if (o->tid && !seen)
-			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
-				       s->t->pid);
+			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d",
+				       o->tid, s->t->pid);
 		/*
 		 * Every thread is either never borrowable or in a wait we do not
 		 * stop (an event loop in epoll_wait, its helpers idle since they
@@ -1461,8 +1465,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
 		if (ma_now_ns() >= deadline)
 			return t.busy ? deadline_refusal(s, o, &t)
-				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
-						s->t->pid);
+				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to "
+						"borrow", s->t->pid);
 		/* Let the threads run a little: a lock holder finishes. */
 		usleep(round < 20 ? 500 : 5000);
 	}
@@ -2632,7 +2636,7 @@ int ma_session_close(struct ma_session *s)
 	return rc;
 }
 
-/* The verdict on a thread in a wait a stop ends with EINTR (NR), for a run with or without --strict. */
+/* The verdict on a thread in a wait a stop ends with EINTR (NR), with or without --strict. */
 static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t whylen)
 {
 	const char *name = ma_arch_syscall_name(nr) ? ma_arch_syscall_name(nr) : "a wait";
@@ -2641,9 +2645,9 @@ static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t wh
 		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: with --strict "
 			 "borrowed only if named (--tid %d)", name, tid);
 	else
-		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed when no "
-			 "better thread exists, its wait issued again at once; not stopped to be "
-			 "looked at", name);
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed when "
+			 "no better thread exists, its wait issued again at once; not stopped to "
+			 "be looked at", name);
 }
 
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,

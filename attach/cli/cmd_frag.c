@@ -445,10 +445,11 @@ static int do_stop(struct frag_args *a)
 		       ma_fmt_bytes(r, sizeof(r), before->table_resident),
 		       (unsigned long long)before->live);
 		if (after->loaded)
-			printf("its library stays mapped: %u mappings, %s (code %s); a thread may still "
-			       "be about to enter a hook\nit loaded before the removal, so unmapping it is "
-			       "not provably safe; the next 'frag start' reuses it\n", after->nmaps,
-			       ma_fmt_bytes(b, sizeof(b), after->mapped),
+			printf("its library stays mapped: %u mappings, %s (code %s); a thread may "
+			       "still be about to enter a hook\nit loaded before the removal, so "
+			       "unmapping it is not provably safe; the next 'frag start' reuses "
+			       "it\n",
+			       after->nmaps, ma_fmt_bytes(b, sizeof(b), after->mapped),
 			       ma_fmt_bytes(r, sizeof(r), after->hi - after->lo));
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -596,8 +597,8 @@ static int name_live_frames(struct ma_live *l, void *ctx)
 static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_flush_result *fr,
 			struct frag_timing *tm)
 {
-	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d,
-				.tm = tm };
+	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr,
+				.d = d, .tm = tm };
 	struct timespec now;
 
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -756,7 +757,8 @@ static void print_window(const struct ma_frag_data *d, const struct frag_timing 
 	if (!tm)
 		return;
 	printf("report: began %.1f s after frag start; read the samples %.1f s later (tcache flush "
-	       "%.1f s,\n        finding jemalloc, the run lock and a thread %.1f s, the agent's query %.1f s)\n",
+	       "%.1f s,\n        finding jemalloc, the run lock and a thread %.1f s, the agent's "
+	       "query %.1f s)\n",
 	       seconds_between(d->started_unix_ns, tm->began_unix_ns),
 	       seconds_between(tm->began_ns, tm->borrowed_ns + tm->query_ns),
 	       (double)tm->flush_ns / 1e9,
@@ -776,11 +778,11 @@ static void print_header(const struct frag_args *a, const struct ma_frag_data *d
 	else
 		printf("frag report of process %d\n", a->pid);
 	if (d->mode == 1)
-		printf("covers: every allocation of the %llu B class made since frag start and still "
-		       "live\n", (unsigned long long)d->focus_size);
+		printf("covers: every allocation of the %llu B class made since frag start and "
+		       "still live\n", (unsigned long long)d->focus_size);
 	else
-		printf("covers: allocations made since frag start and still live, 1 in %llu sampled "
-		       "(--shift %u)\n", 1ULL << d->shift, d->shift);
+		printf("covers: allocations made since frag start and still live, 1 in %llu "
+		       "sampled (--shift %u)\n", 1ULL << d->shift, d->shift);
 	print_window(d, tm);
 	printf("samples: %zu live (recorded %llu, removed %llu)\n", d->n,
 	       (unsigned long long)d->recorded, (unsigned long long)d->removed);

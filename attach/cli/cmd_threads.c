@@ -233,7 +233,8 @@ int cmd_threads(int argc, char **argv)
 		return ma_usage_error(argv[0], "a PID is required");
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
-	if ((rc = ma_live_open(&l, pid)) || (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
+	if ((rc = ma_live_open(&l, pid)) ||
+	    (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
 		goto out;
