@@ -83,7 +83,8 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
 	if ((rc = ma_live_open(l, pid)) ||
-	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) || (rc = ma_live_borrow(l, o)))
+	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) ||
+	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
 	return rc;
 }

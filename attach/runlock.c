@@ -42,9 +42,10 @@ static pid_t find_holder(int fd)
 		char type[16];
 		int pid;
 
-		if (!strstr(line, "->") &&
-		    sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", type, &pid, &maj, &min, &ino) == 5 &&
-		    strcmp(type, "FLOCK") == 0 && makedev(maj, min) == locked.st_dev &&
+		if (strstr(line, "->") || sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", type, &pid,
+						 &maj, &min, &ino) != 5)
+			continue;
+		if (strcmp(type, "FLOCK") == 0 && makedev(maj, min) == locked.st_dev &&
 		    ino == locked.st_ino && pid > 0)
 			holder = pid;
 	}
@@ -96,16 +97,16 @@ static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 		if (ran >= 0)
 			snprintf(age, sizeof(age), ", running for %.1f s", ran);
 		return ma_fail(MA_E_TIMEOUT,
-			       "another memattach run on process %d (pid %d%s) holds its run lock: %s; "
-			       "try again, or give a longer --timeout",
+			       "another memattach run on process %d (pid %d%s) holds its run "
+			       "lock: %s; try again, or give a longer --timeout",
 			       pid, holder, age, waited);
 	}
 	/* Only the process's own user and root can open that file. */
 	if (holder)
 		return ma_fail(MA_E_TIMEOUT,
-			       "the run lock of process %d (a flock on /proc/%d/personality) is held by "
-			       "pid %d (%s), which is no memattach run and may hold it for good: %s; "
-			       "run again once it has let go",
+			       "the run lock of process %d (a flock on /proc/%d/personality) is "
+			       "held by pid %d (%s), which is no memattach run and may hold it for "
+			       "good: %s; run again once it has let go",
 			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
 		       "the run lock of process %d (a flock on /proc/%d/personality) was %s, held "

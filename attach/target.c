@@ -336,8 +336,8 @@ bool ma_process_exited(pid_t pid)
 
 int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
 {
-	long page = sysconf(_SC_PAGESIZE);
-	uint64_t first = addr / (uint64_t)page, last = (addr + len + (uint64_t)page - 1) / (uint64_t)page;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t first = addr / page, last = (addr + len + page - 1) / page;
 	uint64_t buf[512];
 	int64_t pages = 0;
 	char path[64];
@@ -360,7 +360,7 @@ int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
 		p += (uint64_t)got / 8;
 	}
 	close(fd);
-	return pages < 0 ? -1 : pages * page;
+	return pages < 0 ? -1 : pages * (int64_t)page;
 }
 
 int ma_fail_if_exited(pid_t pid, int rc)

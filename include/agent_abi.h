@@ -50,7 +50,7 @@ struct ma_agent_params {
 	uint64_t frame_cap; /* frames over all distinct stacks */
 	uint64_t self_lo, self_hi; /* the agent's code, skipped when unwinding */
 	uint64_t started_unix_ns;
-	/* samples held at most: each stripe holds up to max_samples / MA_AGENT_STRIPES, rounded up */
+	/* samples held at most: each stripe max_samples / MA_AGENT_STRIPES, rounded up */
 	uint64_t max_samples;
 };
 

@@ -350,9 +350,8 @@ int cmd_aggregate(int argc, char **argv)
 		goto out;
 	}
 	if (borrow_opts && !pid) {
-		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE,
-				  "--timeout, --tid and --strict go with --pid PID (they say how to "
-				  "borrow one of its threads)");
+		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE, "--timeout, --tid and --strict go with "
+				  "--pid PID (they say how to borrow one of its threads)");
 		goto out;
 	}
 	if (stats || pid) {

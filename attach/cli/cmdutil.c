@@ -323,7 +323,7 @@ static void note_growth(const char *cmd, const struct ma_live *l)
 int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 {
 	struct ma_live l;
-	int rc;
+	int rc, rc2;
 
 	ma_err_clear();
 	if (ma_live_begin(&l, c->pid, c->o, c->prep, ctx)) {
@@ -336,11 +336,15 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 			     ma_errmsg());
 		ma_err_clear();
 	}
-	if (ma_live_restore(&l)) {
-		/* A process that exited was said to have exited already. */
-		if (rc != MA_E_EXITED || !ma_process_exited(c->pid))
+	if ((rc2 = ma_live_restore(&l))) {
+		/* A process that exited has nothing to restore: that it exited is the news. */
+		if (rc2 == MA_E_EXITED && ma_process_exited(c->pid)) {
+			if (rc != MA_E_EXITED)
+				ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+		} else {
 			ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid,
 				     ma_errmsg());
+		}
 		rc = MA_E_INTERNAL;
 	}
 	note_growth(c->cmd, &l);
