@@ -194,7 +194,8 @@ int ma_target_maps_now(const struct ma_target *t, struct ma_target *now)
 	now->proc_pid = t->proc_pid;
 	if ((rc = read_maps(now)))
 		ma_target_release(now);
-	return rc;
+	/* Empty maps mid-run: the process is exiting (the message says so). */
+	return ma_fail_if_exited(t->pid, rc);
 }
 
 int ma_target_open(struct ma_target *t, pid_t pid)
@@ -315,23 +316,58 @@ bool ma_thread_going(pid_t pid, pid_t tid)
 	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
 }
 
-bool ma_process_exited(pid_t pid)
+/* Has PID exited (every thread going)?  *SOME_GOING: at least one thread is. */
+static bool exit_seen(pid_t pid, bool *some_going)
 {
 	char path[64];
 	struct dirent *d;
-	bool alive = false;
+	size_t alive = 0, going = 0;
 	DIR *dir;
 
+	*some_going = false;
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	if (!(dir = opendir(path)))
 		return errno == ENOENT || errno == ESRCH;
-	while (!alive && (d = readdir(dir))) {
+	while ((d = readdir(dir))) {
 		pid_t tid = (pid_t)atoi(d->d_name);
 
-		alive = tid > 0 && !ma_thread_going(pid, tid);
+		if (tid <= 0)
+			continue;
+		if (ma_thread_going(pid, tid))
+			going++;
+		else if (++alive && going)
+			break;
 	}
 	closedir(dir);
-	return !alive;
+	*some_going = going > 0;
+	return alive == 0;
+}
+
+bool ma_process_exited(pid_t pid)
+{
+	bool some_going;
+
+	return exit_seen(pid, &some_going);
+}
+
+/*
+ * A process being killed: each thread shows SIGKILL pending, then, once it
+ * dequeued it, PF_EXITING; in between (microseconds, longer when it waits
+ * for a CPU) it looks alive.  While any thread is going, look again for up
+ * to 20 ms before calling the process alive.
+ */
+static bool exited_or_exiting(pid_t pid)
+{
+	bool some_going;
+
+	for (int i = 0; i < 20; i++) {
+		if (exit_seen(pid, &some_going))
+			return true;
+		if (!some_going)
+			return false;
+		usleep(1000);
+	}
+	return false;
 }
 
 int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
@@ -365,7 +401,7 @@ int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
 
 int ma_fail_if_exited(pid_t pid, int rc)
 {
-	if (rc == 0 || rc == MA_E_USAGE || !ma_process_exited(pid))
+	if (rc == 0 || rc == MA_E_USAGE || !exited_or_exiting(pid))
 		return rc;
 	ma_err_clear();
 	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
