@@ -14,8 +14,9 @@ B := build
 # Debian packages the build, the fixtures and the tests need.
 DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
-	clang libclang-rt-14-dev util-linux procps redis-server prometheus golang-go \
-	libc6-dbg chromium python3-pil strace valgrind heaptrack
+	clang libclang-rt-14-dev util-linux procps redis-server redis-tools knot-resolver \
+	knot-dnsutils curl prometheus golang-go libc6-dbg chromium python3-pil strace valgrind \
+	heaptrack
 BENCH_PACKAGES := lldb
 
 # Three layers: the ptrace core (attach/), the commands (attach/cli/, the
@@ -97,7 +98,7 @@ demo: deps
 	bash fixtures/demo.sh
 
 bench: bench-deps
-	$(MAKE) all fixtures
+	$(MAKE) all fixtures bench-fixtures
 	for b in tests/bench/*.sh; do bash $$b || exit 1; done
 
 clean:

@@ -1,7 +1,10 @@
 /*
- * elfsyms.c - load .symtab + .dynsym with libelf, sort once, look up fast.
+ * elfsyms.c - .symtab + .dynsym read in place with libelf: one pass for a
+ * few lookups, or loaded and sorted once for many (elfsyms.h).
  */
 #include <errno.h>
+#include <endian.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -13,12 +16,39 @@
 #include "input.h"
 #include "ma_error.h"
 
-static int cmp_sym_addr(const void *a, const void *b)
-{
-	const struct ma_elf_sym *x = a, *y = b;
+#if __BYTE_ORDER == __LITTLE_ENDIAN
+#define MA_ELF_OUR_DATA ELFDATA2LSB
+#else
+#define MA_ELF_OUR_DATA ELFDATA2MSB
+#endif
 
-	if (x->addr != y->addr)
-		return x->addr < y->addr ? -1 : 1;
+#define MAX_WORK 64
+#define MAX_WALK_BACK 65536
+
+static struct ma_elf_work work[MAX_WORK];
+static size_t nwork;
+
+size_t ma_elf_work_list(const struct ma_elf_work **list)
+{
+	*list = work;
+	return nwork;
+}
+
+/* The record of file WHAT (made on its first open), or -1 when the list is full. */
+static int work_of(const char *what)
+{
+	for (size_t i = 0; i < nwork; i++)
+		if (strncmp(work[i].what, what, sizeof(work[i].what) - 1) == 0)
+			return (int)i;
+	if (nwork == MAX_WORK)
+		return -1;
+	snprintf(work[nwork].what, sizeof(work[nwork].what), "%s", what);
+	return (int)nwork++;
+}
+
+/* Which of two aliases (same address) a lookup gives: < 0 X, > 0 Y. */
+static int cmp_alias(const struct ma_elf_sym *x, const struct ma_elf_sym *y)
+{
 	/* Among aliases prefer globals, then functions, then sized ones. */
 	if ((x->bind == STB_LOCAL) != (y->bind == STB_LOCAL))
 		return x->bind == STB_LOCAL ? 1 : -1;
@@ -27,6 +57,15 @@ static int cmp_sym_addr(const void *a, const void *b)
 	if (x->size != y->size)
 		return x->size > y->size ? -1 : 1;
 	return strcmp(x->name, y->name);
+}
+
+static int cmp_sym_addr(const void *a, const void *b)
+{
+	const struct ma_elf_sym *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	return cmp_alias(x, y);
 }
 
 static const struct ma_elf_sym *sort_base;
@@ -54,78 +93,81 @@ static bool wanted(const GElf_Sym *s)
 	       (t == STT_NOTYPE && GELF_ST_BIND(s->st_info) != STB_LOCAL);
 }
 
-static int read_symtab(struct ma_elf *e, Elf_Scn *scn, GElf_Shdr *sh, size_t *cap)
+/* Entry I of table T (64-bit files in place; others through libelf's conversion). */
+static bool table_sym(const struct ma_elf *e, const struct ma_elf_table *t, size_t i, GElf_Sym *out)
 {
-	Elf_Data *data = elf_getdata(scn, NULL);
-	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0;
-	const char *file = NULL;
+	const Elf_Data *d = t->data;
 
-	if (!data)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		GElf_Sym s;
-		const char *name;
+	if (e->elf64) {
+		const Elf64_Sym *s = (const Elf64_Sym *)d->d_buf + i;
 
-		if (!gelf_getsym(data, (int)i, &s))
-			break;
-		name = elf_strptr(e->elf, sh->sh_link, s.st_name);
-		if (GELF_ST_TYPE(s.st_info) == STT_FILE) {
-			file = name;
-			continue;
+		out->st_name = s->st_name;
+		out->st_info = s->st_info;
+		out->st_other = s->st_other;
+		out->st_shndx = s->st_shndx;
+		out->st_value = s->st_value;
+		out->st_size = s->st_size;
+		return true;
+	}
+	return gelf_getsym((Elf_Data *)d, (int)i, out) != NULL;
+}
+
+int ma_elf_scan(struct ma_elf *e, int (*visit)(void *ctx, const struct ma_elf_sym *s), void *ctx)
+{
+	if (e->work >= 0)
+		work[e->work].scans++;
+	for (size_t k = 0; k < e->ntables; k++) {
+		const struct ma_elf_table *t = &e->tables[k];
+		const char *file = NULL;
+
+		if (e->work >= 0)
+			work[e->work].entries += t->n;
+		for (size_t i = 1; i < t->n; i++) {
+			GElf_Sym s;
+			const char *name;
+			int rc;
+
+			if (!table_sym(e, t, i, &s))
+				break;
+			/*
+			 * Unnamed: offset 0, the table's empty string (linkers give
+			 * every empty name that one).  Judged without reading the
+			 * name: a pass for a few addresses then reads only the
+			 * names of the symbols it keeps, not 100 MB of strings.
+			 */
+			if (s.st_name == 0 || s.st_name >= t->strsize)
+				continue;
+			name = t->str + s.st_name;
+			if (GELF_ST_TYPE(s.st_info) == STT_FILE) {
+				file = name;
+				continue;
+			}
+			if (!wanted(&s))
+				continue;
+			rc = visit(ctx, &(struct ma_elf_sym){
+						.addr = s.st_value,
+						.size = s.st_size,
+						.name = name,
+						.file = GELF_ST_BIND(s.st_info) == STB_LOCAL ? file : NULL,
+						.type = GELF_ST_TYPE(s.st_info),
+						.bind = GELF_ST_BIND(s.st_info),
+					});
+			if (rc)
+				return rc;
 		}
-		if (!name || !*name || !wanted(&s))
-			continue;
-		if (e->nsyms == *cap) {
-			size_t ncap = *cap ? *cap * 2 : 1024;
-			struct ma_elf_sym *p = realloc(e->syms, ncap * sizeof(*p));
-
-			if (!p)
-				return ma_fail(MA_E_NOMEM, "out of memory reading symbols");
-			e->syms = p;
-			*cap = ncap;
-		}
-		e->syms[e->nsyms++] = (struct ma_elf_sym){
-			.addr = s.st_value,
-			.size = s.st_size,
-			.name = name,
-			.file = GELF_ST_BIND(s.st_info) == STB_LOCAL ? file : NULL,
-			.type = GELF_ST_TYPE(s.st_info),
-			.bind = GELF_ST_BIND(s.st_info),
-		};
 	}
 	return 0;
 }
 
-/* Drop exact duplicates (same addr and name: .symtab repeats .dynsym). */
+static int collect(void *ctx, const struct ma_elf_sym *s)
+{
+	struct ma_elf *e = ctx;
+
+	e->syms[e->nsyms++] = *s;
+	return 0;
+}
+
 static void build_buckets(struct ma_elf *e);
-
-static void dedup(struct ma_elf *e)
-{
-	size_t out = 0;
-
-	for (size_t i = 0; i < e->nsyms; i++) {
-		if (out && e->syms[out - 1].addr == e->syms[i].addr &&
-		    strcmp(e->syms[out - 1].name, e->syms[i].name) == 0)
-			continue;
-		e->syms[out++] = e->syms[i];
-	}
-	e->nsyms = out;
-}
-
-/* A zero-size symbol extends to the next symbol at a higher address. */
-static void fill_sizes(struct ma_elf *e)
-{
-	for (size_t i = 0; i < e->nsyms; i++) {
-		if (e->syms[i].size)
-			continue;
-		for (size_t j = i + 1; j < e->nsyms; j++) {
-			if (e->syms[j].addr > e->syms[i].addr) {
-				e->syms[i].size = e->syms[j].addr - e->syms[i].addr;
-				break;
-			}
-		}
-	}
-}
 
 static void read_notes(struct ma_elf *e, Elf_Scn *scn)
 {
@@ -164,14 +206,44 @@ static int read_segments(struct ma_elf *e)
 	return 0;
 }
 
-static int read_sections(struct ma_elf *e)
+/* Note table SH (section SCN) of E, to be read in place when asked (ma_elf_scan). */
+static void add_table(struct ma_elf *e, Elf_Scn *scn, const GElf_Shdr *sh)
 {
-	size_t shstrndx, cap = 0;
+	Elf_Data *d = elf_getdata(scn, NULL), *sd;
+	Elf_Scn *strscn = elf_getscn(e->elf, sh->sh_link);
+	struct ma_elf_table *t = &e->tables[e->ntables];
+	const char *last;
+	size_t n;
+
+	if (e->ntables == sizeof(e->tables) / sizeof(e->tables[0]) || !d || !d->d_buf || !strscn ||
+	    !(sd = elf_getdata(strscn, NULL)) || !sd->d_buf || !sd->d_size || !sh->sh_entsize)
+		return;
+	n = sh->sh_size / sh->sh_entsize;
+	if (e->elf64) {
+		/* In place: libelf hands out the mapped bytes, aligned, in our byte order. */
+		if (sh->sh_entsize != sizeof(Elf64_Sym) || d->d_type != ELF_T_SYM ||
+		    ((uintptr_t)d->d_buf & (_Alignof(Elf64_Sym) - 1)))
+			return;
+		if (n > d->d_size / sizeof(Elf64_Sym))
+			n = d->d_size / sizeof(Elf64_Sym);
+	}
+	/* Every name must end inside the table: cut it after its last NUL. */
+	if (!(last = memrchr(sd->d_buf, '\0', sd->d_size)))
+		return;
+	t->data = d;
+	t->n = n;
+	t->str = sd->d_buf;
+	t->strsize = (size_t)(last - (const char *)sd->d_buf) + 1;
+	e->ntables++;
+}
+
+static void read_sections(struct ma_elf *e)
+{
+	size_t shstrndx;
 	Elf_Scn *scn = NULL;
-	int rc;
 
 	if (elf_getshdrstrndx(e->elf, &shstrndx) != 0)
-		return 0;
+		return;
 	while ((scn = elf_nextscn(e->elf, scn)) != NULL) {
 		GElf_Shdr sh;
 		const char *name;
@@ -184,9 +256,7 @@ static int read_sections(struct ma_elf *e)
 				e->has_symtab = true;
 			else
 				e->has_dynsym = true;
-			rc = read_symtab(e, scn, &sh, &cap);
-			if (rc)
-				return rc;
+			add_table(e, scn, &sh);
 		} else if (sh.sh_type == SHT_NOTE) {
 			read_notes(e, scn);
 		} else if (name && strcmp(name, ".gnu_debuglink") == 0) {
@@ -204,7 +274,6 @@ static int read_sections(struct ma_elf *e)
 			}
 		}
 	}
-	return 0;
 }
 
 int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
@@ -214,6 +283,9 @@ int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
 
 	memset(e, 0, sizeof(*e));
 	e->fd = fd;
+	e->work = work_of(what);
+	if (e->work >= 0)
+		work[e->work].opens++;
 	elf_version(EV_CURRENT);
 	e->elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	if (!e->elf || elf_kind(e->elf) != ELF_K_ELF || !gelf_getehdr(e->elf, &eh)) {
@@ -221,27 +293,92 @@ int ma_elf_open_fd(struct ma_elf *e, int fd, const char *what)
 		return ma_fail(MA_E_FORMAT, "'%s' is not an ELF file", what);
 	}
 	e->type = eh.e_type;
+	e->elf64 = eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_ident[EI_DATA] == MA_ELF_OUR_DATA;
 	rc = read_segments(e);
-	if (!rc)
-		rc = read_sections(e);
 	if (rc) {
 		ma_elf_release(e);
 		return rc;
 	}
+	read_sections(e);
+	return 0;
+}
+
+/* Drop exact duplicates (same addr and name: .symtab repeats .dynsym). */
+static void dedup(struct ma_elf *e)
+{
+	size_t out = 0;
+
+	for (size_t i = 0; i < e->nsyms; i++) {
+		if (out && e->syms[out - 1].addr == e->syms[i].addr &&
+		    strcmp(e->syms[out - 1].name, e->syms[i].name) == 0)
+			continue;
+		e->syms[out++] = e->syms[i];
+	}
+	e->nsyms = out;
+}
+
+/* A zero-size symbol extends to the next symbol at a higher address. */
+static void fill_sizes(struct ma_elf *e)
+{
+	for (size_t i = 0; i < e->nsyms; i++) {
+		if (e->syms[i].size)
+			continue;
+		for (size_t j = i + 1; j < e->nsyms; j++) {
+			if (e->syms[j].addr > e->syms[i].addr) {
+				e->syms[i].size = e->syms[j].addr - e->syms[i].addr;
+				break;
+			}
+		}
+	}
+}
+
+static void unload(struct ma_elf *e)
+{
+	free(e->syms);
+	free(e->by_name);
+	free(e->addrs);
+	free(e->ends);
+	free(e->maxend);
+	free(e->bucket);
+	e->syms = NULL;
+	e->by_name = NULL;
+	e->addrs = e->ends = e->maxend = NULL;
+	e->bucket = NULL;
+	e->nsyms = e->nbuckets = 0;
+	e->loaded = false;
+}
+
+int ma_elf_load_syms(struct ma_elf *e)
+{
+	size_t cap = 0;
+
+	if (e->loaded)
+		return 0;
+	for (size_t k = 0; k < e->ntables; k++)
+		cap += e->tables[k].n;
+	e->nsyms = 0;
+	if (!(e->syms = malloc((cap ? cap : 1) * sizeof(*e->syms))))
+		return ma_fail(MA_E_NOMEM, "out of memory reading symbols");
+	if (e->work >= 0)
+		work[e->work].loads++;
+	ma_elf_scan(e, collect, e);
 	qsort(e->syms, e->nsyms, sizeof(*e->syms), cmp_sym_addr);
 	dedup(e);
 	fill_sizes(e);
 	e->addrs = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
 	e->ends = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
-	if (!e->addrs || !e->ends) {
-		ma_elf_release(e);
+	e->maxend = malloc((e->nsyms ? e->nsyms : 1) * sizeof(uint64_t));
+	if (!e->addrs || !e->ends || !e->maxend) {
+		unload(e);
 		return ma_fail(MA_E_NOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < e->nsyms; i++) {
 		e->addrs[i] = e->syms[i].addr;
 		e->ends[i] = e->syms[i].addr + e->syms[i].size;
+		e->maxend[i] = i && e->maxend[i - 1] > e->ends[i] ? e->maxend[i - 1] : e->ends[i];
 	}
 	build_buckets(e);
+	e->loaded = true;
 	return 0;
 }
 
@@ -283,6 +420,10 @@ static bool index_names(struct ma_elf *e)
 {
 	if (e->by_name)
 		return true;
+	if (ma_elf_load_syms(e)) {
+		ma_err_clear();
+		return false;
+	}
 	if (!(e->by_name = malloc((e->nsyms ? e->nsyms : 1) * sizeof(size_t))))
 		return false;
 	for (size_t i = 0; i < e->nsyms; i++)
@@ -300,6 +441,7 @@ int ma_elf_open(struct ma_elf *e, const char *path)
 	if (fd < 0) {
 		memset(e, 0, sizeof(*e));
 		e->fd = -1;
+		e->work = -1;
 		return ma_fail(MA_E_IO, "cannot open '%s': %s", path,
 			       errno == EINVAL ? "not a regular file" : strerror(errno));
 	}
@@ -308,26 +450,24 @@ int ma_elf_open(struct ma_elf *e, const char *path)
 
 void ma_elf_release(struct ma_elf *e)
 {
+	unload(e);
 	if (e->elf)
 		elf_end(e->elf);
 	if (e->fd >= 0)
 		close(e->fd);
-	free(e->syms);
-	free(e->by_name);
-	free(e->addrs);
-	free(e->ends);
-	free(e->bucket);
 	free(e->segs);
 	memset(e, 0, sizeof(*e));
 	e->fd = -1;
+	e->work = -1;
 }
 
 const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 {
-	size_t lo = 0, hi = e->nsyms;
+	size_t lo = 0, hi;
 
 	if (!index_names(e))
 		return NULL;
+	hi = e->nsyms;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -341,11 +481,16 @@ const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 	return NULL;
 }
 
-const struct ma_elf_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
+const struct ma_elf_sym *ma_elf_sym_at(struct ma_elf *e, uint64_t vaddr)
 {
-	size_t lo = 0, hi = e->nsyms;
+	size_t lo = 0, hi, best = SIZE_MAX;
 
-	/* Within the bucket of vaddr (and the symbol before it, lo - 1 below). */
+	if (ma_elf_load_syms(e)) {
+		ma_err_clear();
+		return NULL;
+	}
+	hi = e->nsyms;
+	/* Within the bucket of vaddr (and the symbols before it, below). */
 	if (e->nbuckets && vaddr >= e->bucket_base) {
 		size_t b = (size_t)((vaddr - e->bucket_base) >> e->bucket_shift);
 
@@ -354,7 +499,7 @@ const struct ma_elf_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
 			hi = e->bucket[b + 1];
 		}
 	}
-	/* Last symbol with addr <= vaddr, then step back over aliases. */
+	/* The last symbol with addr <= vaddr... */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -363,19 +508,320 @@ const struct ma_elf_sym *ma_elf_sym_at(const struct ma_elf *e, uint64_t vaddr)
 		else
 			hi = mid;
 	}
-	if (lo == 0)
-		return NULL;
-	lo--;
-	while (lo > 0 && e->addrs[lo - 1] == e->addrs[lo])
-		lo--;
-	/* A small symbol may be nested after a larger one that covers vaddr. */
-	for (size_t i = lo + 1; i-- > 0;) {
-		if (vaddr >= e->addrs[i] && vaddr < e->ends[i])
-			return &e->syms[i];
-		if (i + 64 < lo)
+	/*
+	 * ...then back to the first that covers vaddr (a small symbol may be
+	 * nested after a larger one that covers it), and to the most preferred
+	 * alias covering it at that address (aliases sort best first).  Before
+	 * an i whose maxend is at or below vaddr, nothing covers it.
+	 */
+	for (size_t i = lo, steps = 0; i-- > 0 && e->maxend[i] > vaddr; steps++) {
+		if (best != SIZE_MAX && e->addrs[i] != e->addrs[best])
+			break;
+		if (vaddr < e->ends[i])
+			best = i;
+		/* Behind a huge symbol (a hostile file's) every lookup would walk far back. */
+		if (steps == MAX_WALK_BACK && best == SIZE_MAX)
 			break;
 	}
-	return NULL;
+	return best == SIZE_MAX ? NULL : &e->syms[best];
+}
+
+/*
+ * A pass over the tables for a few addresses (ma_elf_syms_at).  The sorted
+ * queries q[] cut the address space into gaps: gap k holds the addresses
+ * in (q[k-1], q[k]], gap nq those above q[nq-1].  Each symbol updates its
+ * gap (the highest start there, the best zero-size alias at it, the lowest
+ * start) and, if sized, the queries it covers; a zero-size symbol covers
+ * up to the next start, so it can only be the answer for a query whose
+ * highest start at or below it is its own -- found after the pass.
+ */
+struct at_pass {
+	const uint64_t *q;
+	size_t nq;
+	/* qb[b]: the first query at or above q[0] + (b << shift), b <= nb: a symbol's gap at a glance */
+	uint32_t *qb;
+	size_t nb;
+	unsigned shift;
+	uint64_t *gap_hi, *gap_lo; /* highest and lowest start in the gap */
+	bool *gap_any;
+	struct ma_elf_sym *gap_zero; /* the best zero-size symbol at gap_hi (name NULL: none) */
+	struct ma_elf_sym *best; /* per query: the best sized symbol covering it (name NULL: none) */
+};
+
+/* Is X (covering the same query) a better answer than Y?  Later start, then the alias order. */
+static bool better(const struct ma_elf_sym *x, const struct ma_elf_sym *y)
+{
+	if (!y->name)
+		return true;
+	if (x->addr != y->addr)
+		return x->addr > y->addr;
+	return cmp_alias(x, y) < 0;
+}
+
+/* The first query at or above ADDR (nq if none). */
+static size_t first_query(const struct at_pass *p, uint64_t addr)
+{
+	size_t lo = 0, hi = p->nq;
+
+	if (!p->nq || addr <= p->q[0])
+		return 0;
+	if (addr > p->q[p->nq - 1])
+		return p->nq;
+	if (p->qb) {
+		size_t b = (size_t)((addr - p->q[0]) >> p->shift);
+
+		lo = p->qb[b];
+		hi = p->qb[b + 1];
+	}
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->q[mid] < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int at_visit(void *ctx, const struct ma_elf_sym *s)
+{
+	struct at_pass *p = ctx;
+	size_t k = first_query(p, s->addr);
+
+	if (!p->gap_any[k] || s->addr > p->gap_hi[k]) {
+		p->gap_hi[k] = s->addr;
+		p->gap_zero[k].name = NULL;
+	}
+	if (!p->gap_any[k] || s->addr < p->gap_lo[k])
+		p->gap_lo[k] = s->addr;
+	p->gap_any[k] = true;
+	if (!s->size) {
+		if (s->addr == p->gap_hi[k] && better(s, &p->gap_zero[k]))
+			p->gap_zero[k] = *s;
+		return 0;
+	}
+	for (size_t j = k; j < p->nq && p->q[j] - s->addr < s->size; j++)
+		if (better(s, &p->best[j]))
+			p->best[j] = *s;
+	return 0;
+}
+
+/*
+ * Buckets over the queries' span, about four per query: most symbols of a
+ * big file are far from every query, and a binary search for each of
+ * millions of them was most of the pass.  None (plain binary search) if
+ * they cannot be had.
+ */
+static void bucket_queries(struct at_pass *p)
+{
+	uint64_t span;
+
+	if (p->nq < 8 || p->nq > UINT32_MAX)
+		return;
+	span = p->q[p->nq - 1] - p->q[0];
+	while (p->shift < 63 && (span >> p->shift) > 4 * (uint64_t)p->nq)
+		p->shift++;
+	p->nb = (size_t)(span >> p->shift) + 1;
+	if (!(p->qb = malloc((p->nb + 1) * sizeof(*p->qb))))
+		return;
+	for (size_t b = 0, k = 0; b <= p->nb; b++) {
+		uint64_t start = b < p->nb ? p->q[0] + ((uint64_t)b << p->shift) : UINT64_MAX;
+
+		while (k < p->nq && p->q[k] < start)
+			k++;
+		p->qb[b] = (uint32_t)k;
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* What the pass found for query k: the highest start at or below it, the lowest above it. */
+struct at_near {
+	const struct ma_elf_sym *zero; /* the best zero-size symbol at the highest start, or NULL */
+	uint64_t next; /* the lowest start above the query */
+	bool have_next;
+};
+
+/*
+ * For each VADDRS[i]: OUT[i]/FOUND[i] as ma_elf_sym_at gives, and, if NEXT
+ * is not NULL, the lowest symbol start above VADDRS[i] in NEXT[i] (0: none).
+ */
+static int syms_at_pass(struct ma_elf *e, const uint64_t *vaddrs, size_t n,
+			struct ma_elf_sym *out, bool *found, uint64_t *next)
+{
+	struct at_pass p = { 0 };
+	uint64_t *q = malloc((n ? n : 1) * sizeof(*q));
+	struct at_near *near = NULL;
+	int rc = 0;
+
+	if (q) {
+		memcpy(q, vaddrs, n * sizeof(*q));
+		qsort(q, n, sizeof(*q), cmp_u64);
+		for (size_t i = 0; i < n; i++)
+			if (!p.nq || q[p.nq - 1] != q[i])
+				q[p.nq++] = q[i];
+	}
+	p.q = q;
+	p.gap_hi = calloc(p.nq + 1, sizeof(uint64_t));
+	p.gap_lo = calloc(p.nq + 1, sizeof(uint64_t));
+	p.gap_any = calloc(p.nq + 1, sizeof(bool));
+	p.gap_zero = calloc(p.nq + 1, sizeof(struct ma_elf_sym));
+	p.best = calloc(p.nq + 1, sizeof(struct ma_elf_sym));
+	near = calloc(p.nq + 1, sizeof(*near));
+	if (!q || !p.gap_hi || !p.gap_lo || !p.gap_any || !p.gap_zero || !p.best || !near) {
+		rc = ma_fail(MA_E_NOMEM, "out of memory");
+		goto out;
+	}
+	bucket_queries(&p);
+	ma_elf_scan(e, at_visit, &p);
+	/* The highest start at or below q[k] is in the last gap up to k that has one... */
+	for (size_t k = 0, g = SIZE_MAX; k < p.nq; k++) {
+		if (p.gap_any[k])
+			g = k;
+		near[k].zero = g != SIZE_MAX && p.gap_zero[g].name ? &p.gap_zero[g] : NULL;
+	}
+	/* ...and the lowest start above it in the first gap after k that has one. */
+	for (size_t k = p.nq; k-- > 0;) {
+		near[k].next = near[k + 1].next;
+		near[k].have_next = near[k + 1].have_next;
+		if (p.gap_any[k + 1]) {
+			near[k].next = p.gap_lo[k + 1];
+			near[k].have_next = true;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t k = first_query(&p, vaddrs[i]);
+		struct ma_elf_sym r = p.best[k];
+
+		/* A zero-size symbol covers up to the next start, if there is one. */
+		if (near[k].zero && near[k].have_next && better(near[k].zero, &r))
+			r = *near[k].zero;
+		if (r.name && !r.size)
+			r.size = near[k].next - r.addr;
+		found[i] = r.name != NULL;
+		out[i] = r;
+		if (next)
+			next[i] = near[k].have_next ? near[k].next : 0;
+	}
+out:
+	free(q);
+	free(p.qb);
+	free(p.gap_hi);
+	free(p.gap_lo);
+	free(p.gap_any);
+	free(p.gap_zero);
+	free(p.best);
+	free(near);
+	return rc;
+}
+
+int ma_elf_syms_at(struct ma_elf *e, const uint64_t *vaddrs, size_t n, struct ma_elf_sym *out,
+		   bool *found)
+{
+	if (!e->loaded)
+		return syms_at_pass(e, vaddrs, n, out, found, NULL);
+	for (size_t i = 0; i < n; i++) {
+		const struct ma_elf_sym *s = ma_elf_sym_at(e, vaddrs[i]);
+
+		found[i] = s != NULL;
+		if (s)
+			out[i] = *s;
+	}
+	return 0;
+}
+
+struct named_pass {
+	const char *const *names;
+	size_t n;
+	struct ma_elf_sym *out;
+	bool *found;
+	/* the first two bytes of each name: most symbols are passed over at a glance */
+	uint64_t first2[65536 / 64];
+};
+
+static unsigned first2(const char *name)
+{
+	return (unsigned)(unsigned char)name[0] << 8 | (name[0] ? (unsigned char)name[1] : 0);
+}
+
+static int named_visit(void *ctx, const struct ma_elf_sym *s)
+{
+	struct named_pass *p = ctx;
+	unsigned f = first2(s->name);
+
+	if (!(p->first2[f / 64] >> (f % 64) & 1))
+		return 0;
+	for (size_t i = 0; i < p->n; i++) {
+		if (strcmp(s->name, p->names[i]) != 0)
+			continue;
+		/* A global before a local; else the first found. */
+		if (!p->found[i] || (p->out[i].bind == STB_LOCAL && s->bind != STB_LOCAL))
+			p->out[i] = *s;
+		p->found[i] = true;
+	}
+	return 0;
+}
+
+int ma_elf_syms_named(struct ma_elf *e, const char *const *names, size_t n,
+		      struct ma_elf_sym *out, bool *found)
+{
+	struct named_pass *p = calloc(1, sizeof(*p));
+	uint64_t *zero_at, *next;
+	struct ma_elf_sym *sym;
+	bool *ok;
+	size_t nz = 0;
+	int rc;
+
+	memset(found, 0, n * sizeof(*found));
+	if (!p)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	if (e->loaded || e->by_name) {
+		free(p);
+		for (size_t i = 0; i < n; i++) {
+			const struct ma_elf_sym *s = ma_elf_sym_by_name(e, names[i]);
+
+			found[i] = s != NULL;
+			if (s)
+				out[i] = *s;
+		}
+		return 0;
+	}
+	*p = (struct named_pass){ .names = names, .n = n, .out = out, .found = found };
+	for (size_t i = 0; i < n; i++)
+		p->first2[first2(names[i]) / 64] |= 1ULL << (first2(names[i]) % 64);
+	ma_elf_scan(e, named_visit, p);
+	free(p);
+	/* Sizes as a loaded table has them: a zero-size symbol up to the next start. */
+	zero_at = malloc((n ? n : 1) * sizeof(*zero_at));
+	next = malloc((n ? n : 1) * sizeof(*next));
+	sym = malloc((n ? n : 1) * sizeof(*sym));
+	ok = malloc((n ? n : 1) * sizeof(*ok));
+	if (!zero_at || !next || !sym || !ok) {
+		rc = ma_fail(MA_E_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (found[i] && !out[i].size)
+			zero_at[nz++] = out[i].addr;
+	rc = nz ? syms_at_pass(e, zero_at, nz, sym, ok, next) : 0;
+	for (size_t i = 0, z = 0; !rc && i < n; i++)
+		if (found[i] && !out[i].size && z < nz) {
+			out[i].size = next[z] ? next[z] - out[i].addr : 0;
+			z++;
+		}
+out:
+	free(zero_at);
+	free(next);
+	free(sym);
+	free(ok);
+	return rc;
 }
 
 int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr)

@@ -200,3 +200,76 @@ void ma_xml_text(FILE *f, const char *s, size_t max_chars)
 	if (p && *p)
 		fputs("..", f);
 }
+
+/* ---- lines laid out for a terminal ---- */
+
+/* How many characters of S's first N bytes a terminal shows: one per
+ * character (a UTF-8 continuation byte adds none). */
+static size_t display_columns(const char *s, size_t n)
+{
+	size_t cols = 0;
+
+	for (size_t i = 0; i < n; i++)
+		cols += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return cols;
+}
+
+size_t ma_text_columns(const char *s)
+{
+	return display_columns(s, strlen(s));
+}
+
+/* One line of text (no newline in it, LEN bytes) wrapped into F. */
+static void wrap_line(FILE *f, const char *line, size_t len, size_t width, size_t hang)
+{
+	const char *p = line, *end = line + len;
+	size_t col = 0;
+
+	while (p < end) {
+		const char *word = p, *word_end;
+		size_t gap, cols;
+
+		while (word < end && *word == ' ')
+			word++;
+		for (word_end = word; word_end < end && *word_end != ' '; word_end++)
+			;
+		gap = (size_t)(word - p);
+		cols = display_columns(word, (size_t)(word_end - word));
+		/* A break helps only once the line holds more than its indent;
+		 * spaces at the end of a line are no word and never break it. */
+		if (word < end && col > hang && col + gap + cols > width) {
+			fprintf(f, "\n%*s", (int)hang, "");
+			col = hang;
+		} else {
+			fwrite(p, 1, gap, f);
+			col += gap;
+		}
+		fwrite(word, 1, (size_t)(word_end - word), f);
+		col += cols;
+		p = word_end;
+	}
+}
+
+char *ma_wrap_text(const char *text, size_t width, size_t hang)
+{
+	char *out = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&out, &size);
+
+	if (!f)
+		return NULL;
+	for (const char *line = text, *nl;; line = nl + 1) {
+		nl = strchrnul(line, '\n');
+		wrap_line(f, line, (size_t)(nl - line), width, hang);
+		if (!*nl)
+			break;
+		fputc('\n', f);
+	}
+	if (fclose(f) != 0) {
+		free(out);
+		return NULL;
+	}
+	for (char *g = strchr(out, MA_WRAP_GLUE); g; g = strchr(g + 1, MA_WRAP_GLUE))
+		*g = ' ';
+	return out;
+}

@@ -16,13 +16,18 @@
 
 static const char no_stack[] = "(stack not recorded)";
 
-/* The program's frames of stack I: the allocator's own leading frames dropped. */
+/*
+ * The program's frames of stack I: the allocator's own leading frames
+ * dropped, then the --skip ones (keeping at least one of those).
+ */
 static void program_frames(const struct ma_frag_data *d, size_t i, uint32_t *first, uint32_t *n)
 {
 	const struct ma_frag_stack *st = &d->stacks[i];
 	uint32_t k = 0;
 
 	while (k < st->n && d->frame_alloc && d->frame_alloc[st->off + k])
+		k++;
+	while (k + 1 < st->n && d->frame_skip && d->frame_skip[st->off + k])
 		k++;
 	*first = st->off + k;
 	*n = st->n - k;
@@ -431,6 +436,7 @@ void ma_frag_data_release(struct ma_frag_data *d)
 		free(d->frame_name[i]);
 	free(d->frame_name);
 	free(d->frame_alloc);
+	free(d->frame_skip);
 	free(d->s);
 	free(d->stacks);
 	free(d->frames);

@@ -176,6 +176,7 @@ void ma_sym_release(struct ma_symbolizer *s)
 			dwfl_end(o->dwfl);
 		free(o->elf_funcs);
 		free(o->debug_funcs);
+		free(o->ahead);
 		free(o->dump_path);
 		free(o->path);
 	}
@@ -632,6 +633,9 @@ static uint32_t func_of_sym(struct ma_symbolizer *s, struct ma_symobj *o, uint32
 	size_t i = (size_t)(sym - e->syms);
 	uint32_t f;
 
+	/* A symbol looked up ahead is no entry of a loaded table. */
+	if (!e->loaded || sym < e->syms || sym >= e->syms + e->nsyms)
+		return intern_func(s, sym->name, oi, o->jemalloc || ma_sym_is_allocator_name(sym->name));
 	if (!*cache && e->nsyms && (*cache = malloc(e->nsyms * sizeof(uint32_t))))
 		memset(*cache, 0xff, e->nsyms * sizeof(uint32_t));
 	if (*cache && (*cache)[i] != MA_NONE)
@@ -640,6 +644,38 @@ static uint32_t func_of_sym(struct ma_symbolizer *s, struct ma_symobj *o, uint32
 	if (*cache)
 		(*cache)[i] = f;
 	return f;
+}
+
+static int cmp_ahead(const void *a, const void *b)
+{
+	const struct ma_sym_ahead *x = a, *y = b;
+
+	return x->vaddr < y->vaddr ? -1 : x->vaddr > y->vaddr;
+}
+
+static const struct ma_sym_ahead *ahead_of(const struct ma_symobj *o, uint64_t vaddr)
+{
+	struct ma_sym_ahead key = { .vaddr = vaddr };
+
+	return o->nahead ? bsearch(&key, o->ahead, o->nahead, sizeof(key), cmp_ahead) : NULL;
+}
+
+/* The symbol covering link-time VADDR of O (its debug file's first), *SE the ELF it is from. */
+static const struct ma_elf_sym *sym_of(struct ma_symobj *o, uint64_t vaddr,
+				       const struct ma_elf **se)
+{
+	const struct ma_sym_ahead *h = ahead_of(o, vaddr);
+	const struct ma_elf_sym *sym = NULL;
+
+	if (h) {
+		*se = h->from_debug ? &o->debug : &o->elf;
+		return h->found ? &h->sym : NULL;
+	}
+	if (o->has_debug && (sym = ma_elf_sym_at(&o->debug, vaddr)))
+		*se = &o->debug;
+	if (!sym && (sym = ma_elf_sym_at(&o->elf, vaddr)))
+		*se = &o->elf;
+	return sym;
 }
 
 static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
@@ -658,20 +694,16 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 		oi = s->map_obj[m - s->hp->maps];
 		o = &s->objs[oi];
 		vaddr = a - m->start + m->offset; /* file offset for now */
-		if (load_obj(s, o) && ma_elf_offset_to_vaddr(&o->elf, vaddr, &vaddr) == 0) {
-			if (o->has_debug && (sym = ma_elf_sym_at(&o->debug, vaddr)))
-				se = &o->debug;
-			if (!sym && (sym = ma_elf_sym_at(&o->elf, vaddr)))
-				se = &o->elf;
-		}
+		if (load_obj(s, o) && ma_elf_offset_to_vaddr(&o->elf, vaddr, &vaddr) == 0)
+			sym = sym_of(o, vaddr, &se);
 	} else if (!m && s->hp->nmaps > 0) {
 		warn(s, "address 0x%" PRIx64 " is in none of the mappings the dump lists (was its "
 			"MAPPED_LIBRARIES cut short?); frames there stay unnamed", pc);
 	} else if (!m && s->hp->nmaps == 0 && s->nobjs == 1) {
 		oi = 0;
 		o = &s->objs[0];
-		if (load_obj(s, o) && (sym = ma_elf_sym_at(&o->elf, a)))
-			se = &o->elf;
+		if (load_obj(s, o))
+			sym = sym_of(o, a, &se);
 	}
 	if (sym) {
 		fn = func_of_sym(s, o, oi, se, sym);
@@ -696,6 +728,129 @@ static uint32_t symbolize(struct ma_symbolizer *s, uint64_t pc)
 	if (f != MA_NONE && s->opts.lines && o && o->ok && !o->jemalloc)
 		f = add_lines(s, f, oi);
 	return f;
+}
+
+/* The link-time address of return address PC in its object (*OI), or false. */
+static bool obj_vaddr(struct ma_symbolizer *s, uint64_t pc, uint32_t *oi, uint64_t *vaddr)
+{
+	const struct ma_hp_map *m = ma_heapprof_map_at(s->hp, pc);
+	uint64_t a = pc ? pc - 1 : 0;
+
+	if (m && s->map_obj[m - s->hp->maps] != MA_NONE) {
+		*oi = s->map_obj[m - s->hp->maps];
+		return load_obj(s, &s->objs[*oi]) &&
+		       ma_elf_offset_to_vaddr(&s->objs[*oi].elf, a - m->start + m->offset, vaddr) == 0;
+	}
+	if (!m && s->hp->nmaps == 0 && s->nobjs == 1) {
+		*oi = 0;
+		*vaddr = a;
+		return load_obj(s, &s->objs[0]);
+	}
+	return false;
+}
+
+static size_t table_entries(const struct ma_elf *e)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < e->ntables; k++)
+		n += e->tables[k].n;
+	return n;
+}
+
+/*
+ * Look up O's addresses AHEAD[0..N) (sorted, unique): in the debug file
+ * first, then in the object for what it does not have.  Where they are
+ * many for the tables, loading these (sorted) is as cheap and serves all.
+ */
+static int look_ahead(struct ma_symobj *o, struct ma_sym_ahead *ahead, size_t n)
+{
+	uint64_t *v = malloc((n ? n : 1) * sizeof(*v));
+	struct ma_elf_sym *sym = malloc((n ? n : 1) * sizeof(*sym));
+	bool *found = malloc((n ? n : 1) * sizeof(*found));
+	int rc = v && sym && found ? 0 : ma_fail(MA_E_NOMEM, "out of memory");
+
+	for (int pass = 0; !rc && pass < 2; pass++) {
+		struct ma_elf *e = pass == 0 ? &o->debug : &o->elf;
+		size_t nv = 0;
+
+		if (pass == 0 && !o->has_debug)
+			continue;
+		for (size_t i = 0; i < n; i++)
+			if (!ahead[i].found)
+				v[nv++] = ahead[i].vaddr;
+		if (!nv)
+			break;
+		if (nv > table_entries(e) / 32 && ma_elf_load_syms(e))
+			ma_err_clear(); /* then one pass */
+		if ((rc = ma_elf_syms_at(e, v, nv, sym, found)))
+			break;
+		for (size_t i = 0, k = 0; i < n; i++) {
+			if (ahead[i].found)
+				continue;
+			ahead[i].found = found[k];
+			ahead[i].from_debug = pass == 0;
+			if (found[k])
+				ahead[i].sym = sym[k];
+			k++;
+		}
+	}
+	free(v);
+	free(sym);
+	free(found);
+	return rc;
+}
+
+static int cmp_obj_vaddr(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+int ma_sym_prepare(struct ma_symbolizer *s, const uint64_t *pcs, size_t n)
+{
+	uint64_t (*ov)[2] = malloc((n ? n : 1) * sizeof(*ov)); /* object, vaddr */
+	size_t nov = 0;
+	int rc = 0;
+
+	if (!ov)
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		uint32_t oi;
+		uint64_t vaddr;
+
+		if (obj_vaddr(s, pcs[i], &oi, &vaddr) && !ahead_of(&s->objs[oi], vaddr)) {
+			ov[nov][0] = oi;
+			ov[nov++][1] = vaddr;
+		}
+	}
+	qsort(ov, nov, sizeof(*ov), cmp_obj_vaddr);
+	for (size_t i = 0, j; !rc && i < nov; i = j) {
+		struct ma_symobj *o = &s->objs[ov[i][0]];
+		struct ma_sym_ahead *a;
+		size_t na = o->nahead;
+
+		for (j = i; j < nov && ov[j][0] == ov[i][0]; j++)
+			;
+		if (!(a = realloc(o->ahead, (na + (j - i)) * sizeof(*a)))) {
+			rc = ma_fail(MA_E_NOMEM, "out of memory");
+			break;
+		}
+		o->ahead = a;
+		for (size_t k = i; k < j; k++)
+			if (k == i || ov[k][1] != ov[k - 1][1])
+				a[na++] = (struct ma_sym_ahead){ .vaddr = ov[k][1] };
+		rc = look_ahead(o, a + o->nahead, na - o->nahead);
+		if (rc)
+			break;
+		o->nahead = na;
+		qsort(o->ahead, o->nahead, sizeof(*o->ahead), cmp_ahead);
+	}
+	free(ov);
+	return rc;
 }
 
 static int pc_rehash(struct ma_symbolizer *s)

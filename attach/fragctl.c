@@ -50,6 +50,8 @@ static bool locate(const struct ma_target *t, struct ma_agent_view *v)
 
 		if (!is_agent_mapping(m))
 			continue;
+		v->nmaps++;
+		v->mapped += m->end - m->start;
 		if (!v->loaded || m->start - m->offset < v->base)
 			v->base = m->start - m->offset;
 		v->loaded = true;
@@ -59,6 +61,14 @@ static bool locate(const struct ma_target *t, struct ma_agent_view *v)
 		}
 	}
 	return v->loaded;
+}
+
+/* Resident bytes of a table the agent mapped (0 if that cannot be read). */
+static uint64_t resident(pid_t pid, uint64_t addr, uint64_t len)
+{
+	int64_t r = ma_target_resident(pid, addr, len);
+
+	return r > 0 ? (uint64_t)r : 0;
 }
 
 static int read_counters(pid_t pid, struct ma_agent_view *v)
@@ -76,10 +86,13 @@ static int read_counters(pid_t pid, struct ma_agent_view *v)
 		v->removed += st[i].removed;
 		v->dropped_full += st[i].dropped;
 		v->inflight += st[i].inflight;
-		if (st[i].own) /* grown: a mapping of its own */
+		if (st[i].own) { /* grown: a mapping of its own */
 			v->table_bytes += st[i].cap * 16; /* struct sample */
+			v->table_resident += resident(pid, st[i].slots, st[i].cap * 16);
+		}
 	}
 	v->table_bytes += v->ctl.tables_len;
+	v->table_resident += resident(pid, v->ctl.tables, v->ctl.tables_len);
 	return 0;
 }
 
@@ -111,12 +124,12 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
 	size_t n = 0, frame;
 	int rc, busy = 0;
 	char v[400];
-	bool safe;
+	enum ma_verdict verdict;
 
 	if ((rc = ma_list_threads(t->pid, &ti, &n)))
 		return rc;
 	for (size_t i = 0; i < n && !busy; i++) {
-		if (ma_inspect_thread(t, &ti[i], 5000, &bt, v, sizeof(v), &safe)) {
+		if (ma_inspect_thread(t, &ti[i], 5000, false, &bt, v, sizeof(v), &verdict)) {
 			ma_err_clear(); /* gone meanwhile, or not stoppable: nothing to see */
 			continue;
 		}
@@ -379,6 +392,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.mallctlbymib = je->mallctlbymib;
 	p.malloc_usable_size = je->malloc_usable_size;
 	p.capacity = o->capacity;
+	p.max_samples = o->max_samples;
 	p.stack_cap = o->stack_cap;
 	p.frame_cap = o->frame_cap;
 	p.self_lo = v.lo;

@@ -370,7 +370,8 @@ int ma_collect_stats(struct ma_session *s, struct ma_je_stats *st)
 		if ((rc = ma_ctl_batch_result(&b, ih[i], &sz, sizeof(sz)))) {
 			ma_err_clear();
 			rc = ma_fail(MA_E_JEMALLOC, "jemalloc in the target has no statistics "
-				     "(%s failed; built without --enable-stats?)", headline[i]);
+				     "(%s failed: was it configured with stats disabled?)",
+				     headline[i]);
 			goto out;
 		}
 		*dst[i] = sz;

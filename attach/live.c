@@ -1,6 +1,8 @@
 /*
  * live.c - one visit to a live target (live.h).
  */
+#include <dirent.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "live.h"
@@ -16,7 +18,41 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
 	if ((rc = ma_target_open(&l->t, pid)))
 		return rc;
-	return ma_target_find_jemalloc(&l->t);
+	return ma_fail_if_exited(pid, ma_target_find_jemalloc(&l->t));
+}
+
+/* PID's threads, those of them that are jemalloc's background threads, and its mappings. */
+static void count_process(pid_t pid, int *threads, int *bg, int *maps)
+{
+	char path[96], name[32];
+	struct dirent *d;
+	FILE *f;
+	DIR *dir;
+	int c;
+
+	*threads = *bg = *maps = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if ((dir = opendir(path))) {
+		while ((d = readdir(dir))) {
+			if (d->d_name[0] == '.')
+				continue;
+			++*threads;
+			snprintf(path, sizeof(path), "/proc/%d/task/%.20s/comm", pid, d->d_name);
+			if ((f = fopen(path, "re"))) {
+				if (fgets(name, sizeof(name), f) &&
+				    strncmp(name, "jemalloc_bg_thd", 15) == 0)
+					++*bg;
+				fclose(f);
+			}
+		}
+		closedir(dir);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	if ((f = fopen(path, "re"))) {
+		while ((c = getc(f)) != EOF)
+			*maps += c == '\n';
+		fclose(f);
+	}
 }
 
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
@@ -24,9 +60,16 @@ int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 	struct ma_session_opts again = *o;
 	int rc;
 
+	/* A named thread may have no allocator state: count what the process has now. */
+	l->threads_before = -1;
+	memset(&l->growth, 0, sizeof(l->growth));
+	if (o->tid && o->fresh_ok)
+		count_process(l->t.pid, &l->threads_before, &l->bg_before, &l->maps_before);
+
 	if (!again.prefer_tid)
 		again.prefer_tid = l->last_tid;
-	rc = ma_session_open(&l->s, &l->t, &again); /* a failed open holds nothing */
+	/* a failed open holds nothing */
+	rc = ma_fail_if_exited(l->t.pid, ma_session_open(&l->s, &l->t, &again));
 	l->borrowed = rc == 0;
 	if (l->borrowed)
 		l->last_tid = l->s.tid;
@@ -39,7 +82,8 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
-	if ((rc = ma_live_open(l, pid)) || (prep && (rc = prep(&l->t, ctx))) ||
+	if ((rc = ma_live_open(l, pid)) ||
+	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) ||
 	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
 	return rc;
@@ -52,8 +96,15 @@ int ma_live_restore(struct ma_live *l)
 	if (!l->borrowed)
 		return 0;
 	l->borrowed = false;
-	rc = ma_session_close(&l->s);
-	ma_unwind_release(); /* the unwinder's view of this stop */
+	rc = ma_fail_if_exited(l->t.pid, ma_session_close(&l->s));
+	ma_unwind_release();
+	if (l->s.creates_state && l->threads_before >= 0) {
+		int threads, bg, maps;
+
+		count_process(l->t.pid, &threads, &bg, &maps);
+		l->growth = (struct ma_live_growth){ true, threads - l->threads_before,
+						     bg - l->bg_before, maps - l->maps_before };
+	} /* the unwinder's view of this stop */
 	return rc;
 }
 

@@ -46,9 +46,14 @@ int ma_livesym_init(struct ma_livesym *ls, const struct ma_target *t)
 const struct ma_frame *ma_livesym_frame(struct ma_livesym *ls, uint64_t ip, bool return_addr)
 {
 	/* The symbolizer takes return addresses and looks at the byte before. */
-	uint32_t f = ma_sym_pc(&ls->sym, return_addr ? ip : ip + 1);
+	uint32_t f = ma_sym_pc(&ls->sym, ma_livesym_key(ip, return_addr));
 
 	return f == MA_NONE ? NULL : &ls->sym.frames[f];
+}
+
+int ma_livesym_prepare(struct ma_livesym *ls, const uint64_t *keys, size_t n)
+{
+	return ma_sym_prepare(&ls->sym, keys, n);
 }
 
 void ma_livesym_release(struct ma_livesym *ls)

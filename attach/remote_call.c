@@ -299,6 +299,9 @@ static int ptrace_errno(const char *what, pid_t tid)
 	case ESRCH:
 		return ma_fail(MA_E_EXITED, "thread %d went away (%s)", tid, what);
 	case EPERM:
+		/* The kernel refuses to trace a thread that is exiting, too. */
+		if (ma_thread_going(tid, tid))
+			return ma_fail(MA_E_EXITED, "thread %d exited (%s)", tid, what);
 		return ma_fail(MA_E_PERM,
 			       "not permitted to trace thread %d: run as the target's user or root, "
 			       "and check /proc/sys/kernel/yama/ptrace_scope",
@@ -481,8 +484,9 @@ static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscal
  * stopped where any register state may be set.  The session goes on from
  * there (unmapping, restoring) as after any failed call.
  */
-static int skip_self_deadlock(struct ma_session *s)
+static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 {
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, mutex);
 	struct user_regs_struct r;
 	int rc, status;
 
@@ -506,11 +510,14 @@ static int skip_self_deadlock(struct ma_session *s)
 			hold_signal(s);
 	}
 	s->at_marker = false;
+	/* What was seen, no guess at how: the thread took the lock before the stop. */
 	return ma_fail(MA_E_JEMALLOC,
-		       "the call in thread %d would wait for a jemalloc lock that thread itself "
-		       "holds (as one does inside fork(), or in a handler that interrupted "
-		       "jemalloc); the call was given up and the thread restored",
-		       s->tid);
+		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx (in %s), "
+		       "which thread %d itself holds: it took it before this run borrowed it, with "
+		       "no jemalloc frame on its stack; the call could never return and was given "
+		       "up, the thread restored; run again (the thread lets go as it runs on)",
+		       s->tid, (unsigned long long)mutex,
+		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
 }
 
 /*
@@ -566,7 +573,7 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 					return ma_arch_get_regs(s->tid, out);
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
-				return skip_self_deadlock(s);
+				return skip_self_deadlock(s, info.entry.args[0]);
 			}
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
@@ -783,24 +790,24 @@ static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_stru
  * Is the thread blocked in a wait that a stop ends with EINTR?  As listed,
  * and read again now, just before a stop: the listing may be stale.  Such
  * a thread is stopped only when no better one exists, and never with --strict
- * unless named (ma_session_opts.strict).
+ * unless named (ma_session_opts.strict).  *W gets what was read.
  */
-static bool in_eintr_wait(pid_t pid, const struct ma_thread_info *ti, char *why, size_t whylen)
+static bool in_eintr_wait(const struct ma_session *s, const struct ma_thread_info *ti,
+			  struct ma_thread_info *w, char *why, size_t whylen)
 {
-	struct ma_thread_info now;
-	const struct ma_thread_info *w = ti;
+	char named[40] = "";
 
-	if (!ma_thread_stop_ends_with_eintr(ti)) {
-		ma_read_thread_info(pid, ti->tid, &now);
-		if (!ma_thread_stop_ends_with_eintr(&now))
+	*w = *ti;
+	if (!ma_thread_stop_ends_with_eintr(w)) {
+		ma_read_thread_info(s->t->pid, ti->tid, w);
+		if (!ma_thread_stop_ends_with_eintr(w))
 			return false;
-		w = &now;
 	}
-	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed only when no "
-		 "better thread exists, its wait issued again at once (a memattach killed in "
-		 "between would leave the EINTR); never with --strict, unless named (--tid %d)",
-		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait",
-		 ti->tid);
+	if (!s->no_tid_option)
+		snprintf(named, sizeof(named), " unless named (--tid %d)", ti->tid);
+	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped with "
+		 "--strict%s",
+		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait", named);
 	return true;
 }
 
@@ -1015,7 +1022,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	close_fd(&s->status_fd); /* the previous candidate's */
 	s->early_seccomp_mode = -1;
 	s->tid = ti->tid;
-	s->hopeless = s->fresh = s->in_eintr_wait = false;
+	s->hopeless = s->fresh = s->in_eintr_wait = s->creates_state = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
@@ -1029,15 +1036,21 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->hopeless = true;
 		return MA_E_NOSAFE;
 	}
-	if (!s->stop_eintr_wait && in_eintr_wait(s->t->pid, ti, why, whylen)) {
+	if (!s->stop_eintr_wait && in_eintr_wait(s, ti, &now, why, whylen)) {
+		/* Not even named: say so rather than what --tid would do. */
+		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+			s->hopeless = true;
+			return MA_E_NOSAFE;
+		}
 		/* A choice among threads tries again later (it may have left the
 		 * wait); one thread asked for (a flush visit) is given up at once. */
+		s->eintr_nr = now.syscall;
 		s->hopeless = s->named != 0;
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
 	open_status_fd(s, ti->tid);
-	if (!s->fresh_ok && ma_target_read_tls_offset(s->t, ti->tid) != 0)
+	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	/*
@@ -1056,14 +1069,18 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_nvcsw = now.nvcsw;
 	}
 	stop_ms = ma_run_ms_left(1000);
-	if (stop_ms == 0)
+	if (stop_ms == 0) {
+		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
 		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
 			       "stopped", ti->tid);
+	}
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+		int e = errno;
+
 		ma_hold_priority_drop();
-		if (errno == EPERM) {
+		if (e == EPERM) {
 			struct ma_proc_status st;
 
 			if (ma_proc_read_status(s->t->pid, ti->tid, &st) != 0) {
@@ -1094,6 +1111,7 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 				return MA_E_NOSAFE;
 			}
 		}
+		errno = e;
 		return ptrace_errno("PTRACE_SEIZE", ti->tid);
 	}
 	s->seized = true;
@@ -1197,12 +1215,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 			 STACK_ROOM >> 10);
 		goto unsafe;
 	}
-	/* A call would create allocator state in a thread that has none. */
-	if (!s->fresh_ok &&
-	    ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0) {
+	/* A call would create allocator state in a thread that has none: only when named. */
+	s->creates_state =
+		ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0;
+	if (s->creates_state && !s->fresh_ok) {
 		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
 			 "allocator state (a tcache)");
 		s->fresh = s->hopeless = true;
+		s->creates_state = false;
 		goto unsafe;
 	}
 	if (s->sites_had_stub && inside_leftover_stub(s)) {
@@ -1268,18 +1288,108 @@ static int choose_thread(struct ma_session *s, const struct ma_session_opts *o)
 	return rc;
 }
 
+/* One round over the candidates: how each was refused. */
+struct round_tally {
+	size_t tried, hopeless, fresh, waits, busy; /* busy: refused for now only */
+	pid_t fresh_tid, wait_tid;
+	char wait_who[80], wait_in[40];
+	char last[400]; /* the last refusal, any kind */
+	char last_who[80], last_why[256];
+	char last_busy[400]; /* the last refusal that waiting may end */
+};
+
+/* Count TI's refusal (WHY, the session's flags as try_thread left them) into T. */
+static void tally_refusal(struct round_tally *t, const struct ma_session *s,
+			  const struct ma_thread_info *ti, const char *why)
+{
+	snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
+	snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
+	snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+	t->hopeless += s->hopeless;
+	if (s->in_eintr_wait && !t->waits++) {
+		t->wait_tid = ti->tid;
+		snprintf(t->wait_who, sizeof(t->wait_who), "thread %d (%s)", ti->tid, ti->name);
+		if (ma_arch_syscall_name(s->eintr_nr))
+			snprintf(t->wait_in, sizeof(t->wait_in), "%s", ma_arch_syscall_name(s->eintr_nr));
+	}
+	if (s->fresh) {
+		t->fresh++;
+		t->fresh_tid = ti->tid;
+	}
+	if (!s->hopeless && !s->in_eintr_wait) {
+		t->busy++;
+		snprintf(t->last_busy, sizeof(t->last_busy), "%s", t->last);
+	}
+}
+
+/*
+ * Every thread tried was refused for a reason no wait can end (T): say
+ * which, and what would help instead of a longer --timeout.
+ */
+static int lasting_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			   const struct round_tally *t)
+{
+	char tid[48] = "";
+
+	if (t->waits) {
+		if (!o->no_tid_option)
+			snprintf(tid, sizeof(tid), "--tid %d borrows it, or ", t->wait_tid);
+		return ma_fail(MA_E_NOSAFE,
+			       "with --strict, no thread of process %d can be borrowed: %s%s is "
+			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
+			       "again at once; only a memattach killed in between leaves the EINTR "
+			       "to the program), and the others are jemalloc's background threads "
+			       "or never called into jemalloc; %sleave out --strict",
+			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
+			       tid);
+	}
+	if (t->fresh) {
+		if (o->no_tid_option)
+			snprintf(tid, sizeof(tid), "this command never borrows such a thread");
+		else
+			snprintf(tid, sizeof(tid), "--tid %d borrows one anyway", t->fresh_tid);
+		return ma_fail(MA_E_NOSAFE,
+			       "no thread of process %d can be borrowed without leaving a trace: "
+			       "the ones safe to borrow never called into jemalloc, and a call "
+			       "would create their allocator state (a tcache; with "
+			       "background_thread:true perhaps a background thread); %s",
+			       s->t->pid, tid);
+	}
+	if (o->tid)
+		return ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", t->last_who, t->last_why);
+	return ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed (last: %s)", s->t->pid,
+		       t->last);
+}
+
+/* The deadline passed with some thread refused only for the moment (T->busy). */
+static int deadline_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			    const struct round_tally *t)
+{
+	size_t lasting = t->tried - t->busy;
+	char others[160] = "";
+
+	if (lasting)
+		snprintf(others, sizeof(others), " (%zu other thread%s refused for reasons that "
+			 "last)", lasting, lasting > 1 ? "s" : "");
+	return ma_fail(MA_E_NOSAFE,
+		       "no thread of process %d was safe to borrow within %d ms (last: %s)%s; "
+		       "that may pass: try again, or give a longer --timeout",
+		       s->t->pid, o->deadline_ms, t->last_busy, others);
+}
+
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)ma_run_ms_left(o->deadline_ms) * 1000000ULL;
-	char why[256] = "", last[400] = "no thread found", who[80] = "";
+	char why[256] = "";
 	bool seen = false;
 
+	struct round_tally prev = { .busy = 0 };
+
 	for (unsigned round = 0;; round++) {
+		struct round_tally t = { .wait_in = "a wait", .last = "no thread found" };
 		struct ma_thread_info *ti;
-		size_t n, tried = 0, hopeless = 0, fresh = 0, waits = 0;
-		pid_t fresh_tid = 0;
-		char wait_who[80] = "", wait_in[40] = "a wait";
-		pid_t wait_tid = 0;
+		size_t n;
+		bool lasting;
 		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
 
 		if (rc)
@@ -1297,16 +1407,25 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 					       "never borrowed; give another --tid or none",
 					       o->tid);
 			}
-			tried++;
+			t.tried++;
 			if (ma_thread_is_jemalloc_bg(&ti[i])) {
 				/* It runs inside jemalloc: never borrowed, so never stopped. */
-				hopeless++;
+				t.hopeless++;
 				continue;
 			}
+			/* A refusal says its own reason, never the previous thread's. */
+			snprintf(why, sizeof(why), "refused without a reason recorded");
 			rc = try_thread(s, &ti[i], NULL, why, sizeof(why));
 			if (rc == 0) {
 				free(ti);
 				return 0;
+			}
+			if (rc == MA_E_TIMEOUT && !s->seized && prev.busy) {
+				/* The deadline came before this thread's stop: the
+				 * last full round says why none could be borrowed. */
+				free(ti);
+				ma_err_clear();
+				return deadline_refusal(s, o, &prev);
 			}
 			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
 				free(ti);
@@ -1320,70 +1439,47 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 					       "with 'kill -CONT %d' and run memattach again",
 					       s->t->pid, s->t->pid);
 			}
+			if (rc == MA_E_EXITED && ma_process_exited(s->t->pid)) {
+				free(ti);
+				return ma_fail_if_exited(s->t->pid, rc);
+			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
 				add_straggler(s->t->pid, ti[i].tid);
 				s->seized = false;
 			}
+			/* A failure (it exited...), not a verdict: its message says why. */
+			if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT && ma_errmsg()[0])
+				snprintf(why, sizeof(why), "%s", ma_errmsg());
 			ma_err_clear();
-			snprintf(last, sizeof(last), "thread %d (%s): %s", ti[i].tid, ti[i].name, why);
-			snprintf(who, sizeof(who), "thread %d (%s)", ti[i].tid, ti[i].name);
-			hopeless += s->hopeless;
-			if (s->in_eintr_wait && !waits++) {
-				wait_tid = ti[i].tid;
-				snprintf(wait_who, sizeof(wait_who), "thread %d (%s)", ti[i].tid, ti[i].name);
-				if (ma_arch_syscall_name(ti[i].syscall))
-					snprintf(wait_in, sizeof(wait_in), "%s",
-						 ma_arch_syscall_name(ti[i].syscall));
-			}
-			if (s->fresh) {
-				fresh++;
-				fresh_tid = ti[i].tid;
-			}
+			tally_refusal(&t, s, &ti[i], why);
 		}
 		free(ti);
 		/* Waiting cannot help a thread that has exited or that another
 		 * program traces: say so now rather than at the deadline. */
 		if (o->tid && s->fresh)
 			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
-				       "allocator state)", who);
-		/*
-		 * Every thread is either never borrowable or in a wait we do not
-		 * stop (an event loop in epoll_wait, its helpers idle since they
-		 * started): say so and how to go on, after a few rounds (the
-		 * loop may run meanwhile, and be taken while it runs).
-		 */
-		if (!o->tid && waits && hopeless + waits == tried && round >= 20)
-			return ma_fail(MA_E_NOSAFE,
-				       "with --strict, no thread of process %d can be borrowed: %s%s is "
-				       "blocked in %s, which a stop ends with EINTR (memattach issues it "
-				       "again at once; only a memattach killed in between leaves the EINTR "
-				       "to the program), and the others are jemalloc's background threads "
-				       "or never called into jemalloc; --tid %d borrows it, or leave out "
-				       "--strict",
-				       s->t->pid, wait_who, waits > 1 ? " (and others)" : "", wait_in, wait_tid);
-		if (tried && hopeless == tried && fresh)
-			return ma_fail(MA_E_NOSAFE,
-				       "no thread of process %d can be borrowed without leaving a trace: "
-				       "the ones safe to borrow never called into jemalloc, and a call "
-				       "would create their allocator state (a tcache; with "
-				       "background_thread:true perhaps a background thread); --tid %d "
-				       "borrows one anyway",
-				       s->t->pid, fresh_tid);
-		if (tried && hopeless == tried)
-			return o->tid ? ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", who, why)
-				      : ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed "
-							     "(last: %s)", s->t->pid, last);
+				       "allocator state)", t.last_who);
 		if (o->tid && !seen)
 			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
 				       s->t->pid);
+		/*
+		 * Every thread is either never borrowable or in a wait we do not
+		 * stop (an event loop in epoll_wait, its helpers idle since they
+		 * started): say so and how to go on, at once when none waits,
+		 * else after a few rounds (the loop may run meanwhile, and be
+		 * taken while it runs) or at the deadline.
+		 */
+		lasting = t.tried && t.busy == 0;
+		if (lasting && (!t.waits || round >= 20 || ma_now_ns() >= deadline))
+			return lasting_refusal(s, o, &t);
 		if (ma_interrupted)
 			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
 		if (ma_now_ns() >= deadline)
-			return ma_fail(MA_E_NOSAFE,
-				       "no thread of process %d was safe to borrow within %d ms "
-				       "(last: %s); try again or raise --timeout",
-				       s->t->pid, o->deadline_ms, last);
+			return t.busy ? deadline_refusal(s, o, &t)
+				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
+						s->t->pid);
+		prev = t;
 		/* Let the threads run a little: a lock holder finishes. */
 		usleep(round < 20 ? 500 : 5000);
 	}
@@ -2089,6 +2185,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	s->lock.fd = s->status_fd = s->mem_fd = -1;
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
+	s->no_tid_option = o->no_tid_option;
 	s->stop_eintr_wait = !o->strict || o->tid;
 	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
@@ -2560,8 +2657,23 @@ int ma_session_close(struct ma_session *s)
 	return rc;
 }
 
+/* The verdict on a thread in a wait a stop ends with EINTR (NR), for a run with or without --strict. */
+static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t whylen)
+{
+	const char *name = ma_arch_syscall_name(nr) ? ma_arch_syscall_name(nr) : "a wait";
+
+	if (strict)
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: with --strict "
+			 "borrowed only if named (--tid %d)", name, tid);
+	else
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed when no "
+			 "better thread exists, its wait issued again at once; not stopped to be "
+			 "looked at", name);
+}
+
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
-		      struct ma_backtrace *bt, char *why, size_t whylen, bool *safe)
+		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      enum ma_verdict *v)
 {
 	struct ma_session s;
 	int rc;
@@ -2584,7 +2696,11 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	reaper_timer(true);
 	rc = try_thread(&s, ti, bt, why, whylen);
 	reaper_timer(false);
-	*safe = rc == 0;
+	*v = rc == 0 ? MA_VERDICT_SAFE : MA_VERDICT_UNSAFE;
+	if (rc == MA_E_NOSAFE && s.in_eintr_wait) {
+		*v = strict ? MA_VERDICT_NAMED_ONLY : MA_VERDICT_EINTR_WAIT;
+		eintr_wait_why(ti->tid, s.eintr_nr, strict, why, whylen);
+	}
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);
 	} else if (rc == MA_E_TIMEOUT && s.seized) {

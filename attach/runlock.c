@@ -1,7 +1,6 @@
 /*
  * runlock.c - one run at a time per target process (runlock.h).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -10,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,66 +20,99 @@
 #include "runlock.h"
 #include "target.h"
 
-/* Does process HOLDER have LINK ("/proc/PID/personality") open?  Read by readlink: nothing opened. */
-static bool has_open(const char *holder, const char *link)
+/*
+ * The process that holds the flock on the file open as FD, from
+ * /proc/locks (a run that waits for it has the file open too: its
+ * descriptors would not tell them apart).  0: none seen (it let go, or
+ * lives in another pid namespace).
+ */
+static pid_t find_holder(int fd)
 {
-	char dir[300], path[600], got[64];
-	struct dirent *d;
-	bool found = false;
-	DIR *dp;
-
-	snprintf(dir, sizeof(dir), "/proc/%s/fd", holder);
-	if (!(dp = opendir(dir)))
-		return false;
-	while (!found && (d = readdir(dp))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		n = readlink(path, got, sizeof(got) - 1);
-		found = n > 0 && (got[n] = '\0', strcmp(got, link) == 0);
-	}
-	closedir(dp);
-	return found;
-}
-
-/* The pid of another memattach that has the lock file of PID open (0: none seen). */
-static pid_t find_holder(pid_t pid)
-{
-	char link[64];
-	struct dirent *d;
+	char line[256];
+	struct stat locked;
 	pid_t holder = 0;
-	DIR *dp = opendir("/proc");
+	FILE *f;
 
-	snprintf(link, sizeof(link), "/proc/%d/personality", pid);
-	while (dp && !holder && (d = readdir(dp))) {
-		char *end;
-		long p = strtol(d->d_name, &end, 10);
+	if (fstat(fd, &locked) != 0 || !(f = fopen("/proc/locks", "re")))
+		return 0;
+	/* "1: FLOCK  ADVISORY  WRITE 2405 00:17:36071 0 EOF"; a waiter's line has "->". */
+	while (!holder && fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+		unsigned long ino;
+		char type[16];
+		int pid;
 
-		if (*end || p <= 0 || p == getpid() || !ma_is_memattach((pid_t)p))
+		if (strstr(line, "->") || sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", type, &pid,
+						 &maj, &min, &ino) != 5)
 			continue;
-		if (has_open(d->d_name, link))
-			holder = (pid_t)p;
+		if (strcmp(type, "FLOCK") == 0 && makedev(maj, min) == locked.st_dev &&
+		    ino == locked.st_ino && pid > 0)
+			holder = pid;
 	}
-	if (dp)
-		closedir(dp);
+	fclose(f);
 	return holder;
 }
 
-static int lock_busy_error(pid_t pid, int deadline_ms)
+/* How long process PID has run, in seconds (-1 unknown). */
+static double running_s(pid_t pid)
 {
-	pid_t holder = find_holder(pid);
+	char path[64], buf[512], *p;
+	unsigned long long start;
+	double up;
+	FILE *f;
 
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	/* Field 22, starttime, in clock ticks since boot; the name may hold anything. */
+	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+			 " %*s %*s %*s %*s %llu", &start) != 1)
+		return -1;
+	if (!(f = fopen("/proc/uptime", "re")))
+		return -1;
+	if (fscanf(f, "%lf", &up) != 1)
+		up = -1;
+	fclose(f);
+	return up < 0 ? -1 : up - (double)start / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The lock of PID (descriptor FD) was not free by the deadline, or the wait was interrupted. */
+static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
+{
+	pid_t holder = find_holder(fd);
+	bool memattach = holder && ma_is_memattach(holder);
+	char waited[64];
+
+	if (ma_interrupted)
+		snprintf(waited, sizeof(waited), "interrupted while waiting for it");
+	else
+		snprintf(waited, sizeof(waited), "not free within %d ms", deadline_ms);
+	/* A run ends: waiting longer helps. */
+	if (memattach) {
+		double ran = running_s(holder);
+		char age[48] = "";
+
+		if (ran >= 0)
+			snprintf(age, sizeof(age), ", running for %.1f s", ran);
+		return ma_fail(MA_E_TIMEOUT,
+			       "another memattach run on process %d (pid %d%s) holds its run "
+			       "lock: %s; try again, or give a longer --timeout",
+			       pid, holder, age, waited);
+	}
+	/* Only the process's own user and root can open that file. */
 	if (holder)
 		return ma_fail(MA_E_TIMEOUT,
-			       "another memattach run (pid %d) on process %d did not finish within "
-			       "%d ms; try again or raise --timeout",
-			       holder, pid, deadline_ms);
-	/* Only the process's own user and root can open that file. */
+			       "the run lock of process %d (a flock on /proc/%d/personality) is "
+			       "held by pid %d (%s), which is no memattach run and may hold it for "
+			       "good: %s; run again once it has let go",
+			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
-		       "the run lock of process %d (a flock on /proc/%d/personality) was not free within "
-		       "%d ms, and no memattach run holds it: a program of the process's owner or "
-		       "of root does; try again or raise --timeout",
-		       pid, pid, deadline_ms);
+		       "the run lock of process %d (a flock on /proc/%d/personality) was %s, held "
+		       "by a process /proc/locks does not name (in another pid namespace?); run "
+		       "again once it has let go",
+		       pid, pid, waited);
 }
 
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l)
@@ -110,8 +144,10 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 			return ma_fail(MA_E_IO, "cannot lock %s: %s", path, strerror(e));
 		}
 		if (ma_interrupted || ma_now_ns() >= deadline) {
+			int rc = lock_busy_error(pid, l->fd, deadline_ms);
+
 			ma_runlock_release(l);
-			return lock_busy_error(pid, deadline_ms);
+			return rc;
 		}
 		nanosleep(&ts, NULL);
 	}

@@ -122,12 +122,20 @@ static int parse_maps_line(char *line, struct ma_mapping *m)
 	return 0;
 }
 
+static unsigned long nmaps_read;
+
+unsigned long ma_target_maps_read(void)
+{
+	return nmaps_read;
+}
+
 static int read_maps(struct ma_target *t)
 {
 	char path[64], *line = NULL;
 	size_t cap = 0, mcap = 0;
 	FILE *f;
 
+	nmaps_read++;
 	snprintf(path, sizeof(path), "/proc/%d/maps", t->proc_pid);
 	f = fopen(path, "re");
 	if (!f)
@@ -186,7 +194,8 @@ int ma_target_maps_now(const struct ma_target *t, struct ma_target *now)
 	now->proc_pid = t->proc_pid;
 	if ((rc = read_maps(now)))
 		ma_target_release(now);
-	return rc;
+	/* Empty maps mid-run: the process is exiting (the message says so). */
+	return ma_fail_if_exited(t->pid, rc);
 }
 
 int ma_target_open(struct ma_target *t, pid_t pid)
@@ -205,8 +214,8 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	/* A main thread that called pthread_exit is a zombie; the others still run. */
 	if (st.state == 'Z' || st.state == 'X') {
 		if (!(t->proc_pid = ma_live_thread_of(pid)))
-			return ma_fail(MA_E_ZOMBIE, "process %d (%s) is a zombie or exiting", pid,
-				       st.name);
+			return ma_fail(MA_E_ZOMBIE, "process %d (%s) exited (a zombie: its parent "
+				       "has not reaped it yet)", pid, st.name);
 	}
 	/* Another memattach (or one that just exited: its comm is gone) is waited for, not refused. */
 	if (st.tracer != 0 && st.tracer != getpid() && !ma_is_memattach(st.tracer) &&
@@ -223,7 +232,8 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 			       "or changed its user or group): only root (CAP_SYS_PTRACE) may attach; "
 			       "run memattach as root",
 			       pid, st.name);
-	return read_maps(t);
+	/* Empty maps: its memory is gone, as it is while it exits. */
+	return ma_fail_if_exited(pid, read_maps(t));
 }
 
 const char *ma_comm_of(pid_t pid)
@@ -263,6 +273,138 @@ int ma_process_status(pid_t pid, struct ma_proc_status *st)
 	}
 	ma_err_clear();
 	return 0;
+}
+
+#define PF_EXITING_FLAG 0x4 /* the kernel's PF_EXITING, in /proc/.../stat's flags field */
+
+/* Fields 3 and 9 of /proc/PID/task/TID/stat: state and the kernel's flags.  False if gone. */
+static bool read_state_flags(pid_t pid, pid_t tid, char *state, unsigned long *flags)
+{
+	char path[96], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* The name may hold anything: the fields start after its last ')'. */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", state, flags) != 2)
+		return false;
+	return true;
+}
+
+bool ma_thread_going(pid_t pid, pid_t tid)
+{
+	struct ma_proc_status st;
+	unsigned long flags = 0;
+	char state = 0;
+
+	if (!read_state_flags(pid, tid, &state, &flags))
+		return true;
+	if (state == 'Z' || state == 'X' || (flags & PF_EXITING_FLAG))
+		return true;
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
+}
+
+/* Has PID exited (every thread going)?  *SOME_GOING: at least one thread is. */
+static bool exit_seen(pid_t pid, bool *some_going)
+{
+	char path[64];
+	struct dirent *d;
+	size_t alive = 0, going = 0;
+	DIR *dir;
+
+	*some_going = false;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return errno == ENOENT || errno == ESRCH;
+	while ((d = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid <= 0)
+			continue;
+		if (ma_thread_going(pid, tid))
+			going++;
+		else if (++alive && going)
+			break;
+	}
+	closedir(dir);
+	*some_going = going > 0;
+	return alive == 0;
+}
+
+bool ma_process_exited(pid_t pid)
+{
+	bool some_going;
+
+	return exit_seen(pid, &some_going);
+}
+
+/*
+ * A process being killed: each thread shows SIGKILL pending, then, once it
+ * dequeued it, PF_EXITING; in between (microseconds, longer when it waits
+ * for a CPU) it looks alive.  While any thread is going, look again for up
+ * to 20 ms before calling the process alive.
+ */
+static bool exited_or_exiting(pid_t pid)
+{
+	bool some_going;
+
+	for (int i = 0; i < 20; i++) {
+		if (exit_seen(pid, &some_going))
+			return true;
+		if (!some_going)
+			return false;
+		usleep(1000);
+	}
+	return false;
+}
+
+int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t first = addr / page, last = (addr + len + page - 1) / page;
+	uint64_t buf[512];
+	int64_t pages = 0;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	/* One 64-bit entry per page: bit 63 present, bit 62 swapped. */
+	for (uint64_t p = first; p < last;) {
+		size_t n = last - p < 512 ? (size_t)(last - p) : 512;
+		ssize_t got = pread(fd, buf, n * 8, (off_t)(p * 8));
+
+		if (got <= 0) {
+			pages = -1;
+			break;
+		}
+		for (ssize_t k = 0; k < got / 8; k++)
+			pages += (buf[k] >> 62) != 0;
+		p += (uint64_t)got / 8;
+	}
+	close(fd);
+	return pages < 0 ? -1 : pages * (int64_t)page;
+}
+
+int ma_fail_if_exited(pid_t pid, int rc)
+{
+	if (rc == 0 || rc == MA_E_USAGE || !exited_or_exiting(pid))
+		return rc;
+	ma_err_clear();
+	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 }
 
 pid_t ma_live_thread_of(pid_t pid)
@@ -444,7 +586,7 @@ static bool is_jemalloc_symbol(const char *name, const char *prefix)
 		return true;
 	if (pl == 0)
 		for (int i = 0; api_names[i]; i++)
-			if (strcmp(name, api_names[i]) == 0)
+			if (name[0] == api_names[i][0] && strcmp(name, api_names[i]) == 0)
 				return true;
 	return false;
 }
@@ -510,41 +652,99 @@ static bool is_jemalloc_file(const char *file)
 	return false;
 }
 
+/* One pass over a static binary's symbols for jemalloc's code (static_text_ranges). */
+struct je_text_pass {
+	struct ma_jemalloc *je;
+	uint64_t lo, hi; /* the span of the named functions, .cold parts left out */
+	bool have_files;
+	const char *file; /* the last FILE symbol judged (the locals after one share it) */
+	bool file_is_je;
+	uint64_t *zero; /* jemalloc's functions without a size, to be sized afterwards */
+	size_t nzero, capzero;
+};
+
+static int je_text_visit(void *ctx, const struct ma_elf_sym *s)
+{
+	struct je_text_pass *p = ctx;
+	struct ma_jemalloc *je = p->je;
+
+	if (s->type != 2 /* STT_FUNC */)
+		return 0;
+	if (s->file && s->file != p->file) {
+		p->file = s->file;
+		p->file_is_je = is_jemalloc_file(s->file);
+	}
+	if (s->file && p->file_is_je)
+		p->have_files = true;
+	if (!(s->file && p->file_is_je) && !is_jemalloc_symbol(s->name, je->prefix))
+		return 0;
+	if (!s->size) {
+		if (p->nzero == p->capzero) {
+			size_t nc = p->capzero ? p->capzero * 2 : 16;
+			uint64_t *z = realloc(p->zero, nc * sizeof(*z));
+
+			if (!z)
+				return MA_E_NOMEM;
+			p->zero = z;
+			p->capzero = nc;
+		}
+		p->zero[p->nzero++] = s->addr;
+		return 0;
+	}
+	if (add_range(je, s->addr + je->bias, s->addr + s->size + je->bias))
+		return MA_E_NOMEM;
+	if (strstr(s->name, ".cold"))
+		return 0;
+	if (s->addr < p->lo)
+		p->lo = s->addr;
+	if (s->addr + s->size > p->hi)
+		p->hi = s->addr + s->size;
+	return 0;
+}
+
+/* The functions without a size reach to the next symbol (as a sorted table says). */
+static int size_zero_ranges(struct je_text_pass *p, struct ma_elf *e)
+{
+	struct ma_elf_sym *at = calloc(p->nzero ? p->nzero : 1, sizeof(*at));
+	bool *ok = calloc(p->nzero ? p->nzero : 1, sizeof(*ok));
+	int rc = at && ok ? ma_elf_syms_at(e, p->zero, p->nzero, at, ok) : MA_E_NOMEM;
+
+	for (size_t i = 0; !rc && i < p->nzero; i++) {
+		uint64_t end = ok[i] ? at[i].addr + at[i].size : p->zero[i];
+
+		if (end <= p->zero[i])
+			continue;
+		if (add_range(p->je, p->zero[i] + p->je->bias, end + p->je->bias))
+			rc = MA_E_NOMEM;
+		if (p->zero[i] < p->lo)
+			p->lo = p->zero[i];
+		if (end > p->hi)
+			p->hi = end;
+	}
+	free(at);
+	free(ok);
+	return rc;
+}
+
 /*
  * Statically linked jemalloc has no file of its own.  Its code is every
  * function named like jemalloc (je_* internals, the public API) plus the
  * local functions that follow one of jemalloc's FILE symbols in .symtab.
  * Without FILE symbols, fall back to the span of the named functions (too
  * wide rather than too narrow: a wrongly "unsafe" thread is only skipped).
+ * One pass over the tables, whatever their size.
  */
-static int static_text_ranges(struct ma_jemalloc *je, const struct ma_elf *e)
+static int static_text_ranges(struct ma_jemalloc *je, struct ma_elf *e)
 {
-	uint64_t lo = UINT64_MAX, hi = 0;
-	bool have_files = false;
+	struct je_text_pass p = { .je = je, .lo = UINT64_MAX };
+	int rc = ma_elf_scan(e, je_text_visit, &p);
 
-	for (size_t i = 0; i < e->nsyms; i++) {
-		const struct ma_elf_sym *s = &e->syms[i];
-		bool mine;
-
-		if (s->type != 2 /* STT_FUNC */)
-			continue;
-		if (s->file && is_jemalloc_file(s->file))
-			have_files = true;
-		mine = is_jemalloc_symbol(s->name, je->prefix) || (s->file && is_jemalloc_file(s->file));
-		if (!mine)
-			continue;
-		if (add_range(je, s->addr + je->bias, s->addr + s->size + je->bias))
-			return MA_E_NOMEM;
-		if (strstr(s->name, ".cold"))
-			continue;
-		if (s->addr < lo)
-			lo = s->addr;
-		if (s->addr + s->size > hi)
-			hi = s->addr + s->size;
-	}
-	if (!have_files && lo < hi && add_range(je, lo + je->bias, hi + je->bias))
-		return MA_E_NOMEM;
-	return 0;
+	if (!rc && p.nzero)
+		rc = size_zero_ranges(&p, e);
+	if (!rc && !p.have_files && p.lo < p.hi && add_range(je, p.lo + je->bias, p.hi + je->bias))
+		rc = MA_E_NOMEM;
+	free(p.zero);
+	return rc ? ma_fail(MA_E_NOMEM, "out of memory") : 0;
 }
 
 static int shared_text_ranges(struct ma_jemalloc *je, const struct ma_target *t,
@@ -680,35 +880,44 @@ int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 	return same ? 0 : 1;
 }
 
+/* What probe_object looks up, for each prefix. */
+static const char *const je_api[] = { "mallctl", "mallctlnametomib", "mallctlbymib",
+				      "malloc_stats_print", "malloc_usable_size" };
+#define NPREFIXES (sizeof(prefixes) / sizeof(prefixes[0]))
+#define NAPI (sizeof(je_api) / sizeof(je_api[0]))
+
 static int probe_object(struct ma_target *t, const struct ma_mapping *first, struct ma_elf *e)
 {
 	struct ma_jemalloc *je = &t->je;
-	char name[64];
+	char names[NPREFIXES][NAPI][64];
+	const char *want[NPREFIXES * NAPI];
+	struct ma_elf_sym s[NPREFIXES * NAPI];
+	bool found[NPREFIXES * NAPI];
 
-	for (int p = 0; p < 3; p++) {
-		const struct ma_elf_sym *s;
+	/* Every name of every flavour in one pass: a big binary's tables are read once. */
+	for (size_t p = 0; p < NPREFIXES; p++)
+		for (size_t k = 0; k < NAPI; k++) {
+			snprintf(names[p][k], sizeof(names[p][k]), "%s%s", prefixes[p], je_api[k]);
+			want[p * NAPI + k] = names[p][k];
+		}
+	if (ma_elf_syms_named(e, want, NPREFIXES * NAPI, s, found))
+		return MA_E_NOMEM;
+	for (size_t p = 0; p < NPREFIXES; p++) {
+		const struct ma_elf_sym *api = &s[p * NAPI];
+		const bool *have = &found[p * NAPI];
 
-		snprintf(name, sizeof(name), "%smallctl", prefixes[p]);
-		s = ma_elf_sym_by_name(e, name);
-		if (!s || s->type != 2)
+		if (!have[0] || api[0].type != 2)
 			continue;
 		je->prefix = prefixes[p];
 		je->flavour = (enum ma_je_flavour)p;
 		je->object = strdup(first->path);
 		je->is_static = !is_libjemalloc(first->path);
 		je->bias = ma_target_load_bias(first, e);
-		je->mallctl = s->addr + je->bias;
-#define SIBLING(field, nm)                                               \
-	do {                                                             \
-		snprintf(name, sizeof(name), "%s" nm, je->prefix);       \
-		s = ma_elf_sym_by_name(e, name);                         \
-		je->field = s ? s->addr + je->bias : 0;                  \
-	} while (0)
-		SIBLING(mallctlnametomib, "mallctlnametomib");
-		SIBLING(mallctlbymib, "mallctlbymib");
-		SIBLING(malloc_stats_print, "malloc_stats_print");
-		SIBLING(malloc_usable_size, "malloc_usable_size");
-#undef SIBLING
+		je->mallctl = api[0].addr + je->bias;
+		je->mallctlnametomib = have[1] ? api[1].addr + je->bias : 0;
+		je->mallctlbymib = have[2] ? api[2].addr + je->bias : 0;
+		je->malloc_stats_print = have[3] ? api[3].addr + je->bias : 0;
+		je->malloc_usable_size = have[4] ? api[4].addr + je->bias : 0;
 		record_code_bytes(je, e);
 		if (!je->is_static && find_tls(je, e))
 			return MA_E_NOMEM;
@@ -770,24 +979,49 @@ static bool is_libc(const char *path)
 	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
 }
 
-/* libc's dlopen/dlerror, and the functions that hold the loader's locks (target.h). */
-static void find_dl_functions(struct ma_target *t, struct ma_elf *e, uint64_t bias)
-{
-	static const char *const locked[] = { "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym",
-					       "dladdr", "dladdr1", "dlinfo", "dl_iterate_phdr",
-					       "__libc_dlopen_mode" };
-	const struct ma_elf_sym *s;
+/* What find_libc_functions looks up in libc, in one pass. */
+enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_LOCKED };
+static const char *const libc_names[] = {
+	[LF_FORK] = "fork", [LF_LIBC_FORK] = "__libc_fork", [LF_DLOPEN] = "dlopen",
+	[LF_DLERROR] = "dlerror", [LF_EPOLL_WAIT] = "epoll_wait", [LF_EPOLL_PWAIT] = "epoll_pwait",
+	/* the functions that hold the loader's locks (target.h) */
+	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
+	"dlinfo", "dl_iterate_phdr", "__libc_dlopen_mode",
+};
+#define NLIBC_NAMES (sizeof(libc_names) / sizeof(libc_names[0]))
 
-	if (!t->dlopen_fn && (s = ma_elf_sym_by_name(e, "dlopen")) && s->type == 2)
-		t->dlopen_fn = s->addr + bias;
-	if (!t->dlerror_fn && (s = ma_elf_sym_by_name(e, "dlerror")) && s->type == 2)
-		t->dlerror_fn = s->addr + bias;
-	for (size_t k = 0; k < sizeof(locked) / sizeof(locked[0]) && t->ndl_fns < MA_MAX_DL_FNS; k++)
-		if ((s = ma_elf_sym_by_name(e, locked[k])) && s->size) {
-			t->dl_fns[t->ndl_fns].lo = s->addr + bias;
-			t->dl_fns[t->ndl_fns].hi = s->addr + bias + s->size;
-			t->ndl_fns++;
-		}
+static struct ma_range sym_range(const struct ma_elf_sym *s, uint64_t bias)
+{
+	return (struct ma_range){ s->addr + bias, s->addr + bias + s->size };
+}
+
+/* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait and the loader-lock holders. */
+static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t bias)
+{
+	struct ma_elf_sym s[NLIBC_NAMES];
+	bool found[NLIBC_NAMES];
+	const struct ma_elf_sym *fork;
+
+	if (ma_elf_syms_named(e, libc_names, NLIBC_NAMES, s, found)) {
+		ma_err_clear();
+		return;
+	}
+	fork = found[LF_FORK] ? &s[LF_FORK] : found[LF_LIBC_FORK] ? &s[LF_LIBC_FORK] : NULL;
+	if (fork) {
+		t->fork_fn.lo = fork->addr + bias;
+		t->fork_fn.hi = t->fork_fn.lo + (fork->size ? fork->size : 1);
+	}
+	if (!t->dlopen_fn && found[LF_DLOPEN] && s[LF_DLOPEN].type == 2)
+		t->dlopen_fn = s[LF_DLOPEN].addr + bias;
+	if (!t->dlerror_fn && found[LF_DLERROR] && s[LF_DLERROR].type == 2)
+		t->dlerror_fn = s[LF_DLERROR].addr + bias;
+	for (size_t k = LF_LOCKED; k < NLIBC_NAMES && t->ndl_fns < MA_MAX_DL_FNS; k++)
+		if (found[k] && s[k].size)
+			t->dl_fns[t->ndl_fns++] = sym_range(&s[k], bias);
+	/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
+	for (int k = 0; k < 2; k++)
+		if (found[LF_EPOLL_WAIT + k] && s[LF_EPOLL_WAIT + k].size)
+			t->epoll_fn[k] = sym_range(&s[LF_EPOLL_WAIT + k], bias);
 }
 
 /*
@@ -801,7 +1035,6 @@ static void find_fork(struct ma_target *t)
 	for (int pass = 0; pass < 2 && !t->fork_fn.hi; pass++) {
 		for (size_t i = 0; i < t->nmaps && !t->fork_fn.hi; i++) {
 			const struct ma_mapping *m = &t->maps[i], *first;
-			const struct ma_elf_sym *s;
 			struct ma_elf e;
 			int fd;
 
@@ -815,17 +1048,7 @@ static void find_fork(struct ma_target *t)
 				ma_err_clear();
 				continue;
 			}
-			if ((s = ma_elf_sym_by_name(&e, "fork")) || (s = ma_elf_sym_by_name(&e, "__libc_fork"))) {
-				t->fork_fn.lo = s->addr + ma_target_load_bias(first, &e);
-				t->fork_fn.hi = t->fork_fn.lo + (s->size ? s->size : 1);
-			}
-			find_dl_functions(t, &e, ma_target_load_bias(first, &e));
-			/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
-			for (int k = 0; k < 2; k++)
-				if ((s = ma_elf_sym_by_name(&e, k ? "epoll_pwait" : "epoll_wait")) && s->size) {
-					t->epoll_fn[k].lo = s->addr + ma_target_load_bias(first, &e);
-					t->epoll_fn[k].hi = t->epoll_fn[k].lo + s->size;
-				}
+			find_libc_functions(t, &e, ma_target_load_bias(first, &e));
 			ma_elf_release(&e);
 		}
 	}

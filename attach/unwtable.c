@@ -21,6 +21,12 @@ struct uobject {
 
 static struct uobject objects[MAX_OBJECTS];
 static size_t nobjects;
+static unsigned long ndescribed;
+
+unsigned long ma_unw_tables_described(void)
+{
+	return ndescribed;
+}
 
 void ma_unw_tables_reset(void)
 {
@@ -62,6 +68,7 @@ static void describe(pid_t tid, const struct ma_mapping *head, struct uobject *o
 	unsigned char h[12];
 	uint32_t fde_count;
 
+	ndescribed++;
 	if (peek(tid, head->start, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
 	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
 	    eh.e_phnum == 0 || eh.e_phnum > 64 ||

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 3
+#define MA_AGENT_VERSION 4
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
@@ -59,6 +59,8 @@ struct ma_agent_params {
 	uint64_t frame_cap; /* frames over all distinct stacks */
 	uint64_t self_lo, self_hi; /* the agent's code, skipped when unwinding */
 	uint64_t started_unix_ns;
+	/* samples held at most: each stripe max_samples / MA_AGENT_STRIPES, rounded up */
+	uint64_t max_samples;
 };
 
 /* Return codes of the agent's entry points (negative errno otherwise). */
@@ -124,7 +126,8 @@ struct ma_agent_ctl {
 	 * uses: entry points take this flag or return -MA_AGENT_ECALL.
 	 */
 	uint64_t entry_busy;
-	uint64_t reserved[4];
+	uint64_t stripe_max; /* samples a stripe holds at most (the rest are dropped_full) */
+	uint64_t reserved[3];
 };
 
 /*

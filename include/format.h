@@ -56,4 +56,23 @@ bool ma_char_printable(uint32_t cp);
  * printable form, at most MAX_CHARS characters of it, then ".." if cut. */
 void ma_xml_text(FILE *f, const char *s, size_t max_chars);
 
+/*
+ * Text output fits a terminal of MA_TEXT_WIDTH columns (JSON and other
+ * machine formats are never wrapped).  ma_wrap_text returns TEXT with each
+ * line longer than WIDTH characters broken at its last space that fits and
+ * continued after HANG spaces (a hanging indent: a message's continuation
+ * under its first word, a table row's under its description column).  Only
+ * spaces break a line, never before column HANG: a name or a path longer
+ * than the room left stays whole and overflows.  Spaces inside a line
+ * (table alignment) are kept; those at a break are dropped.  A string to
+ * free; NULL when out of memory.
+ */
+#define MA_TEXT_WIDTH 100
+char *ma_wrap_text(const char *text, size_t width, size_t hang);
+/* A space that never breaks a line: written as a space by ma_wrap_text.  It
+ * cannot come from a name, whose control bytes the printable form escapes. */
+#define MA_WRAP_GLUE '\x1f'
+/* The columns S takes on a terminal: one per UTF-8 character. */
+size_t ma_text_columns(const char *s);
+
 #endif

@@ -49,6 +49,11 @@ struct ma_frag_data {
 	/* per frame, filled by the caller (symbolizer): display name, allocator's own code */
 	char **frame_name;
 	bool *frame_alloc;
+	/*
+	 * per frame, or NULL: dropped from a stack's start after the
+	 * allocator's frames, as aggregate's --skip does (not saved)
+	 */
+	bool *frame_skip;
 };
 
 struct ma_frag_site {

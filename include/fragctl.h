@@ -32,6 +32,9 @@ struct ma_agent_view {
 	/* summed over the stripes */
 	uint64_t live, recorded, removed, dropped_full, inflight;
 	uint64_t table_bytes; /* mapped for its tables (stack tables are touched as they fill) */
+	uint64_t table_resident; /* ... of which in RAM (or swap) */
+	unsigned nmaps; /* mappings of the agent's library */
+	uint64_t mapped; /* their bytes */
 };
 
 /* Read the agent's state from T's maps and memory; 0 (loaded or not) or MA_E_*. */
@@ -59,6 +62,7 @@ struct ma_agent_start_opts {
 	uint32_t shift;
 	uint64_t focus_size;
 	uint64_t capacity; /* bound of sample slots, a power of two (the table grows to it) */
+	uint64_t max_samples; /* samples held at most (--max-samples) */
 	uint64_t stack_cap, frame_cap;
 };
 

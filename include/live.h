@@ -27,6 +27,17 @@ struct ma_live {
 	bool open; /* t holds the target */
 	bool borrowed; /* s holds a thread */
 	pid_t last_tid; /* the thread borrowed last (preferred next time: ma_session_opts) */
+	/*
+	 * A thread named with --tid that had no allocator state: the calls
+	 * created it, and with it perhaps a jemalloc background thread and
+	 * mappings.  What the process has more after the restore than before
+	 * the borrow (other threads ran on meanwhile: not all need be ours).
+	 */
+	struct ma_live_growth {
+		bool created; /* the borrowed thread had no allocator state */
+		int threads, bg_threads, maps; /* after - before */
+	} growth;
+	int threads_before, bg_before, maps_before; /* counted before a --tid borrow; -1 not */
 };
 
 /* Work on the open target before a thread is borrowed: 0 or an MA_E_* (with ma_fail). */

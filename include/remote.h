@@ -85,10 +85,13 @@ struct ma_session {
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool hopeless; /* the thread just tried can never be borrowed in this run */
 	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
+	long eintr_nr; /* ... that wait's syscall */
 	bool fresh_ok; /* from the options */
+	bool no_tid_option; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool fresh; /* the thread just tried has no jemalloc state */
+	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
@@ -143,6 +146,8 @@ struct ma_session_opts {
 	 * looked like growth to watch's peak detection.
 	 */
 	pid_t prefer_tid;
+	/* The command takes no --tid (export): refusals do not offer it. */
+	bool no_tid_option;
 	int deadline_ms; /* for finding a safe thread */
 	/*
 	 * --timeout given: the whole run's bound (runclock.h), from
@@ -220,12 +225,27 @@ void ma_install_signal_guards(void);
 
 struct ma_thread_info;
 struct ma_backtrace;
+/* What a run would do with a thread, as ma_inspect_thread judges it. */
+enum ma_verdict {
+	MA_VERDICT_UNSAFE, /* never borrowed, or not now */
+	MA_VERDICT_SAFE,
+	/*
+	 * Blocked in a wait a stop ends with EINTR: not stopped to be looked
+	 * at; a run borrows it when no better thread exists and issues its
+	 * wait again at once (its stack is judged then) ...
+	 */
+	MA_VERDICT_EINTR_WAIT,
+	MA_VERDICT_NAMED_ONLY, /* ... but with --strict only if it is named (--tid) */
+};
+
 /*
  * Stop one thread just long enough to unwind it and judge it, then let it
- * go untouched.  *SAFE and WHY give the verdict.  LOCK_MS: how long to
- * wait for another run's turn on the process.  0, or MA_E_PERM etc.
+ * go untouched.  *V and WHY give the verdict, for a run with --strict if
+ * STRICT.  LOCK_MS: how long to wait for another run's turn on the
+ * process.  0, or MA_E_PERM etc.
  */
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
-		      struct ma_backtrace *bt, char *why, size_t whylen, bool *safe);
+		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      enum ma_verdict *v);
 
 #endif

@@ -79,6 +79,14 @@ struct ma_func {
 	bool allocator; /* jemalloc's own code */
 };
 
+/* A symbol looked up ahead (ma_sym_prepare) for one link-time address. */
+struct ma_sym_ahead {
+	uint64_t vaddr;
+	struct ma_elf_sym sym;
+	bool found; /* else no symbol covers vaddr */
+	bool from_debug; /* sym is the separate debug file's */
+};
+
 struct ma_symobj {
 	char *dump_path; /* as written in the dump */
 	char *path; /* after --binary / prefix maps */
@@ -89,6 +97,8 @@ struct ma_symobj {
 	bool lines_found, lines_missing; /* --lines: a frame in it had / lacked file:line */
 	struct ma_elf elf, debug; /* debug: separate debug file if found */
 	uint32_t *elf_funcs, *debug_funcs; /* per symbol of elf / debug: its function, or MA_NONE */
+	struct ma_sym_ahead *ahead; /* by vaddr, from ma_sym_prepare */
+	size_t nahead;
 	void *dwfl; /* Dwfl * for --lines */
 	void *dwmod; /* Dwfl_Module * */
 	uint64_t dwbias;
@@ -123,6 +133,15 @@ struct ma_symbolizer {
 int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 		const struct ma_sym_opts *opts);
 void ma_sym_release(struct ma_symbolizer *s);
+
+/*
+ * Look up ahead the symbols of return addresses PCS[0..N) (a pc as
+ * ma_sym_pc takes it), one pass over the tables of each object they are in
+ * when they are few for its size -- instead of sorting all of a big
+ * binary's symbols for them.  ma_sym_pc then gives the same answers,
+ * faster.  0 or MA_E_NOMEM.
+ */
+int ma_sym_prepare(struct ma_symbolizer *s, const uint64_t *pcs, size_t n);
 
 /* The innermost frame for return address PC (cached).  MA_NONE only on OOM. */
 uint32_t ma_sym_pc(struct ma_symbolizer *s, uint64_t pc);

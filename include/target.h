@@ -112,6 +112,32 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
  * live thread -- the process is alive.  Z/X only when it is really gone.
  */
 int ma_process_status(pid_t pid, struct ma_proc_status *st);
+/*
+ * Is thread TID of PID gone or on its way out: exited, exiting (the
+ * kernel's PF_EXITING), or killed (SIGKILL pending)?
+ */
+bool ma_thread_going(pid_t pid, pid_t tid);
+/*
+ * Has process PID exited or begun to (killed, or exit_group): gone, or
+ * every thread going?  An exec kills the other threads too, but not the
+ * one that execs: that process has not exited.
+ */
+bool ma_process_exited(pid_t pid);
+/*
+ * A step of a run on PID failed with RC: if the process has exited
+ * meanwhile, that is the reason, whatever the step saw (its maps empty,
+ * ptrace refused, its code gone as if it had exec'd...): the message
+ * becomes "process PID exited during the run" and MA_E_EXITED is
+ * returned; else RC.  For steps after the process was found.
+ */
+int ma_fail_if_exited(pid_t pid, int rc);
+/*
+ * Bytes of [ADDR, ADDR+LEN) in process PID that are in RAM or swap (its
+ * pagemap); -1 if unreadable.
+ */
+int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len);
+/* How many times a /proc/PID/maps was read in this process's life (tests). */
+unsigned long ma_target_maps_read(void);
 /* Check the process exists, is not a zombie, not traced, and read its maps. */
 int ma_target_open(struct ma_target *t, pid_t pid);
 /*

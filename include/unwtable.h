@@ -30,5 +30,7 @@
 int ma_unw_table_for(const struct ma_target *t, pid_t tid, uint64_t ip, unw_dyn_info_t *di);
 /* Forget the tables found (the next walk may be in another process). */
 void ma_unw_tables_reset(void);
+/* How many objects' tables were looked for in this process's life (tests: once per object). */
+unsigned long ma_unw_tables_described(void);
 
 #endif

@@ -30,8 +30,13 @@ skip() { echo "SKIP $*"; }
 # check NAME CMD...: pass if CMD succeeds.
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 # exit_and_says RC WANT PATTERN FILE: RC is WANT and FILE matches PATTERN
-# (one command for check, so that both halves are judged).
-exit_and_says() { [ "$1" = "$2" ] && grep -qE -- "$3" "$4"; }
+# (one command for check, so that both halves are judged); FILE's messages
+# are matched unwrapped (says).
+exit_and_says() { [ "$1" = "$2" ] && says "$3" "$4"; }
+# says PATTERN FILE [INDENT]: a message in FILE (with INDENT, a line of a
+# command's text) matches the extended PATTERN, whatever line breaks fitting
+# the terminal put into it (unwrapped, below).
+says() { unwrapped "$2" "${3:-}" | grep -qE -- "$1"; }
 tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
 	local t c
 	for t in /proc/"$1"/task/*; do
@@ -108,4 +113,80 @@ json_get() {
 		fi
 	fi
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+
+# --- text output fits a terminal (MA_TEXT_WIDTH, include/format.h) ---
+TEXT_WIDTH=100
+# wider_lines FILE: each line of FILE wider than TEXT_WIDTH display columns
+# (UTF-8 characters, not bytes) as "line N, W columns: TEXT"; none if all fit.
+wider_lines() {
+	local line n=0
+	while IFS= read -r line || [ -n "$line" ]; do
+		n=$((n + 1))
+		LC_ALL=C.UTF-8 eval '[ ${#line} -le $TEXT_WIDTH ]' ||
+			LC_ALL=C.UTF-8 eval 'echo "line $n, ${#line} columns: $line"'
+	done <"$1"
+}
+# unwrapped FILE [INDENT]: FILE with each message memattach broke to fit
+# the width joined back into one line (a line starting "memattach " goes on
+# in lines indented by two spaces), so that a phrase is found wherever the
+# break fell.  With INDENT, for the text of a command instead: every line
+# indented by exactly INDENT spaces is joined to the line before it (threads
+# continues a thread's line by 4, bins a description by 34, prose by 2).
+unwrapped() {
+	awk -v indent="${2:-}" '
+	indent != "" {
+		if (match($0, /^ */) && RLENGTH == indent + 0 && NR > 1 && length($0) > RLENGTH) {
+			sub(/^ */, ""); line = line " " $0; next
+		}
+		if (NR > 1) print line
+		line = $0; next
+	}
+	/^memattach / { if (msg != "") print msg; msg = $0; next }
+	msg != "" && /^  [^ ]/ { sub(/^  /, ""); msg = msg " " $0; next }
+	{ if (msg != "") print msg; msg = ""; print }
+	END { if (indent != "" && NR > 0) print line; else if (msg != "") print msg }' "$1"
+}
+# fits NAME CMD...: run memattach with the arguments CMD; pass if every line
+# it writes (stdout and stderr, whatever its exit status) is within
+# TEXT_WIDTH columns, else fail naming the command and its widest lines.
+# With FITS_NAMES=1, a line may be wider where a single name makes it so: a
+# name is never broken (a C++ signature has spaces), so a line is excused
+# when it ends with a string of the command's --json output (a function,
+# an object; "+0xOFF" after it) that starts within the width.
+fits() {
+	local name=$1 wide; shift
+	"$MA" "$@" >"$TMP/fits.out" 2>"$TMP/fits.err" </dev/null
+	FITS_RC=$?
+	wide=$( { wider_lines "$TMP/fits.out" | sed 's/^/stdout /'; wider_lines "$TMP/fits.err" | sed 's/^/stderr /'; } )
+	if [ -n "$wide" ] && [ "${FITS_NAMES:-0}" = 1 ]; then
+		"$MA" "$@" --json >"$TMP/fits.json" 2>/dev/null </dev/null
+		wide=$(python3 -c '
+import json, re, sys
+width = int(sys.argv[2])
+names = set()
+def walk(v):
+    if isinstance(v, str): names.add(v)
+    elif isinstance(v, dict): [walk(x) for x in v.values()]
+    elif isinstance(v, list): [walk(x) for x in v]
+try: walk(json.load(open(sys.argv[1])))
+except ValueError: pass
+for w in sys.stdin.read().splitlines():
+    line = w.split(" columns: ", 1)[1]
+    bare = re.sub(r"\+0x[0-9a-f]+$", "", line)
+    if not any(len(n) > 1 and bare.endswith(n) and len(bare) - len(n) < width for n in names):
+        print(w)' "$TMP/fits.json" "$TEXT_WIDTH" <<<"$wide")
+	fi
+	if [ -z "$wide" ]; then
+		pass "$name: memattach $* (exit $FITS_RC) fits $TEXT_WIDTH columns"
+	else
+		fail "$name: memattach $* (exit $FITS_RC) writes lines wider than $TEXT_WIDTH columns:"$'\n'"$(head -3 <<<"$wide" | cut -c1-300)"
+	fi
+}
+# ma_commands: the commands of 'memattach --help', one a line; with
+# ma_subcommands CMD, the words its --help's usage lines put after it
+# ("memattach frag start PID ..." gives start).
+ma_commands() { "$MA" --help | awk '/^commands:/ { f = 1; next } f && /^  [a-z]/ { print $1 }'; }
+ma_subcommands() {
+	"$MA" "$1" --help | sed -n "s/^\(usage:\)\{0,1\} *memattach $1 \([a-z][a-z-]*\)\( .*\)\{0,1\}$/\2/p" | sort -u
 }

@@ -197,6 +197,34 @@ struct unwind_buf {
 	unsigned n;
 };
 
+static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uint64_t pc = *(uint64_t *)arg;
+
+	(void)size;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && pc >= lo && pc - lo < ph->p_memsz)
+			return 1;
+	}
+	return 0;
+}
+
+/* Is PC in the code of a loaded object (not JIT code in anonymous memory)? */
+static bool in_loaded_code(uint64_t pc)
+{
+	return dl_iterate_phdr(find_code, &pc) != 0;
+}
+
+/*
+ * A frame in code that no loaded object holds is JIT-compiled: its unwind
+ * tables, if any, were registered at run time, and libgcc may abort() on
+ * them (LuaJIT's traces in kresd: SIGABRT in _Unwind_Backtrace when a C
+ * function called from a trace allocates).  The walk ends at such a frame,
+ * before libgcc moves past it; libgcc itself calls dl_iterate_phdr per frame.
+ */
 static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 {
 	struct unwind_buf *b = arg;
@@ -205,6 +233,8 @@ static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 	if (!ip)
 		return _URC_END_OF_STACK;
 	b->ip[b->n++] = ip;
+	if (!in_loaded_code(ip - 1))
+		return _URC_END_OF_STACK;
 	return b->n == UNWIND_RAW ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
@@ -337,7 +367,7 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size
 	x.stack = current_stack(c);
 	x.size = size;
 	spin_lock(&s->lock);
-	if (s->count >= s->cap - s->cap / 8 && !grow(c, s)) {
+	if (s->count >= c->stripe_max || (s->count >= s->cap - s->cap / 8 && !grow(c, s))) {
 		s->dropped++;
 	} else {
 		uint64_t i = home_slot(h, s->cap);
@@ -1311,6 +1341,7 @@ static void take_params(struct ma_agent_ctl *c, const struct ma_agent_params *p)
 	memcpy(agent_prefix, p->prefix, sizeof(agent_prefix));
 	agent_prefix[sizeof(agent_prefix) - 1] = '\0';
 	c->capacity = p->capacity;
+	c->stripe_max = (p->max_samples + MA_AGENT_STRIPES - 1) / MA_AGENT_STRIPES;
 	c->stack_cap = p->stack_cap;
 	c->frame_cap = p->frame_cap;
 	c->self_lo = p->self_lo;
@@ -1325,8 +1356,8 @@ static bool params_ok(const struct ma_agent_params *p)
 {
 	return p->magic == MA_AGENT_MAGIC && p->version == MA_AGENT_VERSION && p->shift <= 30 &&
 	       pow2(p->capacity) && p->capacity >= MA_AGENT_STRIPES * 64 && pow2(p->stack_cap) &&
-	       p->stack_cap >= 2 && p->frame_cap && p->mallctl && p->mallctlnametomib &&
-	       p->mallctlbymib && (p->mode != MA_AGENT_MODE_FOCUS || p->malloc_usable_size) &&
+	       p->stack_cap >= 2 && p->frame_cap && p->max_samples && p->mallctl &&
+	       p->mallctlnametomib && p->mallctlbymib && (p->mode != MA_AGENT_MODE_FOCUS || p->malloc_usable_size) &&
 	       (p->mechanism == MA_AGENT_MECH_HOOKS ||
 		(p->mechanism == MA_AGENT_MECH_GOT && p->je_lo < p->je_hi));
 }

@@ -24,7 +24,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: memattach aggregate DUMP [--binary PATH] [--top N] [--cum] [--json]\n"
-		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n\n"
+		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n"
+		"                 [--pid PID [--timeout MS] [--tid TID] [--strict]]\n\n"
 		"Where the heap is: the allocation sites of a jemalloc heap_v2 dump\n"
 		"(MALLOC_CONF=prof:true), unsampled per stack as jeprof does, by scaled\n"
 		"in-use bytes.  'scale' is scaled/raw: ~1 means one or a few large\n"
@@ -39,7 +40,9 @@ static void usage(FILE *f)
 		"                         inferno, speedscope)\n"
 		"  --svg FILE             write a flame graph to open in a browser\n"
 		"  --pprof FILE           write gzipped pprof protobuf (go tool pprof)\n"
-		"  --pid PID              the same with stats.allocated read live from PID\n"
+		"  --pid PID              the same with stats.allocated read live from PID;\n"
+		"                         with it --timeout MS (default 2000), --tid TID and\n"
+		"                         --strict, as for stats\n"
 		"  --stats FILE.json      compare the scaled total with stats.allocated of a\n"
 		"                         malloc_stats_print JSON file (stats-dump)\n"
 		"%s"
@@ -63,6 +66,21 @@ static void frame_label(struct ma_profbundle *b, uint32_t fr, char *buf, size_t 
 		snprintf(buf, size, "%s (%s:%d)", name, f->file, f->line);
 	else
 		snprintf(buf, size, "%s", name);
+}
+
+/* Where a site's and a caller's file:line go when they do not fit beside the name. */
+#define SITE_COLUMN 51
+#define CALLER_HANG (SITE_COLUMN + 3)
+
+/* The table's line for frame FR: LEAD, its name, its file:line in parentheses if known. */
+static void print_frame_line(struct ma_profbundle *b, uint32_t fr, const char *lead, size_t hang)
+{
+	const struct ma_frame *f = &b->sym.frames[fr];
+	char where[4096] = "";
+
+	if (f->file)
+		snprintf(where, sizeof(where), "(%s:%d)", ma_printable(f->file), f->line);
+	ma_print_named(lead, ma_printable(ma_sym_func_name(&b->sym, f->func)), where, hang);
 }
 
 static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
@@ -147,12 +165,13 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 {
 	struct ma_profile *p = &b->prof;
-	char s1[32], s2[32], label[4096];
+	char s1[32], s2[32], lead[128];
 	size_t n;
 
-	printf("dump %s: heap_v2, sampling period %s, %zu stacks%s\n", ma_printable(b->path),
-	       ma_fmt_scaled_bytes(s1, sizeof(s1), (double)b->hp.period, false), b->hp.nstacks,
-	       b->hp.truncated ? " (truncated)" : "");
+	ma_print_wrapped(2, "dump %s: heap_v2, sampling period %s, %zu stacks%s\n",
+			 ma_printable(b->path),
+			 ma_fmt_scaled_bytes(s1, sizeof(s1), (double)b->hp.period, false),
+			 b->hp.nstacks, b->hp.truncated ? " (truncated)" : "");
 	printf("in use: %s unsampled in %.0f objects (raw samples: %s in %llu objects)\n\n",
 	       ma_fmt_scaled_bytes(s1, sizeof(s1), p->total_bytes, false), p->total_objs,
 	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)p->total_raw_bytes, false),
@@ -178,15 +197,15 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		const struct ma_fstat *fs = &p->fs[fn];
 		size_t st = fs->best_stack;
 
-		frame_label(b, ma_profile_frame(p, st, 0), label, sizeof(label));
-		printf("%11s %11s %10.0f %8.1f %5.1f%%  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), fs->flat, false),
-		       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)fs->raw_flat, false), fs->flat_objs,
-		       fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
-		       p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0, ma_printable(label));
-		for (size_t k = 1; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++) {
-			frame_label(b, ma_profile_frame(p, st, k), label, sizeof(label));
-			printf("%51s<- %s\n", "", ma_printable(label));
-		}
+		snprintf(lead, sizeof(lead), "%11s %11s %10.0f %8.1f %5.1f%%  ",
+			 ma_fmt_scaled_bytes(s1, sizeof(s1), fs->flat, false),
+			 ma_fmt_scaled_bytes(s2, sizeof(s2), (double)fs->raw_flat, false),
+			 fs->flat_objs, fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
+			 p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0);
+		print_frame_line(b, ma_profile_frame(p, st, 0), lead, SITE_COLUMN);
+		snprintf(lead, sizeof(lead), "%*s<- ", SITE_COLUMN, "");
+		for (size_t k = 1; k < p->chain_len[st] && k <= CONTEXT_FRAMES; k++)
+			print_frame_line(b, ma_profile_frame(p, st, k), lead, CALLER_HANG);
 	}
 	if (p->nsites > n)
 		printf("(%zu more sites; --top N shows more)\n", p->nsites - n);
@@ -214,11 +233,10 @@ static int read_allocated(struct ma_session *s, void *ctx)
 }
 
 /* stats.allocated of a live process (prints its own error). */
-static int live_allocated(const char *cmd, pid_t pid, uint64_t *allocated)
+static int live_allocated(const char *cmd, pid_t pid, const struct ma_session_opts *o,
+			  uint64_t *allocated)
 {
-	struct ma_session_opts o = { .deadline_ms = 2000 };
-
-	return ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = pid, .o = &o,
+	return ma_live_run(&(struct ma_live_cmd){ .cmd = cmd, .pid = pid, .o = o,
 						  .body = read_allocated },
 			   allocated);
 }
@@ -268,7 +286,8 @@ int cmd_aggregate(int argc, char **argv)
 	struct ma_profbundle b;
 	struct stats_check sc = { 0 };
 	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL, *v;
-	bool cum = false, folded = false;
+	bool cum = false, folded = false, borrow_opts = false;
+	struct ma_session_opts o = { .deadline_ms = 2000 };
 	pid_t pid = 0;
 	int rc = MA_EXIT_OK, r;
 
@@ -284,6 +303,10 @@ int cmd_aggregate(int argc, char **argv)
 			}
 			if (strcmp(argv[i], "--folded") == 0) {
 				folded = true;
+				continue;
+			}
+			if (ma_parse_borrow_arg(argc, argv, &i, &o)) {
+				borrow_opts = true;
 				continue;
 			}
 			if ((r = ma_profcmd_value(c.cmd, "--svg", argc, argv, &i, &v)) > 0)
@@ -326,9 +349,14 @@ int cmd_aggregate(int argc, char **argv)
 		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE, "give --stats FILE or --pid PID, not both");
 		goto out;
 	}
+	if (borrow_opts && !pid) {
+		rc = ma_cmd_error(c.cmd, MA_EXIT_USAGE, "--timeout, --tid and --strict go with "
+				  "--pid PID (they say how to borrow one of its threads)");
+		goto out;
+	}
 	if (stats || pid) {
 		if (stats ? stats_allocated(stats, &sc.allocated) != 0
-			  : live_allocated(c.cmd, pid, &sc.allocated) != 0) {
+			  : live_allocated(c.cmd, pid, &o, &sc.allocated) != 0) {
 			rc = stats ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
 			goto out;
 		}
@@ -338,13 +366,15 @@ int cmd_aggregate(int argc, char **argv)
 		if (sc.off) {
 			char s1[32], s2[32];
 
-			fprintf(stderr, "memattach %s: warning: the unsampled total %s is %.0f%% %s "
-				"stats.allocated %s; the sampling missed or overweighted small "
-				"allocations: restart with MALLOC_CONF=prof:true,lg_prof_sample:17 "
-				"(128 KiB sampling) for a closer picture\n",
-				c.cmd, ma_fmt_scaled_bytes(s1, sizeof(s1), b.prof.total_bytes, false),
-				fabs(sc.ratio - 1) * 100, sc.ratio < 1 ? "below" : "above",
-				ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc.allocated, false));
+			ma_cmd_note(c.cmd, "warning: the unsampled total %s is %.0f%% %s "
+				    "stats.allocated %s; the sampling missed or overweighted "
+				    "small allocations: restart with "
+				    "MALLOC_CONF=prof:true,lg_prof_sample:17 (128 KiB sampling) "
+				    "for a closer picture",
+				    ma_fmt_scaled_bytes(s1, sizeof(s1), b.prof.total_bytes, false),
+				    fabs(sc.ratio - 1) * 100, sc.ratio < 1 ? "below" : "above",
+				    ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc.allocated,
+							false));
 		}
 	}
 	if (svg && write_svg(&c, svg, &b.prof, dump)) {

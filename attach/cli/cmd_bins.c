@@ -92,11 +92,16 @@ void ma_bins_emit_json(FILE *f, const struct ma_je_stats *st, const struct ma_bi
 	ma_json_end(&j);
 }
 
+/* Where a header row's description and a regime's advice go on. */
+#define HEADER_HANG 34
+#define REGIME_HANG 10
+
 static void header_row(FILE *f, const char *name, uint64_t v, const char *what)
 {
 	char b[32];
 
-	fprintf(f, "%-20s %11s  %s\n", name, ma_fmt_bytes(b, sizeof(b), v), what);
+	ma_fprint_wrapped(f, HEADER_HANG, "%-20s %11s  %s\n", name, ma_fmt_bytes(b, sizeof(b), v),
+			  what);
 }
 
 /* What tcache_bytes means for the waste figures, true to what the flush did. */
@@ -132,18 +137,21 @@ static void print_header(FILE *f, const struct ma_je_stats *st, const struct ma_
 	header_row(f, "active - allocated", sum->slab_waste,
 		   "free space inside active pages: slab waste, large-size padding");
 	header_row(f, "resident - active", sum->page_slack,
-		   "unused dirty pages and jemalloc's metadata in RAM (see 'memattach stats')");
+		   "unused dirty pages and jemalloc's metadata (see 'stats')");
 	snprintf(share, sizeof(share), "%.1f%% of active - allocated", 100 * sum->waste_share);
 	header_row(f, "small-bin waste", sum->small_waste, share);
 	if (fr && fr->done) {
+		char eintr[160] = "";
+
 		/* The parts of "skipped" in parentheses: the counts add up to the threads. */
-		fprintf(f, "tcache flush: %u of %u threads flushed, %u without tcache, %u skipped",
-			fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
 		if (fr->eintr_waits)
-			fprintf(f, " (%u in a wait a stop would end with EINTR, left alone with --strict; "
-				   "%u unsafe at that moment)", fr->eintr_waits,
-				fr->skipped - fr->eintr_waits);
-		fprintf(f, "%s\n", fr->skipped ? "; their cached regions still count as live" : "");
+			snprintf(eintr, sizeof(eintr), " (%u in a wait a stop would end with "
+				 "EINTR, left alone with --strict; %u unsafe at that moment)",
+				 fr->eintr_waits, fr->skipped - fr->eintr_waits);
+		ma_fprint_wrapped(f, 2, "tcache flush: %u of %u threads flushed, %u without "
+				  "tcache, %u skipped%s%s\n", fr->flushed, fr->threads,
+				  fr->no_tcache, fr->skipped, eintr,
+				  fr->skipped ? "; their cached regions still count as live" : "");
 	}
 	header_row(f, "tcache_bytes", t->tcache_bytes, tcache_note(t, fr));
 }
@@ -184,7 +192,8 @@ int ma_bins_print_table(FILE *f, const struct ma_je_stats *st, const struct ma_b
 	fprintf(f, "\n");
 	for (int r = MA_REGIME_SPARSE; r <= MA_REGIME_HALF_FULL; r++)
 		if (seen[r])
-			fprintf(f, "%-9s %s\n", ma_bin_regime_name(r), ma_bin_regime_advice(r));
+			ma_fprint_wrapped(f, REGIME_HANG, "%-9s %s\n", ma_bin_regime_name(r),
+					  ma_bin_regime_advice(r));
 	free(rows);
 	return 0;
 }
@@ -265,14 +274,16 @@ int cmd_bins(int argc, char **argv)
 	if (a.json)
 		ma_bins_emit_json(stdout, &st, &t, &fr);
 	else if (a.stats)
-		printf("bins of %s (jemalloc %s)\n%s\n", ma_printable(a.stats), ma_printable(st.version),
-		       /* 5.3's print buffer is allocated before the epoch refresh */
-		       strncmp(st.version, "5.3.", 4) == 0
-			       ? "note: allocated/active/resident include malloc_stats_print's "
-				 "own 64 KiB buffer\n"
-			       : "");
+		ma_print_wrapped(2, "bins of %s (jemalloc %s)\n%s\n", ma_printable(a.stats),
+				 ma_printable(st.version),
+				 /* 5.3's print buffer is allocated before the epoch refresh */
+				 strncmp(st.version, "5.3.", 4) == 0
+					 ? "note: allocated/active/resident include "
+					   "malloc_stats_print's own 64 KiB buffer\n"
+					 : "");
 	else
-		printf("bins of process %d (jemalloc %s)\n\n", a.pid, ma_printable(st.version));
+		ma_print_wrapped(2, "bins of process %d (jemalloc %s)\n\n", a.pid,
+				 ma_printable(st.version));
 	if (!a.json)
 		ma_bins_print_table(stdout, &st, &t, &fr, a.top);
 	ma_bin_table_release(&t);

@@ -162,10 +162,12 @@ static void print_dump_side(const char *tag, struct ma_profbundle *b)
 {
 	char s1[32], s2[32];
 
-	printf("%s %s: %s unsampled (%s raw, period %llu)\n", tag, ma_printable(b->path),
-	       ma_fmt_scaled_bytes(s1, sizeof(s1), b->prof.total_bytes, false),
-	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes, false),
-	       (unsigned long long)b->hp.period);
+	ma_print_wrapped(2, "%s %s: %s unsampled (%s raw, period %llu)\n", tag,
+			 ma_printable(b->path),
+			 ma_fmt_scaled_bytes(s1, sizeof(s1), b->prof.total_bytes, false),
+			 ma_fmt_scaled_bytes(s2, sizeof(s2), (double)b->prof.total_raw_bytes,
+					     false),
+			 (unsigned long long)b->hp.period);
 }
 
 static void ddiff_print(struct ddiff *dd)
@@ -359,9 +361,10 @@ static void print_snap_side(const char *tag, const struct ma_snapshot *s)
 	const char *v = ma_printable(s->m.jemalloc_version), *g = strstr(v, "-g");
 
 	/* without the git hash */
-	printf("%s %s: pid %lld (%s) at %s, jemalloc %.*s\n", tag, ma_printable(s->dir),
-	       (long long)s->m.pid, ma_printable(s->m.comm), ma_printable(s->m.time),
-	       g ? (int)(g - v) : (int)strlen(v), v);
+	ma_print_wrapped(2, "%s %s: pid %lld (%s) at %s, jemalloc %.*s\n", tag,
+			 ma_printable(s->dir), (long long)s->m.pid, ma_printable(s->m.comm),
+			 ma_printable(s->m.time),
+			 g ? (int)(g - v) : (int)strlen(v), v);
 }
 
 static void print_header(const struct sdiff *sd)
@@ -372,8 +375,8 @@ static void print_header(const struct sdiff *sd)
 		printf("B taken %+lld s after A\n",
 		       (long long)(sd->b.m.unix_time - sd->a.m.unix_time));
 	if (strcmp(sd->a.m.exe, sd->b.m.exe) != 0)
-		printf("note: different executables (%s, %s)\n", ma_printable(sd->a.m.exe),
-		       ma_printable(sd->b.m.exe));
+		ma_print_wrapped(2, "note: different executables (%s, %s)\n",
+				 ma_printable(sd->a.m.exe), ma_printable(sd->b.m.exe));
 }
 
 static void print_headline(const struct sdiff *sd)
@@ -427,7 +430,8 @@ static void sdiff_print(struct sdiff *sd)
 		printf("\nheap dumps:\n");
 		ddiff_print(&sd->dd);
 	} else {
-		printf("\nheap dumps: not compared: %s\n", ma_printable(sd->heap_skipped));
+		ma_print_wrapped(2, "\nheap dumps: not compared: %s\n",
+				 ma_printable(sd->heap_skipped));
 	}
 }
 

@@ -191,7 +191,7 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 		int64_t left_ms = e->budget_ms - (int64_t)((ma_now_ns() - t0) / 1000000);
 		struct ma_session_opts o = { .deadline_ms = left_ms < e->deadline_ms ? (int)left_ms
 										 : e->deadline_ms,
-					     .strict = e->strict };
+					     .strict = e->strict, .no_tid_option = true };
 		struct target_record *r = record_of(e, pids[i]);
 		int rc;
 
@@ -205,8 +205,8 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 				     e->budget_ms);
 		}
 		if (rc != 0) {
-			fprintf(stderr, "memattach export: scrape of process %d (%s): %s\n", pids[i],
-				t[i].comm[0] ? ma_printable(t[i].comm) : "?", ma_errmsg());
+			ma_cmd_note("export", "scrape of process %d (%s): %s", pids[i],
+				    t[i].comm[0] ? t[i].comm : "?", ma_errmsg());
 			ma_err_clear();
 			(*failed)++;
 		}
@@ -763,8 +763,7 @@ static int run_server(struct exporter *e)
 	}
 	for (size_t i = 0; i < s.cap; i++)
 		s.conns[i].fd = -1;
-	fprintf(stderr, "memattach export: serving /metrics on %s (at most %zu connections)\n",
-		e->listen, s.cap);
+	ma_cmd_note("export", "serving /metrics on %s (at most %zu connections)", e->listen, s.cap);
 	serve(e, &s);
 	close(s.lfd);
 	free(s.conns);

@@ -4,6 +4,7 @@
  * whose survivors pin half-empty slabs, through an agent loaded into the
  * target (fragctl.h); the numbers come from analysis/frag.c.
  */
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@
 static const char usage_text[] =
 	"usage: memattach frag start PID [--shift N | --focus SIZE] [--max-samples N] [--json]\n"
 	"       memattach frag report (PID | --from FILE) [--top N] [--json] [-o FILE]\n"
-	"                             [--no-flush]\n"
+	"                             [--no-flush] [--skip REGEX]...\n"
 	"       memattach frag status PID [--json]\n"
 	"       memattach frag stop PID [--json]\n"
 	"   (live forms also take --timeout MS and --tid TID)\n\n"
@@ -50,15 +51,20 @@ static const char usage_text[] =
 	"                   nothing else): the report then says, per 4 KiB page,\n"
 	"                   whether its survivors come from one leaf (cohort) or\n"
 	"                   several (mixed), exactly\n"
-	"  --max-samples N  bound of the sample table, which grows as needed (default\n"
-	"                   4000000, 16 bytes each); samples beyond it are dropped and\n"
-	"                   counted (status and report say so)\n"
+	"  --max-samples N  samples held at most (default 4000000, 16 bytes each, in\n"
+	"                   a table that grows as needed; each of its 64 stripes\n"
+	"                   holds N/64, rounded up); samples beyond it are dropped\n"
+	"                   and counted (status and report say so)\n"
 	"  report:\n"
 	"  --from FILE      recompute a report saved with -o (no process needed)\n"
 	"  -o FILE          also save the samples, stacks (with names) and slab answers\n"
 	"  --top N          rows per table (default 15, 0 = all)\n"
 	"  --no-flush       do not flush the threads' tcaches first (cached regions\n"
 	"                   then count as live and the waste is a lower bound)\n"
+	"  --skip REGEX     also drop a stack's leading frames whose name matches\n"
+	"                   REGEX (extended regex, e.g. 'xmalloc|operator new'),\n"
+	"                   keeping at least one, as aggregate's --skip: sites and\n"
+	"                   leaves are then their callers; repeatable\n"
 	"  all:\n"
 	"  --json           machine-readable output (sizes in bytes)\n"
 	"  --timeout MS     end the whole run within MS: the wait for its turn,\n"
@@ -72,6 +78,7 @@ static const char usage_text[] =
 #define DEFAULT_MAX_SAMPLES 4000000
 #define STACK_CAP (1ULL << 16)
 #define FRAME_CAP (1ULL << 21)
+#define MAX_SKIP 16
 
 struct frag_args {
 	const char *sub;
@@ -80,7 +87,46 @@ struct frag_args {
 	bool json, no_flush, have_shift, have_focus;
 	long shift, focus, top, max_samples;
 	struct ma_session_opts o;
+	regex_t skip[MAX_SKIP];
+	size_t nskip;
 };
+
+/* --skip REGEX: one more regex; 0, or the usage error's exit status. */
+static int add_skip(struct frag_args *a, const char *re)
+{
+	char msg[128];
+	int e;
+
+	if (a->nskip == MAX_SKIP)
+		return ma_usage_error("frag", "at most %d --skip options", MAX_SKIP);
+	if ((e = regcomp(&a->skip[a->nskip], re, REG_EXTENDED | REG_NOSUB))) {
+		regerror(e, &a->skip[a->nskip], msg, sizeof(msg));
+		return ma_usage_error("frag", "bad --skip regex '%s': %s", re, msg);
+	}
+	a->nskip++;
+	return 0;
+}
+
+static void release_skips(struct frag_args *a)
+{
+	for (size_t i = 0; i < a->nskip; i++)
+		regfree(&a->skip[i]);
+	a->nskip = 0;
+}
+
+/* D's frames whose name a --skip regex matches (none without --skip); 0 or MA_E_NOMEM. */
+static int mark_skipped(const struct frag_args *a, struct ma_frag_data *d)
+{
+	if (!a->nskip || !d->frame_name)
+		return 0;
+	if (!(d->frame_skip = calloc(d->nframes + 1, sizeof(*d->frame_skip))))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < d->nframes; i++)
+		for (size_t k = 0; k < a->nskip && !d->frame_skip[i]; k++)
+			d->frame_skip[i] = d->frame_name[i] &&
+					   regexec(&a->skip[k], d->frame_name[i], 0, NULL, 0) == 0;
+	return 0;
+}
 
 static int parse_args(int argc, char **argv, struct frag_args *a)
 {
@@ -124,6 +170,11 @@ static int parse_args(int argc, char **argv, struct frag_args *a)
 			i++;
 		} else if (report && strcmp(s, "--no-flush") == 0) {
 			a->no_flush = true;
+		} else if (report && strcmp(s, "--skip") == 0 && i + 1 < argc) {
+			int rc = add_skip(a, argv[++i]);
+
+			if (rc)
+				return rc;
 		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
 			continue;
 		} else {
@@ -151,11 +202,26 @@ static uint64_t next_pow2(uint64_t v)
 	return p;
 }
 
-/* The bound of the sample table: slots for max_samples at a 7/8 load. */
-static uint64_t choose_capacity(const struct frag_args *a)
+/* --max-samples, or its default. */
+static uint64_t max_samples(const struct frag_args *a)
 {
-	uint64_t n = (uint64_t)(a->max_samples ? a->max_samples : DEFAULT_MAX_SAMPLES);
-	uint64_t slots = next_pow2(n + n / 7 + 1);
+	return (uint64_t)(a->max_samples ? a->max_samples : DEFAULT_MAX_SAMPLES);
+}
+
+/* The samples each stripe of the table holds at most (the agent's rounding). */
+static uint64_t stripe_max(uint64_t max)
+{
+	return (max + MA_AGENT_STRIPES - 1) / MA_AGENT_STRIPES;
+}
+
+/*
+ * The bound of the sample table's slots: a stripe's slots are a power of
+ * two kept at most 7/8 full, so that its bound of samples (not the load)
+ * is what stops it.
+ */
+static uint64_t choose_capacity(uint64_t max)
+{
+	uint64_t per = stripe_max(max), slots = next_pow2(per + per / 7 + 1) * MA_AGENT_STRIPES;
 
 	return slots < MIN_CAPACITY ? MIN_CAPACITY : slots;
 }
@@ -179,6 +245,12 @@ static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
 	return false;
 }
 
+/* Where a live report's time went (CLOCK_MONOTONIC durations). */
+struct frag_timing {
+	uint64_t began_unix_ns; /* the report began (the clock frag start recorded its start by) */
+	uint64_t began_ns, flush_ns, borrowed_ns, query_ns; /* borrowed_ns: when the thread was */
+};
+
 /* What a live frag command carries through ma_live_run. */
 struct frag_live {
 	const char *cmd;
@@ -190,6 +262,7 @@ struct frag_live {
 	struct ma_agent_start_opts so; /* start */
 	struct ma_agent_view before, after; /* the agent as found, and after the command */
 	struct ma_frag_data *d; /* report */
+	struct frag_timing *tm; /* report */
 };
 
 /*
@@ -205,8 +278,12 @@ static int prepare(struct ma_target *t, void *ctx)
 	char why[300];
 	int rc;
 
+	uint64_t t0 = ma_now_ns();
+
 	if (fl->flush && (rc = ma_flush_all_tcaches(t, 300, fl->a->o.strict, fl->fr)))
 		return rc;
+	if (fl->tm)
+		fl->tm->flush_ns = ma_now_ns() - t0;
 	if ((rc = ma_agent_wait_idle(t, 30000)) || (rc = ma_agent_find(t, &fl->before)))
 		return rc;
 	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
@@ -250,8 +327,8 @@ static void settle_threads(const char *cmd, pid_t pid, bool strict, struct ma_fl
 
 	ma_err_clear();
 	if (ma_live_open(&l, pid) || ma_flush_all_tcaches(&l.t, 300, strict, fr))
-		fprintf(stderr, "memattach %s: warning: could not visit every thread after the "
-			"hook change: %s\n", cmd, ma_errmsg());
+		ma_cmd_note(cmd, "warning: could not visit every thread after the hook change: %s",
+			    ma_errmsg());
 	ma_live_end(&l);
 }
 
@@ -280,7 +357,8 @@ static int start_agent(struct ma_session *s, void *ctx)
 	fl->so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
 	fl->so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
 	fl->so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
-	fl->so.capacity = choose_capacity(a);
+	fl->so.max_samples = max_samples(a);
+	fl->so.capacity = choose_capacity(fl->so.max_samples);
 	fl->so.stack_cap = STACK_CAP;
 	fl->so.frame_cap = FRAME_CAP;
 	return ma_agent_start_in(s, &fl->so);
@@ -308,7 +386,7 @@ static int do_start(struct frag_args *a)
 	struct frag_live fl = { .cmd = cmd, .a = a, .loading = true, .fr = &fr };
 	const struct ma_agent_start_opts *so = &fl.so;
 	const struct ma_agent_view *v = &fl.after;
-	char b[32];
+	char b[32], r[32];
 	int rc;
 
 	a->o.for_dlopen = true;
@@ -324,23 +402,27 @@ static int do_start(struct frag_args *a)
 		ma_json_u64(&j, "shift", so->shift);
 		ma_json_u64(&j, "focus_size", so->focus_size);
 		ma_json_u64(&j, "capacity", so->capacity);
+		ma_json_u64(&j, "max_samples", stripe_max(so->max_samples) * MA_AGENT_STRIPES);
 		ma_json_u64(&j, "table_bytes", v->table_bytes);
+		ma_json_u64(&j, "table_resident_bytes", v->table_resident);
 		ma_json_u64(&j, "agent_base", v->base);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
 		if (a->have_focus)
-			printf("frag agent started in process %d: every allocation of the %ld B class "
-			       "is recorded\n", a->pid, a->focus);
+			ma_print_wrapped(2, "frag agent started in process %d: every allocation "
+			       "of the %ld B class is recorded\n", a->pid, a->focus);
 		else
-			printf("frag agent started in process %d: 1 in %llu allocations sampled "
-			       "(--shift %u)\n", a->pid, 1ULL << so->shift, so->shift);
-		printf("tables: %s now, growing as samples come, up to %llu samples\n",
-		       ma_fmt_bytes(b, sizeof(b), v->table_bytes),
-		       (unsigned long long)(so->capacity - so->capacity / 8));
-		printf("every malloc/free now goes through %s; 'memattach frag report "
-		       "%d' attributes the waste of allocations made from now on, 'memattach frag "
-		       "stop %d' undoes it\n", v->ctl.mechanism == MA_AGENT_MECH_GOT ?
+			ma_print_wrapped(2, "frag agent started in process %d: 1 in %llu "
+			       "allocations sampled (--shift %u)\n", a->pid, 1ULL << so->shift,
+			       so->shift);
+		ma_print_wrapped(2, "tables: %s reserved, %s resident now, growing as samples "
+		       "come, up to %llu samples\n", ma_fmt_bytes(b, sizeof(b), v->table_bytes),
+		       ma_fmt_bytes(r, sizeof(r), v->table_resident),
+		       (unsigned long long)(stripe_max(so->max_samples) * MA_AGENT_STRIPES));
+		ma_print_wrapped(2, "every malloc/free now goes through %s; 'memattach frag report "
+		       "%d' attributes the waste of allocations made from now on, 'memattach "
+		       "frag stop %d' undoes it\n", v->ctl.mechanism == MA_AGENT_MECH_GOT ?
 		       "the agent's wrappers (GOT slots)" : "jemalloc's hooks", a->pid, a->pid);
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -358,7 +440,7 @@ static int do_stop(struct frag_args *a)
 	const char *cmd = "frag stop";
 	struct frag_live fl = { .cmd = cmd, .a = a, .fr = &fr };
 	const struct ma_agent_view *before = &fl.before, *after = &fl.after;
-	char b[32];
+	char b[32], r[32];
 	int rc;
 
 	if ((rc = run_live(&fl, stop_agent, settle_and_read)))
@@ -370,19 +452,27 @@ static int do_stop(struct frag_args *a)
 		ma_json_obj_open(&j, NULL);
 		ma_json_i64(&j, "pid", a->pid);
 		ma_json_u64(&j, "released_bytes", before->table_bytes);
+		ma_json_u64(&j, "released_resident_bytes", before->table_resident);
 		ma_json_u64(&j, "samples_dropped", before->live);
 		ma_json_bool(&j, "code_mapped", after->loaded);
+		ma_json_u64(&j, "mappings_left", after->nmaps);
+		ma_json_u64(&j, "mapped_bytes_left", after->mapped);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
-		printf("frag agent stopped in process %d: slots restored or hooks removed, %s of tables released "
-		       "(%llu samples)\n", a->pid, ma_fmt_bytes(b, sizeof(b), before->table_bytes),
+		ma_print_wrapped(2, "frag agent stopped in process %d: %s, tables released (%s "
+		       "reserved, %s resident; %llu samples)\n", a->pid,
+		       before->ctl.mechanism == MA_AGENT_MECH_GOT ? "slots restored" :
+		       "hooks removed", ma_fmt_bytes(b, sizeof(b), before->table_bytes),
+		       ma_fmt_bytes(r, sizeof(r), before->table_resident),
 		       (unsigned long long)before->live);
 		if (after->loaded)
-			printf("its code (%llu KiB) stays mapped: a thread may still be about to enter a "
-			       "hook it loaded before the removal, so unmapping it is not provably safe; "
-			       "the next 'frag start' reuses it\n",
-			       (unsigned long long)((after->hi - after->lo) >> 10));
+			ma_print_wrapped(2, "its library stays mapped: %u mappings, %s (code %s); "
+			       "a thread may still be about to enter a wrapper or hook it loaded "
+			       "before the removal, so unmapping it is not provably safe; the "
+			       "next 'frag start' reuses it\n", after->nmaps,
+			       ma_fmt_bytes(b, sizeof(b), after->mapped),
+			       ma_fmt_bytes(r, sizeof(r), after->hi - after->lo));
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -436,6 +526,7 @@ static int do_status(struct frag_args *a)
 			ma_json_u64(&j, "slots_patched", v.ctl.slots_patched);
 			ma_json_u64(&j, "slots_failed", v.ctl.slots_failed);
 			ma_json_u64(&j, "slots_foreign", v.ctl.slots_foreign);
+			ma_json_u64(&j, "memory_resident_bytes", v.table_resident);
 			ma_json_u64(&j, "started_unix_ns", v.ctl.started_unix_ns);
 		}
 		ma_json_obj_close(&j);
@@ -445,7 +536,7 @@ static int do_status(struct frag_args *a)
 	} else if (v.foreign) {
 		printf("process %d: an agent of another memattach version is loaded\n", a->pid);
 	} else {
-		char b[32];
+		char b[32], r[32];
 
 		printf("process %d: frag agent %s", a->pid, state_name(v.ctl.state));
 		if (v.ctl.state == MA_AGENT_IDLE) {
@@ -456,14 +547,18 @@ static int do_status(struct frag_args *a)
 			else
 				printf(", 1 in %llu allocations sampled (--shift %u)\n",
 				       1ULL << v.ctl.shift, v.ctl.shift);
-			printf("samples held %llu (recorded %llu, removed %llu), %llu stacks, "
-			       "tables %s\n", (unsigned long long)v.live, (unsigned long long)v.recorded,
-			       (unsigned long long)v.removed, (unsigned long long)v.ctl.nstacks,
-			       ma_fmt_bytes(b, sizeof(b), v.table_bytes));
+			ma_print_wrapped(2, "samples held %llu (recorded %llu, removed %llu), %llu stacks\n",
+			       (unsigned long long)v.live, (unsigned long long)v.recorded,
+			       (unsigned long long)v.removed, (unsigned long long)v.ctl.nstacks);
+			ma_print_wrapped(2, "tables: %s reserved, %s resident\n",
+			       ma_fmt_bytes(b, sizeof(b), v.table_bytes),
+			       ma_fmt_bytes(r, sizeof(r), v.table_resident));
 			if (v.dropped_full || v.ctl.dropped_stacks)
-				printf("bounds hit: %llu samples dropped (table full), %llu recorded without "
-				       "a stack (stack table full)\n", (unsigned long long)v.dropped_full,
-				       (unsigned long long)v.ctl.dropped_stacks);
+				ma_print_wrapped(2, "bounds hit: %llu samples dropped (table "
+						 "full), %llu recorded without a stack (stack "
+						 "table full)\n",
+						 (unsigned long long)v.dropped_full,
+						 (unsigned long long)v.ctl.dropped_stacks);
 		}
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -503,7 +598,10 @@ static int query_agent(struct ma_session *s, void *ctx)
 	struct ma_je_stats st;
 	int rc;
 
-	if (!(rc = ma_agent_query_in(s, fl->d)) && !(rc = ma_collect_stats(s, &st)) &&
+	fl->tm->borrowed_ns = ma_now_ns();
+	rc = ma_agent_query_in(s, fl->d);
+	fl->tm->query_ns = ma_now_ns() - fl->tm->borrowed_ns;
+	if (!rc && !(rc = ma_collect_stats(s, &st)) &&
 	    !(rc = ma_je_read_bins(s, &bt))) {
 		ma_bins_summary(&bt, &st, &sum);
 		fl->d->bins_waste = sum.small_waste;
@@ -524,9 +622,16 @@ static int name_live_frames(struct ma_live *l, void *ctx)
 }
 
 /* Flush tcaches, then query the agent and read the bins in one session. */
-static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_flush_result *fr)
+static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_flush_result *fr,
+			struct frag_timing *tm)
 {
-	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d };
+	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d,
+				.tm = tm };
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	tm->began_unix_ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+	tm->began_ns = ma_now_ns();
 
 	return run_live(&fl, query_agent, name_live_frames);
 }
@@ -542,7 +647,8 @@ static size_t shown(long top, size_t n)
 }
 
 static void emit_json(const struct frag_args *a, const struct ma_frag_data *d,
-		      const struct ma_frag_report *r, const struct ma_flush_result *fr)
+		      const struct ma_frag_report *r, const struct ma_flush_result *fr,
+		      const struct frag_timing *tm)
 {
 	struct ma_json j;
 
@@ -560,6 +666,12 @@ static void emit_json(const struct frag_args *a, const struct ma_frag_data *d,
 		ma_json_null(&j, "bins_waste");
 	ma_json_u64(&j, "started_unix_ns", d->started_unix_ns);
 	ma_json_u64(&j, "captured_unix_ns", d->captured_unix_ns);
+	if (tm) {
+		ma_json_u64(&j, "report_began_unix_ns", tm->began_unix_ns);
+		ma_json_u64(&j, "flush_ns", tm->flush_ns);
+		ma_json_u64(&j, "borrow_ns", tm->borrowed_ns - tm->began_ns - tm->flush_ns);
+		ma_json_u64(&j, "query_ns", tm->query_ns);
+	}
 	ma_json_u64(&j, "recorded", d->recorded);
 	ma_json_u64(&j, "removed", d->removed);
 	ma_json_u64(&j, "dropped_full", d->dropped_full);
@@ -641,50 +753,121 @@ static double pct(double part, double whole)
 	return whole > 0 ? 100.0 * part / whole : 0;
 }
 
+static double seconds_between(uint64_t from_ns, uint64_t to_ns)
+{
+	return to_ns > from_ns ? (double)(to_ns - from_ns) / 1e9 : 0;
+}
+
+/* "2026-12-04 11:54:21" (local time) of a CLOCK_REALTIME reading. */
+static const char *clock_time(uint64_t unix_ns, char *buf, size_t len)
+{
+	time_t t = (time_t)(unix_ns / 1000000000ULL);
+	struct tm tm;
+
+	if (!localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, len, "?");
+	return buf;
+}
+
+/*
+ * When the samples were read, and, for a live report, where its own time
+ * went before that: a report can take long (every thread's tcache flushed
+ * first, a thread to borrow, the agent's query), and the window it covers
+ * ends when the samples were read, not when the report was asked for.
+ */
+static void print_window(const struct ma_frag_data *d, const struct frag_timing *tm)
+{
+	double age = seconds_between(d->started_unix_ns, d->captured_unix_ns);
+	char when[32];
+
+	ma_print_wrapped(2, "since: frag start at %s, %.1f s before the samples were read\n",
+	       clock_time(d->started_unix_ns, when, sizeof(when)), age);
+	if (!tm)
+		return;
+	ma_print_wrapped(8, "report: began %.1f s after frag start; read the samples %.1f s later "
+			 "(tcache flush %.1f s, finding jemalloc, the run lock and a thread %.1f s, "
+			 "the agent's query %.1f s)\n",
+	       seconds_between(d->started_unix_ns, tm->began_unix_ns),
+	       seconds_between(tm->began_ns, tm->borrowed_ns + tm->query_ns),
+	       (double)tm->flush_ns / 1e9,
+	       seconds_between(tm->began_ns + tm->flush_ns, tm->borrowed_ns),
+	       (double)tm->query_ns / 1e9);
+}
+
 static void print_header(const struct frag_args *a, const struct ma_frag_data *d,
-			 const struct ma_frag_report *r, const struct ma_flush_result *fr)
+			 const struct ma_frag_report *r, const struct ma_flush_result *fr,
+			 const struct frag_timing *tm)
 {
 	char b1[32], b2[32];
-	double age = d->captured_unix_ns > d->started_unix_ns
-			     ? (double)(d->captured_unix_ns - d->started_unix_ns) / 1e9
-			     : 0;
 
 	if (a->from)
-		printf("frag report of %s (process %llu)\n", ma_printable(a->from),
-		       (unsigned long long)d->pid);
+		ma_print_wrapped(2, "frag report of %s (process %llu)\n", ma_printable(a->from),
+				 (unsigned long long)d->pid);
 	else
 		printf("frag report of process %d\n", a->pid);
 	if (d->mode == 1)
-		printf("covers: every allocation of the %llu B class made since frag start (%.1f s "
-		       "before this report) and still live\n", (unsigned long long)d->focus_size, age);
+		ma_print_wrapped(2, "covers: every allocation of the %llu B class made since frag start and still "
+		       "live\n", (unsigned long long)d->focus_size);
 	else
-		printf("covers: allocations made since frag start (%.1f s before this report) and "
-		       "still live, 1 in %llu sampled (--shift %u)\n", age, 1ULL << d->shift, d->shift);
-	printf("samples: %zu live (recorded %llu, removed %llu)\n", d->n,
+		ma_print_wrapped(2, "covers: allocations made since frag start and still live, 1 in %llu sampled "
+		       "(--shift %u)\n", 1ULL << d->shift, d->shift);
+	print_window(d, tm);
+	ma_print_wrapped(2, "samples: %zu live (recorded %llu, removed %llu)\n", d->n,
 	       (unsigned long long)d->recorded, (unsigned long long)d->removed);
 	if (d->dropped_full || d->dropped_stacks || d->query_failed)
-		printf("bounds hit: %llu samples dropped (table full), %llu without a stack (stack "
-		       "table full), %llu not answered by batch_query\n",
-		       (unsigned long long)d->dropped_full, (unsigned long long)d->dropped_stacks,
-		       (unsigned long long)d->query_failed);
+		ma_print_wrapped(2, "bounds hit: %llu samples dropped (table full), %llu without a "
+				 "stack (stack table full), %llu not answered by batch_query\n",
+				 (unsigned long long)d->dropped_full,
+				 (unsigned long long)d->dropped_stacks,
+				 (unsigned long long)d->query_failed);
 	if (fr && fr->done)
-		printf("tcache flush: %u of %u threads flushed, %u without tcache, %u skipped\n",
-		       fr->flushed, fr->threads, fr->no_tcache, fr->skipped);
-	printf("attributed waste: %s", ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed)));
+		ma_print_wrapped(2, "tcache flush: %u of %u threads flushed, %u without tcache, "
+				 "%u skipped\n", fr->flushed, fr->threads, fr->no_tcache,
+				 fr->skipped);
+	ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed));
 	if (d->have_bins)
-		printf(" of %s small-bin waste in the process now (%.0f%%; the rest is pinned by "
-		       "objects allocated before frag start or not sampled)\n",
-		       ma_fmt_bytes(b2, sizeof(b2), d->bins_waste), pct(r->attributed, (double)d->bins_waste));
+		ma_print_wrapped(2, "attributed waste: %s of %s small-bin waste in the process "
+				 "now (%.0f%%; the rest is pinned by objects allocated before frag "
+				 "start or not sampled)\n", b1,
+				 ma_fmt_bytes(b2, sizeof(b2), d->bins_waste),
+				 pct(r->attributed, (double)d->bins_waste));
 	else
-		printf("\n");
+		printf("attributed waste: %s\n", b1);
+}
+
+/* Where a leaf set goes on: under its first name, after "%10llu pages = {". */
+#define LEAF_SET_HANG 19
+
+/* "N pages = {a, b}": a name that would pass the width starts a line of its own (never broken). */
+static void print_leaf_set(const struct ma_frag_report *r, const struct ma_frag_leafset *ls)
+{
+	size_t col = LEAF_SET_HANG;
+
+	printf("%10llu pages = {", (unsigned long long)ls->pages);
+	for (size_t k = 0; k < ls->nleaves; k++) {
+		const char *name = ma_printable(r->leaves[ls->leaves[k]].name);
+		size_t w = ma_text_columns(name) + 1; /* and the ',' or '}' after it */
+
+		if (k && col + 2 + w > MA_TEXT_WIDTH) {
+			printf(",\n%*s", LEAF_SET_HANG, "");
+			col = LEAF_SET_HANG;
+		} else if (k) {
+			printf(", ");
+			col += 2;
+		}
+		printf("%s", name);
+		col += w - 1;
+	}
+	printf("}\n");
 }
 
 static void print_report(const struct frag_args *a, const struct ma_frag_data *d,
-			 const struct ma_frag_report *r, const struct ma_flush_result *fr)
+			 const struct ma_frag_report *r, const struct ma_flush_result *fr,
+			 const struct frag_timing *tm)
 {
 	char b[32];
 
-	print_header(a, d, r, fr);
+	print_header(a, d, r, fr, tm);
 	printf("\nleaves by pinned waste (cumulative over their stacks):\n");
 	printf("%12s %6s %8s  %s\n", "waste", "share", "samples", "leaf");
 	for (size_t i = 0; i < shown(a->top, r->nleaves); i++)
@@ -703,19 +886,16 @@ static void print_report(const struct frag_args *a, const struct ma_frag_data *d
 		       100 * c->fill, ma_fmt_bytes(b, sizeof(b), round_bytes(c->waste)));
 	}
 	if (d->mode == 1) {
-		printf("\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu cohort (%.1f%%: "
-		       "one leaf), %llu mixed (%.1f%%)\n", (unsigned long long)d->focus_size,
-		       (unsigned long long)r->pages, (unsigned long long)r->cohort_pages,
-		       pct((double)r->cohort_pages, (double)r->pages), (unsigned long long)r->mixed_pages,
-		       pct((double)r->mixed_pages, (double)r->pages));
+		ma_print_wrapped(2, "\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu "
+				 "cohort (%.1f%%: one leaf), %llu mixed (%.1f%%)\n",
+				 (unsigned long long)d->focus_size, (unsigned long long)r->pages,
+				 (unsigned long long)r->cohort_pages,
+				 pct((double)r->cohort_pages, (double)r->pages),
+				 (unsigned long long)r->mixed_pages,
+				 pct((double)r->mixed_pages, (double)r->pages));
 		printf("leaf sets by pages:\n");
-		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
-			printf("%10llu pages = {", (unsigned long long)r->leafsets[i].pages);
-			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
-				printf("%s%s", k ? ", " : "",
-				       ma_printable(r->leaves[r->leafsets[i].leaves[k]].name));
-			printf("}\n");
-		}
+		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++)
+			print_leaf_set(r, &r->leafsets[i]);
 		printf("leaves: pages touched, pages where it is the sole occupant:\n");
 		for (size_t i = 0; i < shown(a->top, r->nfocus_leaves); i++)
 			printf("%10llu %10llu  %s\n", (unsigned long long)r->focus_leaves[i].pages,
@@ -760,13 +940,14 @@ static int do_report(struct frag_args *a)
 	const char *cmd = "frag report";
 	struct ma_flush_result fr = { 0 };
 	struct ma_frag_data d = { 0 };
+	struct frag_timing timing = { 0 }, *tm = a->from ? NULL : &timing;
 	struct ma_frag_report r;
 	int rc;
 
 	if (a->from) {
 		if (ma_frag_load(a->from, &d))
 			return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
-	} else if ((rc = collect_live(a, &d, &fr))) {
+	} else if ((rc = collect_live(a, &d, &fr, tm))) {
 		ma_frag_data_release(&d);
 		return rc;
 	}
@@ -775,14 +956,14 @@ static int do_report(struct frag_args *a)
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write '%s': %s", a->out,
 				    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
 	}
-	if (ma_frag_compute(&d, &r)) {
+	if (mark_skipped(a, &d) || ma_frag_compute(&d, &r)) {
 		ma_frag_data_release(&d);
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
 	if (a->json)
-		emit_json(a, &d, &r, &fr);
+		emit_json(a, &d, &r, &fr, tm);
 	else
-		print_report(a, &d, &r, &fr);
+		print_report(a, &d, &r, &fr, tm);
 	ma_frag_report_release(&r);
 	ma_frag_data_release(&d);
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -793,13 +974,17 @@ int cmd_frag(int argc, char **argv)
 	struct frag_args a = { .shift = DEFAULT_SHIFT, .top = 15, .o = { .deadline_ms = 2000 } };
 	int rc;
 
-	if ((rc = parse_args(argc, argv, &a)))
+	if ((rc = parse_args(argc, argv, &a))) {
+		release_skips(&a);
 		return rc < 0 ? MA_EXIT_OK : rc;
+	}
 	if (strcmp(a.sub, "start") == 0)
 		return do_start(&a);
 	if (strcmp(a.sub, "stop") == 0)
 		return do_stop(&a);
 	if (strcmp(a.sub, "status") == 0)
 		return do_status(&a);
-	return do_report(&a);
+	rc = do_report(&a);
+	release_skips(&a);
+	return rc;
 }

@@ -60,12 +60,12 @@ static int dump(struct ma_session *s, void *ctx)
 	if (!st->prof_active && d->activate) {
 		if ((rc = ma_mallctl_write(s, "prof.active", &on, sizeof(on))))
 			return rc;
-		fprintf(stderr, "memattach %s: prof.active set to true: the profile holds only "
-				"allocations sampled from now on\n", cmd);
+		ma_cmd_note(cmd, "prof.active set to true: the profile holds only allocations "
+			    "sampled from now on");
 	} else if (!st->prof_active) {
-		fprintf(stderr, "memattach %s: warning: profiling is inactive (prof.active=false): "
-				"the dump holds only what was sampled while it was active; "
-				"--activate turns it on\n", cmd);
+		ma_cmd_note(cmd, "warning: profiling is inactive (prof.active=false): the dump "
+			    "holds only what was sampled while it was active; --activate turns "
+			    "it on");
 	}
 	return ma_capture_heap_dump(s, st, d->of.fd, &d->n);
 }
@@ -111,8 +111,8 @@ int cmd_heap_dump(int argc, char **argv)
 		ma_outfile_abort(&d.of);
 		return rc;
 	}
-	printf("wrote %s: %s heap profile (sample period 2^%llu bytes); thread %d held %.3f ms\n",
-	       out, ma_fmt_bytes(sz, sizeof(sz), d.n), (unsigned long long)d.st.lg_prof_sample, d.tid,
-	       d.held_ns / 1e6);
+	ma_print_wrapped(2, "wrote %s: %s heap profile (sample period 2^%llu bytes)\n"
+			 "thread %d held %.3f ms\n", out, ma_fmt_bytes(sz, sizeof(sz), d.n),
+			 (unsigned long long)d.st.lg_prof_sample, d.tid, d.held_ns / 1e6);
 	return MA_EXIT_OK;
 }

@@ -192,8 +192,8 @@ int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *p
 				    "--allow-truncated to report from what is there", path, nmaps);
 	}
 	if (b->hp.nwarnings)
-		fprintf(stderr, "memattach %s: warning: %s%s\n", c->cmd, ma_printable(b->hp.warning),
-			b->hp.nwarnings > 1 ? " (and more problems in the file)" : "");
+		ma_cmd_note(c->cmd, "warning: %s%s", b->hp.warning,
+			    b->hp.nwarnings > 1 ? " (and more problems in the file)" : "");
 	if (ma_sym_init(&b->sym, &b->hp, &c->sym)) {
 		ma_heapprof_release(&b->hp);
 		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
@@ -204,9 +204,9 @@ int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *p
 		return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
 	if (b->sym.nwarnings)
-		fprintf(stderr, "memattach %s: warning: %s\n", c->cmd, ma_printable(b->sym.warning));
+		ma_cmd_note(c->cmd, "warning: %s", b->sym.warning);
 	if (c->sym.lines && ma_sym_no_lines_note(&b->sym))
-		fprintf(stderr, "memattach %s: note: %s\n", c->cmd, ma_printable(b->sym.note));
+		ma_cmd_note(c->cmd, "note: %s", b->sym.note);
 	b->loaded = true;
 	return 0;
 }

@@ -51,15 +51,20 @@ static void print_json(const struct ma_je_process *p, size_t n)
 	ma_json_end(&j);
 }
 
+/* The column of JEMALLOC IN, where "(built in)" goes when it does not fit beside a path. */
+#define OBJECT_COLUMN 38
+
 static void print_text(const struct ma_je_process *p, size_t n)
 {
-	char rss[32];
+	char rss[32], lead[96];
 
 	printf("%7s  %-16s %10s  %s\n", "PID", "NAME", "VmRSS", "JEMALLOC IN");
-	for (size_t i = 0; i < n; i++)
-		printf("%7d  %-16s %10s  %s%s\n", p[i].pid, ma_printable(p[i].comm),
-		       ma_fmt_bytes(rss, sizeof(rss), p[i].vm_rss), ma_printable(p[i].object),
-		       p[i].is_static ? " (built in)" : "");
+	for (size_t i = 0; i < n; i++) {
+		snprintf(lead, sizeof(lead), "%7d  %-16s %10s  ", p[i].pid, ma_printable(p[i].comm),
+			 ma_fmt_bytes(rss, sizeof(rss), p[i].vm_rss));
+		ma_print_named(lead, ma_printable(p[i].object), p[i].is_static ? "(built in)" : "",
+			       OBJECT_COLUMN);
+	}
 }
 
 int cmd_ps(int argc, char **argv)

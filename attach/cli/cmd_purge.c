@@ -51,15 +51,18 @@ static const struct {
 } metrics[] = {
 	{ "resident", "jemalloc pages resident in RAM", false },
 	{ "mapped", "jemalloc's mapped active extents", false },
-	{ "retained", "virtual memory kept for reuse, not resident", false },
+	{ "retained", "kept for reuse, not resident (virtual)", false },
 	{ "active", "pages in active extents", false },
 	{ "allocated", "live bytes (a purge does not change them)", false },
 	{ "rss", "VmRSS of the process", false },
-	{ "dirty", "unused pages jemalloc kept (what a purge returns)", true },
+	{ "dirty", "unused pages kept (what a purge returns)", true },
 	{ "muzzy", "unused pages advised lazily free", true },
 	{ "metadata_resident", "jemalloc's bookkeeping in RAM", true },
-	{ "outside_jemalloc", "VmRSS - resident: code, stacks, other mappings", false },
+	{ "outside_jemalloc", "VmRSS - resident: code, stacks, mappings", false },
 };
+
+/* A row's description goes on under itself when longer than a line. */
+#define ROW_HANG 58
 
 #define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
 
@@ -144,11 +147,10 @@ static void print_table(const struct purge_result *r)
 
 		if (!shown(r, k))
 			continue;
-		printf("%-17s %12s %12s %12s  %s\n", metrics[k].name,
-		       ma_fmt_signed_bytes(a, sizeof(a), x, false),
-		       ma_fmt_signed_bytes(b, sizeof(b), y, false),
-		       ma_fmt_signed_bytes(d, sizeof(d), y - x, true),
-		       metrics[k].what);
+		ma_print_wrapped(ROW_HANG, "%-17s %12s %12s %12s  %s\n", metrics[k].name,
+				 ma_fmt_signed_bytes(a, sizeof(a), x, false),
+				 ma_fmt_signed_bytes(b, sizeof(b), y, false),
+				 ma_fmt_signed_bytes(d, sizeof(d), y - x, true), metrics[k].what);
 	}
 	print_meaning(r);
 	printf("\nthe purge call held thread %d for %.3f ms (%.3f ms in all, with the readings)\n",

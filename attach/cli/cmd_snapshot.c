@@ -302,10 +302,12 @@ int cmd_snapshot(int argc, char **argv)
 	if (rc)
 		remove_tmp(&sn);
 	else
-		printf("wrote %s/: manifest.json, stats.json, bins.json%s (thread %d held %.3f ms)%s%s\n",
-		       sn.dir, sn.heap ? ", heap.heap" : "", sn.tid, sn.held_ns / 1e6,
-		       sn.heap ? (sn.heap_note[0] ? "\nheap.heap: " : "") : "\nno heap dump: ",
-		       sn.heap ? sn.heap_note : sn.heap_skip);
+		ma_print_wrapped(2, "wrote %s/: manifest.json, stats.json, bins.json%s\nthread %d "
+				 "held %.3f ms%s%s\n", sn.dir, sn.heap ? ", heap.heap" : "",
+				 sn.tid, sn.held_ns / 1e6,
+				 sn.heap ? (sn.heap_note[0] ? "\nheap.heap: " : "")
+					 : "\nno heap dump: ",
+				 sn.heap ? sn.heap_note : sn.heap_skip);
 	if (sn.tmpfd >= 0)
 		close(sn.tmpfd);
 	close(sn.parentfd);

@@ -33,6 +33,11 @@ static void usage(FILE *f)
 		ma_profcmd_help);
 }
 
+/* Where a frame's object and file:line go when they do not fit beside its name:
+ * under it, 4 columns in (they start with a space of their own, the second of
+ * the two that set them off from the name). */
+#define FRAME_HANG 3
+
 /* Say how many more stacks hold NEEDLE in a deeper frame (a caller, not the site). */
 static void hint_deeper(const struct ma_profile *p, const char *needle, size_t nleaf)
 {
@@ -40,9 +45,9 @@ static void hint_deeper(const struct ma_profile *p, const char *needle, size_t n
 	double bytes = 0;
 
 	if (ma_profile_match(p, needle, true, &all, &nall, &bytes) == 0 && nall > nleaf)
-		printf("\n(%zu more stack%s hold '%s' in a deeper frame, as a caller; --any-frame "
-		       "shows them)\n", nall - nleaf, nall - nleaf == 1 ? "" : "s",
-		       ma_printable(needle));
+		ma_print_wrapped(2, "\n(%zu more stack%s hold '%s' in a deeper frame, as a caller; "
+				 "--any-frame shows them)\n", nall - nleaf, nall - nleaf == 1 ? "" : "s",
+				 ma_printable(needle));
 	free(all);
 	ma_err_clear();
 }
@@ -140,10 +145,11 @@ int cmd_stacks(int argc, char **argv)
 	} else {
 		char s1[32], s2[32];
 
-		printf("%zu stacks with %s matching '%s': %s of %s (%.1f%%)\n", nhits,
-		       any_frame ? "a frame" : "an allocation site", ma_printable(needle), ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
-		       ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
-		       b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
+		ma_print_wrapped(2, "%zu stacks with %s matching '%s': %s of %s (%.1f%%)\n", nhits,
+				 any_frame ? "a frame" : "an allocation site", ma_printable(needle),
+				 ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
+				 ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
+				 b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
 		for (size_t h = 0; h < shown; h++) {
 			size_t i = hits[h];
 			const struct ma_hp_stack *st = &b.hp.stacks[i];
@@ -155,11 +161,15 @@ int cmd_stacks(int argc, char **argv)
 			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
 				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
 
-				printf("  %s  [%s]", ma_printable(ma_sym_func_name(&b.sym, f->func)),
-				       ma_printable(ma_sym_obj_name(&b.sym, f->obj)));
-				if (f->file)
-					printf("  %s:%d", ma_printable(f->file), f->line);
-				putchar('\n');
+				char where[8192];
+				int n = snprintf(where, sizeof(where), " [%s]",
+						 ma_printable(ma_sym_obj_name(&b.sym, f->obj)));
+
+				if (f->file && n > 0 && (size_t)n < sizeof(where))
+					snprintf(where + n, sizeof(where) - (size_t)n, "  %s:%d",
+						 ma_printable(f->file), f->line);
+				ma_print_named("  ", ma_printable(ma_sym_func_name(&b.sym, f->func)),
+					       where, FRAME_HANG);
 			}
 		}
 		if (nhits > shown)

@@ -93,28 +93,33 @@ static void print_json(const struct stats_result *r)
 	ma_json_end(&j);
 }
 
+/* A row's description goes on under itself when longer than a line. */
+#define ROW_HANG 45
+
 static void row(const char *name, uint64_t v, const char *what)
 {
 	char b[32];
 
-	printf("  %-11s %12s  %15llu  %s\n", name, ma_fmt_bytes(b, sizeof(b), v),
-	       (unsigned long long)v, what);
+	ma_print_wrapped(ROW_HANG, "  %-11s %12s  %15llu  %s\n", name,
+			 ma_fmt_bytes(b, sizeof(b), v), (unsigned long long)v, what);
 }
 
 static void print_table(const struct stats_result *r)
 {
 	const struct ma_je_stats *st = &r->st;
 
-	printf("pid %d (%s): jemalloc %s, %s, %s symbols, in %s\n", r->t->pid,
-	       ma_printable(r->ps.name), st->version[0] ? ma_printable(st->version) : "(version unknown)",
-	       linkage(r->t), ma_je_flavour_name(r->t->je.flavour), ma_printable(r->t->je.object));
-	printf("options: prof=%s%s lg_prof_sample=%llu narenas=%u tcache=%s "
-	       "background_thread=%s dirty_decay_ms=%lld muzzy_decay_ms=%lld\n\n",
-	       st->opt_prof ? "true" : "false",
-	       st->opt_prof ? (st->prof_active ? " (active)" : " (inactive)") : "",
-	       (unsigned long long)st->lg_prof_sample, st->narenas, st->opt_tcache ? "true" : "false",
-	       st->background_thread ? "true" : "false", (long long)st->dirty_decay_ms,
-	       (long long)st->muzzy_decay_ms);
+	ma_print_wrapped(2, "pid %d (%s): jemalloc %s\n", r->t->pid, ma_printable(r->ps.name),
+			 st->version[0] ? ma_printable(st->version) : "(version unknown)");
+	ma_print_wrapped(2, "  %s, %s symbols, in %s\n", linkage(r->t),
+			 ma_je_flavour_name(r->t->je.flavour), ma_printable(r->t->je.object));
+	ma_print_wrapped(9, "options: prof=%s%s lg_prof_sample=%llu narenas=%u tcache=%s "
+			 "background_thread=%s dirty_decay_ms=%lld muzzy_decay_ms=%lld\n\n",
+			 st->opt_prof ? "true" : "false",
+			 st->opt_prof ? (st->prof_active ? " (active)" : " (inactive)") : "",
+			 (unsigned long long)st->lg_prof_sample, st->narenas,
+			 st->opt_tcache ? "true" : "false",
+			 st->background_thread ? "true" : "false", (long long)st->dirty_decay_ms,
+			 (long long)st->muzzy_decay_ms);
 	row("allocated", st->allocated, "live bytes the program asked for");
 	row("active", st->active, "pages in active extents (allocated + free slab regions)");
 	row("resident", st->resident, "jemalloc pages resident in RAM");

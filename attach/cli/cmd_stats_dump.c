@@ -86,11 +86,10 @@ int cmd_stats_dump(int argc, char **argv)
 	if (rc)
 		ma_outfile_abort(&of);
 	else
-		printf("wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u arenas "
-		       "(thread %d held %.3f ms)\n",
-		       ma_printable(out), ma_fmt_bytes(sz, sizeof(sz), len), ma_printable(st.version),
-		       st.narenas, v.tid,
-		       v.held_ns / 1e6);
+		ma_print_wrapped(2, "wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u "
+				 "arenas\nthread %d held %.3f ms\n", ma_printable(out),
+				 ma_fmt_bytes(sz, sizeof(sz), len), ma_printable(st.version),
+				 st.narenas, v.tid, v.held_ns / 1e6);
 	free(buf);
 	return rc;
 }

@@ -20,23 +20,28 @@ static const char usage_text[] =
 	"usage: memattach threads PID [--json] [--tid TID] [--timeout MS] [--strict]\n\n"
 	"List the threads of PID with their state, the syscall they are blocked\n"
 	"in, their stack (unwound remotely, each thread stopped only while its\n"
-	"own stack is read), and whether memattach may borrow the thread for a\n"
-	"jemalloc call: a thread with a frame in jemalloc may hold an allocator\n"
-	"lock and is never used, and one that never called into jemalloc is not\n"
-	"chosen either (the call would create its allocator state; --tid of\n"
-	"another command borrows it anyway).  Threads are listed in the order\n"
-	"memattach tries them: untimed waits, timed waits, uninterruptible,\n"
-	"running, waits a stop ends with EINTR (their wait issued again at once;\n"
-	"never with --strict but by --tid), jemalloc's background threads\n"
-	"(never); among equals the one idle longest first, since borrowing it\n"
-	"delays the least work (a serving thread that waits between requests has\n"
-	"just run).  A thread in such a wait is never stopped to be looked at.\n\n"
+	"own stack is read), and what a run with the same options would do with\n"
+	"each:\n"
+	"  SAFE               borrowed\n"
+	"  UNSAFE             not borrowed: a frame in jemalloc (it may hold an\n"
+	"                     allocator lock), no allocator state yet (a call\n"
+	"                     would create it; --tid of another command borrows\n"
+	"                     it anyway)...\n"
+	"  OK, WAIT RE-ISSUED in epoll_wait or a like wait that a stop ends with\n"
+	"                     EINTR: borrowed when no thread is safe, its wait\n"
+	"                     issued again at once; not stopped to be looked at\n"
+	"  ONLY WITH --tid    the same with --strict\n"
+	"Threads are listed in the order memattach tries them: untimed waits,\n"
+	"timed waits, uninterruptible, running, waits a stop ends with EINTR,\n"
+	"jemalloc's background threads (never); among equals the one idle\n"
+	"longest first, since borrowing it delays the least work (a serving\n"
+	"thread that waits between requests has just run).\n\n"
 	"  --json         machine-readable output\n"
 	"  --tid TID      only that thread\n"
 	"  --timeout MS   end the whole run within MS (default: each thread's look\n"
 	"                 waits up to 5000 for another memattach run on PID to end)\n"
-	"  --strict       accepted, as by the commands that borrow: threads never\n"
-	"                 stops a thread in such a wait\n";
+	"  --strict       the verdicts of a run with --strict (threads itself never\n"
+	"                 stops a thread in such a wait)\n";
 
 /* --tid: keep only thread TID of TI (MA_E_NOPROC if PID has none such). */
 static int keep_only(struct ma_thread_info *ti, size_t *n, pid_t tid, pid_t pid)
@@ -67,9 +72,30 @@ static void describe_syscall(long nr, char *buf, size_t len)
 struct thread_report {
 	struct ma_thread_info ti;
 	struct ma_backtrace bt;
-	bool safe, inspected;
+	enum ma_verdict verdict;
 	char why[256];
 };
+
+/* The verdict column: what a run with the same options would do with the thread. */
+static const char *verdict_text(enum ma_verdict v)
+{
+	switch (v) {
+	case MA_VERDICT_SAFE: return "SAFE";
+	case MA_VERDICT_EINTR_WAIT: return "OK, WAIT RE-ISSUED";
+	case MA_VERDICT_NAMED_ONLY: return "ONLY WITH --tid";
+	default: return "UNSAFE";
+	}
+}
+
+static const char *verdict_key(enum ma_verdict v)
+{
+	switch (v) {
+	case MA_VERDICT_SAFE: return "safe";
+	case MA_VERDICT_EINTR_WAIT: return "wait_reissued";
+	case MA_VERDICT_NAMED_ONLY: return "only_with_tid";
+	default: return "unsafe";
+	}
+}
 
 /* FRAME's object: the path of the mapping, as /proc/PID/maps shows it. */
 static const char *frame_object(const struct ma_livesym *ls, const struct ma_frame *f)
@@ -128,7 +154,8 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 		snprintf(sc, sizeof(sc), "%c", r[i].ti.state ? r[i].ti.state : '?');
 		ma_json_str(&j, "state", sc);
 		ma_json_i64(&j, "syscall", r[i].ti.syscall);
-		ma_json_bool(&j, "safe", r[i].safe);
+		ma_json_bool(&j, "safe", r[i].verdict == MA_VERDICT_SAFE);
+		ma_json_str(&j, "verdict", verdict_key(r[i].verdict));
 		ma_json_str(&j, "reason", r[i].why);
 		ma_json_u64(&j, "order", i + 1);
 		ma_json_str(&j, "order_class", ma_thread_rank_class(&r[i].ti));
@@ -141,41 +168,91 @@ static void print_json(const struct ma_target *t, struct thread_report *r, size_
 	ma_json_end(&j);
 }
 
-/* "function+0xoff (object)" or "0xip (object)" */
+/* Where a thread's header and a frame go on when longer than a line. */
+#define THREAD_HANG 4
+#define FRAME_HANG 6
+
+/* "function+0xoff (object)" or "0xip (object)", the object under it if both do not fit. */
 static void print_frame_text(struct ma_livesym *ls, const struct ma_backtrace *bt, size_t k)
 {
 	const struct ma_frame *f = ma_livesym_frame(ls, bt->ip[k], k > 0);
 	const char *obj = frame_object(ls, f);
 	uint64_t pc = k ? bt->ip[k] - 1 : bt->ip[k];
+	char lead[16], *name = NULL, *where = NULL;
+	int a, b;
 
+	snprintf(lead, sizeof(lead), "  #%-2zu ", k);
 	if (f && f->named)
-		printf("  #%-2zu %s+0x%llx (%s)", k, ma_printable(ma_sym_func_name(&ls->sym, f->func)),
-		       (unsigned long long)(f->sym_off + (k ? 1 : 0)), obj ? ma_printable(obj) : "?");
+		a = asprintf(&name, "%s+0x%llx", ma_printable(ma_sym_func_name(&ls->sym, f->func)),
+			     (unsigned long long)(f->sym_off + (k ? 1 : 0)));
 	else
-		printf("  #%-2zu 0x%llx (%s)", k, (unsigned long long)bt->ip[k],
-		       obj ? ma_printable(obj) : "?");
-	printf("%s\n", ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
+		a = asprintf(&name, "0x%llx", (unsigned long long)bt->ip[k]);
+	b = asprintf(&where, "(%s)%s", obj ? ma_printable(obj) : "?",
+		     ma_target_in_jemalloc(ls->t, pc) ? "  [jemalloc]" : "");
+	if (a < 0)
+		name = NULL; /* undefined after a failed asprintf */
+	if (b < 0)
+		where = NULL;
+	if (name && where)
+		ma_print_named(lead, name, where, FRAME_HANG);
+	else
+		printf("%s0x%llx\n", lead, (unsigned long long)bt->ip[k]); /* out of memory */
+	free(name);
+	free(where);
 }
 
 static void print_text(const struct ma_target *t, struct thread_report *r, size_t n,
 		       struct ma_livesym *ls)
 {
-	unsigned nsafe = 0;
+	unsigned nsafe = 0, nwait = 0, nnamed = 0;
 	char sc[64], order[96];
 
-	for (size_t i = 0; i < n; i++)
-		nsafe += r[i].safe;
-	printf("pid %d: %zu threads, %u safe to borrow; jemalloc in %s\n", t->pid, n, nsafe,
-	       ma_printable(t->je.object));
+	char head[600];
+	int len;
+
+	for (size_t i = 0; i < n; i++) {
+		nsafe += r[i].verdict == MA_VERDICT_SAFE;
+		nwait += r[i].verdict == MA_VERDICT_EINTR_WAIT;
+		nnamed += r[i].verdict == MA_VERDICT_NAMED_ONLY;
+	}
+	len = snprintf(head, sizeof(head), "pid %d: %zu thread%s, %u safe to borrow", t->pid, n,
+		       n == 1 ? "" : "s", nsafe);
+	if (nwait && len < (int)sizeof(head))
+		len += snprintf(head + len, sizeof(head) - len,
+				", %u borrowed if none is (its wait re-issued)", nwait);
+	if (nnamed && len < (int)sizeof(head))
+		snprintf(head + len, sizeof(head) - len, ", %u more only with --tid (--strict)", nnamed);
+	ma_print_wrapped(2, "%s; jemalloc in %s\n", head, ma_printable(t->je.object));
 	for (size_t i = 0; i < n; i++) {
 		describe_syscall(r[i].ti.syscall, sc, sizeof(sc));
 		describe_order(&r[i], order, sizeof(order));
-		printf("\nthread %d \"%s\" state %c, %s: %s (%s)\n  borrow order %zu: %s\n",
-		       r[i].ti.tid, ma_printable(r[i].ti.name), r[i].ti.state ? r[i].ti.state : '?', sc,
-		       r[i].safe ? "SAFE" : "UNSAFE", ma_printable(r[i].why), i + 1, order);
+		ma_print_wrapped(THREAD_HANG, "\nthread %d \"%s\" state %c, %s: %s (%s)\n",
+				 r[i].ti.tid, ma_printable(r[i].ti.name),
+				 r[i].ti.state ? r[i].ti.state : '?', sc,
+				 verdict_text(r[i].verdict), ma_printable(r[i].why));
+		printf("  borrow order %zu: %s\n", i + 1, order);
 		for (size_t k = 0; k < r[i].bt.n; k++)
 			print_frame_text(ls, &r[i].bt, k);
 	}
+}
+
+/* Every frame to be named, looked up at once (a big binary's symbols are read once). */
+static int prepare_names(struct ma_livesym *ls, const struct thread_report *r, size_t n)
+{
+	size_t nkeys = 0, k = 0;
+	uint64_t *keys;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		nkeys += r[i].bt.n;
+	if (!(keys = malloc((nkeys ? nkeys : 1) * sizeof(*keys))))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		for (size_t f = 0; f < r[i].bt.n; f++)
+			keys[k++] = ma_livesym_key(r[i].bt.ip[f], f > 0);
+	rc = ma_livesym_prepare(ls, keys, nkeys);
+	free(keys);
+	return rc;
 }
 
 int cmd_threads(int argc, char **argv)
@@ -200,7 +277,7 @@ int cmd_threads(int argc, char **argv)
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
 	ma_run_deadline_set(o.run_ms);
-	if ((rc = ma_live_open(&l, pid)) || (rc = ma_list_threads(pid, &ti, &n)))
+	if ((rc = ma_live_open(&l, pid)) || (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
 		goto out;
@@ -210,8 +287,8 @@ int cmd_threads(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
 		r[i].ti = ti[i];
-		rc = ma_inspect_thread(&l.t, &ti[i], o.deadline_ms, &r[i].bt, r[i].why,
-				       sizeof(r[i].why), &r[i].safe);
+		rc = ma_inspect_thread(&l.t, &ti[i], o.deadline_ms, o.strict, &r[i].bt, r[i].why,
+				       sizeof(r[i].why), &r[i].verdict);
 		if (rc == MA_E_PERM || rc == MA_E_TRACED)
 			break;
 		if (rc) {
@@ -221,8 +298,15 @@ int cmd_threads(int argc, char **argv)
 		}
 	}
 	ma_unwind_release();
-	if (rc || (rc = ma_livesym_init(&ls, &l.t)))
+	/* A table of a process that exited meanwhile would list threads as "went away". */
+	if (!rc && ma_process_exited(pid))
+		rc = MA_E_EXITED;
+	if ((rc = ma_fail_if_exited(pid, rc)) || (rc = ma_livesym_init(&ls, &l.t)))
 		goto out;
+	if ((rc = prepare_names(&ls, r, n))) {
+		ma_livesym_release(&ls);
+		goto out;
+	}
 	if (json)
 		print_json(&l.t, r, n, &ls);
 	else

@@ -77,6 +77,7 @@ struct watch {
 	uint64_t lifetime_hwm;
 	uint64_t t0_ns;
 	unsigned dumps, skipped;
+	char last_skip[400]; /* why the last skipped sample borrowed no thread */
 	unsigned behind; /* samples that ended past the next one's time (--interval too short) */
 	char path[4096];
 };
@@ -155,6 +156,8 @@ static uint64_t hwm_now(pid_t pid)
 
 /* A VmRSS rise smaller than this over the last high is no new peak. */
 #define PEAK_STEP (1UL << 20)
+/* A timeline entry goes on under its text, right of its time. */
+#define TIMELINE_HANG 12
 
 /*
  * Is this sample a new high of the watch?  VmRSS PEAK_STEP above the last
@@ -241,6 +244,7 @@ static int sample(struct watch *w)
 		if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT)
 			return rc;
 		w->skipped++; /* busy in jemalloc right now: no stats this time */
+		snprintf(w->last_skip, sizeof(w->last_skip), "%s", ma_errmsg());
 		ma_err_clear();
 	} else {
 		if (high)
@@ -264,21 +268,24 @@ static int sample(struct watch *w)
 					w->dumps++;
 					w->high = level;
 					w->last_hwm = ps.vm_hwm;
-					printf("%8.3f s  new high %s (VmRSS %s, VmHWM %s): heap dump kept "
-					       "in %s (%s)\n", x.t_ms / 1000.0,
-					       ma_fmt_bytes(b, sizeof(b), level),
-					       ma_fmt_bytes(c, sizeof(c), ps.vm_rss),
-					       ma_fmt_bytes(d, sizeof(d), ps.vm_hwm),
-					       in_dir(w, "peak.heap"), ma_fmt_bytes(e, sizeof(e), n));
+					ma_print_wrapped(TIMELINE_HANG,
+							 "%8.3f s  new high %s (VmRSS %s, VmHWM "
+							 "%s): heap dump kept in %s (%s)\n",
+							 x.t_ms / 1000.0,
+							 ma_fmt_bytes(b, sizeof(b), level),
+							 ma_fmt_bytes(c, sizeof(c), ps.vm_rss),
+							 ma_fmt_bytes(d, sizeof(d), ps.vm_hwm),
+							 in_dir(w, "peak.heap"),
+							 ma_fmt_bytes(e, sizeof(e), n));
 				}
 			} else if (high) {
 				w->high = level;
 				w->last_hwm = ps.vm_hwm;
 				if (!w->prof_warned)
-					fprintf(stderr, "memattach %s: process %d has heap profiling off: "
-							"recording the series only (restart it with %s "
-							"for peak dumps)\n",
-						w->cmd, w->pid, ma_prof_restart_hint(&w->l.t));
+					ma_cmd_note(w->cmd, "process %d has heap profiling off: "
+						    "recording the series only (restart it with %s "
+						    "for peak dumps)",
+						    w->pid, ma_prof_restart_hint(&w->l.t));
 				w->prof_warned = true;
 			}
 		}
@@ -291,8 +298,7 @@ static int sample(struct watch *w)
 			return 0;
 		}
 		if (rc)
-			fprintf(stderr, "memattach %s: sample at %.3f s: %s\n", w->cmd,
-				x.t_ms / 1000.0, ma_errmsg());
+			ma_cmd_note(w->cmd, "sample at %.3f s: %s", x.t_ms / 1000.0, ma_errmsg());
 		ma_err_clear();
 	}
 	if ((rc = ma_series_add(&w->series, &x)))
@@ -453,8 +459,8 @@ int cmd_watch(int argc, char **argv)
 		ma_live_end(&w.l);
 		return rc;
 	}
-	printf("watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
-	       w.interval_ms, w.dir);
+	ma_print_wrapped(2, "watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
+			 w.interval_ms, w.dir);
 	fflush(stdout);
 	w.t0_ns = ma_now_ns();
 	next_ns = w.t0_ns;
@@ -490,22 +496,24 @@ int cmd_watch(int argc, char **argv)
 		rc = rc ? rc : MA_E_IO;
 	}
 	if (why)
-		printf("stopped (%s): %zu samples (%u without allocator stats), %u heap dumps, "
-		       "highest during the watch %s at %.3f s (lifetime VmHWM %s%s); %s/series.csv, "
-		       "%s/chart.svg%s%s\n",
-		       why, w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.top),
-		       w.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
-		       w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
-		       w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
+		ma_print_wrapped(2, "stopped (%s): %zu samples (%u without allocator stats), %u "
+				 "heap dumps, highest during the watch %s at %.3f s (lifetime "
+				 "VmHWM %s%s); %s/series.csv, %s/chart.svg%s%s\n", why,
+				 w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.top),
+				 w.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
+				 w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
+				 w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	if (why && w.behind)
-		printf("ran behind %u time%s: a sample took longer than --interval %ld ms (one "
-		       "every %.0f ms on average); a longer --interval keeps the schedule\n",
-		       w.behind, w.behind == 1 ? "" : "s", w.interval_ms,
-		       w.series.n ? (double)(ma_now_ns() - w.t0_ns) / 1e6 / (double)w.series.n : 0.0);
+		ma_print_wrapped(2, "ran behind %u time%s: a sample took longer than --interval "
+				 "%ld ms (one every %.0f ms on average); a longer --interval keeps "
+				 "the schedule\n", w.behind, w.behind == 1 ? "" : "s",
+				 w.interval_ms,
+				 w.series.n ? (double)(ma_now_ns() - w.t0_ns) / 1e6 /
+						      (double)w.series.n
+					    : 0.0);
 	if (!rc && w.series.n && w.skipped == w.series.n) {
 		ma_cmd_error(w.cmd, MA_EXIT_FAIL, "no sample could read the allocator (%zu samples, "
-			     "each found no thread safe to borrow in %d ms); see 'memattach threads "
-			     "%d'", w.series.n, w.o.deadline_ms, w.pid);
+			     "none borrowed a thread); the last: %s", w.series.n, w.last_skip);
 		rc = MA_E_NOSAFE;
 	}
 	ma_series_release(&w.series);

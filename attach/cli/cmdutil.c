@@ -12,20 +12,80 @@
 #include "ma_error.h"
 #include "safepoint.h"
 
-/*
- * The message FMT, AP in its printable form (format.h) on stderr: what it
- * names (the target's process, threads, paths; command-line words) cannot
- * write escape sequences to the terminal or lines of its own.
- */
-static void put_printable_message(const char *fmt, va_list ap)
+void ma_put_wrapped(FILE *f, size_t hang, const char *text)
 {
-	char *msg;
+	char *wrapped = ma_wrap_text(text, MA_TEXT_WIDTH, hang);
 
-	if (vasprintf(&msg, fmt, ap) < 0) {
-		fputs(ma_printable(fmt), stderr); /* out of memory: the message without its values */
+	if (wrapped)
+		fputs(wrapped, f);
+	else /* out of memory: the text as it is */
+		for (const char *p = text; *p; p++)
+			fputc(*p == MA_WRAP_GLUE ? ' ' : *p, f);
+	free(wrapped);
+}
+
+static void vprint_wrapped(FILE *f, size_t hang, const char *fmt, va_list ap)
+{
+	char *text;
+
+	if (vasprintf(&text, fmt, ap) < 0) {
+		fputs(fmt, f); /* out of memory: the text without its values */
 		return;
 	}
-	fputs(ma_printable(msg), stderr);
+	ma_put_wrapped(f, hang, text);
+	free(text);
+}
+
+void ma_print_named(const char *lead, const char *name, const char *where, size_t hang)
+{
+	size_t cols = ma_text_columns(lead) + ma_text_columns(name);
+
+	if (!*where)
+		printf("%s%s\n", lead, name);
+	else if (cols + 1 + ma_text_columns(where) <= MA_TEXT_WIDTH)
+		printf("%s%s %s\n", lead, name, where);
+	else
+		printf("%s%s\n%*s%s\n", lead, name, (int)hang, "", where);
+}
+
+void ma_fprint_wrapped(FILE *f, size_t hang, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vprint_wrapped(f, hang, fmt, ap);
+	va_end(ap);
+}
+
+void ma_print_wrapped(size_t hang, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vprint_wrapped(stdout, hang, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * "memattach CMD: <FMT, AP>SUFFIX" and a newline on stderr, the message in
+ * its printable form (format.h): what it names (the target's process,
+ * threads, paths; command-line words) cannot write escape sequences to the
+ * terminal or lines of its own.  Laid out for a terminal, its continuation
+ * lines indented under "memattach".
+ */
+static void put_message(const char *cmd, const char *suffix, const char *fmt, va_list ap)
+{
+	char *msg = NULL, *line = NULL;
+
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	if (msg && asprintf(&line, "memattach %s: %s%s\n", cmd, ma_printable(msg), suffix) < 0)
+		line = NULL;
+	if (line) /* else out of memory: the message as it is, or without its values */
+		ma_put_wrapped(stderr, MA_MESSAGE_HANG, line);
+	else
+		fprintf(stderr, "memattach %s: %s%s\n", cmd, ma_printable(msg ? msg : fmt), suffix);
+	free(line);
 	free(msg);
 }
 
@@ -33,12 +93,19 @@ int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "memattach %s: ", cmd);
 	va_start(ap, fmt);
-	put_printable_message(fmt, ap);
+	put_message(cmd, "", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	return exit_code;
+}
+
+void ma_cmd_note(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	put_message(cmd, "", fmt, ap);
+	va_end(ap);
 }
 
 int ma_is_help(const char *arg)
@@ -78,13 +145,15 @@ bool ma_parse_pid(const char *arg, pid_t *pid)
 
 int ma_usage_error(const char *cmd, const char *fmt, ...)
 {
+	char suffix[128];
 	va_list ap;
 
-	fprintf(stderr, "memattach %s: ", cmd);
+	/* the command to run is one piece, never broken */
+	snprintf(suffix, sizeof(suffix), "; see 'memattach%c%s%c--help'", MA_WRAP_GLUE, cmd,
+		 MA_WRAP_GLUE);
 	va_start(ap, fmt);
-	put_printable_message(fmt, ap);
+	put_message(cmd, suffix, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "; see 'memattach %s --help'\n", cmd);
 	return MA_EXIT_USAGE;
 }
 
@@ -200,6 +269,11 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a)
 
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)
 {
+	return ma_parse_borrow_arg(argc, argv, i, o) || (!*pid && ma_parse_pid(argv[*i], pid));
+}
+
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o)
+{
 	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
 	long v;
 
@@ -225,13 +299,31 @@ bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_sess
 		++*i;
 		return true;
 	}
-	return !*pid && ma_parse_pid(arg, pid);
+	return false;
+}
+
+/*
+ * The borrowed thread had no allocator state (a --tid of it): say that the
+ * run created it, and what the process gained meanwhile.
+ */
+static void note_growth(const char *cmd, const struct ma_live *l)
+{
+	const struct ma_live_growth *g = &l->growth;
+
+	if (!g->created)
+		return;
+	fprintf(stderr, "memattach %s: thread %d had never called into jemalloc: this run created "
+		"its allocator state\n", cmd, l->s.tid);
+	fprintf(stderr, "memattach %s: since before the run, process %d has %+d thread%s (%+d "
+		"jemalloc background) and %+d mapping%s\n", cmd, l->t.pid, g->threads,
+		g->threads == 1 || g->threads == -1 ? "" : "s", g->bg_threads, g->maps,
+		g->maps == 1 || g->maps == -1 ? "" : "s");
 }
 
 int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 {
 	struct ma_live l;
-	int rc;
+	int rc, rc2;
 
 	ma_err_clear();
 	if (ma_live_begin(&l, c->pid, c->o, c->prep, ctx)) {
@@ -239,15 +331,23 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 		ma_live_end(&l);
 		return MA_EXIT_FAIL;
 	}
-	if ((rc = c->body(&l.s, ctx))) {
+	if ((rc = ma_fail_if_exited(c->pid, c->body(&l.s, ctx)))) {
 		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s%s%s", c->what ? c->what : "", c->what ? ": " : "",
 			     ma_errmsg());
 		ma_err_clear();
 	}
-	if (ma_live_restore(&l)) {
-		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid, ma_errmsg());
+	if ((rc2 = ma_live_restore(&l))) {
+		/* A process that exited has nothing to restore: that it exited is the news. */
+		if (rc2 == MA_E_EXITED && ma_process_exited(c->pid)) {
+			if (rc != MA_E_EXITED)
+				ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
+		} else {
+			ma_cmd_error(c->cmd, MA_EXIT_FAIL, "restoring thread %d: %s", l.s.tid,
+				     ma_errmsg());
+		}
 		rc = MA_E_INTERNAL;
 	}
+	note_growth(c->cmd, &l);
 	if (c->visit)
 		*c->visit = (struct ma_live_visit){ l.s.tid, l.s.stopped_ns, l.s.ncalls };
 	rc = rc ? MA_EXIT_FAIL : c->report ? c->report(&l, ctx) : MA_EXIT_OK;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "live.h"
@@ -21,7 +22,30 @@ bool ma_parse_long(const char *arg, long *out);
 /* Does the process name COMM match RE (a compiled regex_t)?  For ma_jemalloc_processes. */
 bool ma_comm_matches(void *re, const char *comm);
 
-/* A usage error: one line on stderr pointing at --help; returns exit 2. */
+/*
+ * Text output laid out for a terminal (format.h, MA_TEXT_WIDTH): the one
+ * place a long line is broken.  ma_put_wrapped writes TEXT on F, each line
+ * longer than the width continued after HANG spaces; ma_print_wrapped and
+ * ma_fprint_wrapped are printf laid out so (names in the text already
+ * printable).  Messages on stderr (ma_cmd_error, ma_cmd_note in commands.h,
+ * ma_usage_error) continue MA_MESSAGE_HANG spaces in, under "memattach".
+ * Never for JSON or the other machine formats.
+ */
+#define MA_MESSAGE_HANG 2
+void ma_put_wrapped(FILE *f, size_t hang, const char *text);
+void ma_print_wrapped(size_t hang, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ma_fprint_wrapped(FILE *f, size_t hang, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/*
+ * A line that names something, LEAD (a row's numbers, its indent) and NAME
+ * (printable), then WHERE (its object, file:line; may be empty) after a
+ * space: on one line if that fits the width, else WHERE on a line of its own
+ * after HANG spaces.  A name is never broken (a C++ signature has spaces);
+ * one longer than a line overflows.
+ */
+void ma_print_named(const char *lead, const char *name, const char *where, size_t hang);
+
+/* A usage error: one message on stderr pointing at --help; returns exit 2. */
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
@@ -63,6 +87,8 @@ int ma_parse_args(int argc, char **argv, const struct ma_args *a);
  * borrowed).  True if argv[*i] was one (and *i moved past its value).
  */
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
+/* The same without the PID: --timeout, --tid, --strict (and --allow-eintr-wait). */
+bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o);
 
 /*
  * A live command's run, the one shape every live command has: open CMD's
@@ -100,8 +126,9 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 #define MA_HELP_TID_STRICT                                                          \
 	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
 	"                never called into jemalloc is borrowed: that creates its\n"  \
-	"                allocator state: a tcache, and perhaps an arena and a\n"    \
-	"                jemalloc background thread)\n"                              \
+	"                allocator state: a tcache, and perhaps an arena, its\n"     \
+	"                mappings and a jemalloc background thread; the run then\n"  \
+	"                says what the process gained)\n"                            \
 	"  --strict      never stop a thread blocked in epoll_wait and the like\n"   \
 	"                (by default one is borrowed when no better thread exists:\n" \
 	"                its wait is issued again at once; only a memattach killed\n" \

@@ -27,9 +27,12 @@ int cmd_frag(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 
 /* Shared by commands: print "memattach CMD: MSG" to stderr, MSG in its
- * printable form (format.h; pass names raw), return EXIT. */
+ * printable form (format.h; pass names raw), laid out for a terminal
+ * (continuation lines indented), return EXIT. */
 int ma_cmd_error(const char *cmd, int exit_code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The same for a warning or a note (no exit status). */
+void ma_cmd_note(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* True if ARG is -h or --help. */
 int ma_is_help(const char *arg);
 

@@ -4,9 +4,14 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "elfsyms.h"
+#include "format.h"
+#include "target.h"
+#include "unwtable.h"
 
 struct command {
 	const char *name;
@@ -48,8 +53,30 @@ static void usage(FILE *f)
  * A command's output must reach its reader: a full disk or a closed pipe
  * on stdout is a failure (exit 1), not a success with nothing written.
  */
+/*
+ * MEMATTACH_TEST_WORK=1: what the run read of the target's files, on
+ * stderr -- for the tests that per-binary work is done once per run, not
+ * once per thread (tests/attach/bigbin_once.sh).
+ */
+static void print_work(void)
+{
+	const struct ma_elf_work *w;
+	size_t n = ma_elf_work_list(&w);
+	const char *e = getenv("MEMATTACH_TEST_WORK");
+
+	if (!e || *e != '1')
+		return;
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, "memattach-test: elf %s opens=%u scans=%u loads=%u entries=%llu\n",
+			ma_printable(w[i].what), w[i].opens, w[i].scans, w[i].loads,
+			(unsigned long long)w[i].entries);
+	fprintf(stderr, "memattach-test: unwind-tables described=%lu\n", ma_unw_tables_described());
+	fprintf(stderr, "memattach-test: maps read=%lu\n", ma_target_maps_read());
+}
+
 static int finish(const char *cmd, int rc)
 {
+	print_work();
 	if ((fflush(stdout) != 0 || ferror(stdout)) && rc == MA_EXIT_OK) {
 		fprintf(stderr, "memattach %s: cannot write the output: %s\n", cmd,
 			strerror(errno ? errno : EIO));

@@ -14,7 +14,7 @@
 # wait would start its whole timeout once more).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 32
+plan 33
 need_fixtures sysc
 
 fix_start sysc || { fail "sysc: start"; exit 1; }
@@ -53,8 +53,14 @@ for c in "${cmds[@]}"; do
 	[ "$c" = "export --pid $pid --once --listen 127.0.0.1:1" ] && rc=0
 	check "$c (no flag): exit $rc ($(head -c 150 "$TMP/err"))" [ "$rc" -eq 0 ]
 done
-check "threads names all three as stopped only when no better thread exists" \
-	eval '[ "$("$MA" threads "$pid" | grep -c "which a stop ends with EINTR: borrowed only when no better")" -ge 3 ]'
+# threads says what a run would do: sc_idle borrowed when no thread is safe,
+# its wait issued again; the two with a socket timeout never.
+"$MA" threads "$pid" >"$TMP/th.raw" 2>&1
+unwrapped "$TMP/th.raw" 4 >"$TMP/th.txt"
+check "threads: sc_idle 'OK, WAIT RE-ISSUED', borrowed when no thread is safe" \
+	grep -q "^thread $idle \"sc_idle\" .*: OK, WAIT RE-ISSUED (blocked in epoll_wait, .*borrowed when no better" "$TMP/th.txt"
+check "threads: sc_idlerecv and sc_idlesplice UNSAFE, naming their timeout" \
+	bash -c "grep -q '^thread $idlerecv .*: UNSAFE (.*with a timeout' '$TMP/th.txt' && grep -q '^thread $idlesplice .*: UNSAFE (.*with a timeout' '$TMP/th.txt'"
 # Named, the untimed epoll_wait is stopped (the wake-up is seen) and its
 # wait issued again (no EINTR).  The two on a socket with SO_RCVTIMEO are
 # refused even named, before any stop: issued again, their wait would
@@ -69,7 +75,7 @@ for t in "$idlerecv" "$idlesplice"; do
 	"$MA" stats "$pid" --tid "$t" >"$TMP/out" 2>"$TMP/err"; rc=$?
 	b=$(switches "$t")
 	check "stats --tid $t: exit $rc, refused naming its timeout, not stopped (switches $a -> $b)" \
-		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && grep -q "with a timeout" "$TMP/err"'
+		eval '[ "$rc" -eq 1 ] && [ "$b" = "$a" ] && says "with a timeout" "$TMP/err"'
 done
 flush=$("$MA" bins "$pid" --flush-tcache --strict --json | grep -o '"skipped_eintr_waits":[0-9]*' | cut -d: -f2)
 check "bins --flush-tcache --strict counts the EINTR waits it left alone (${flush:-none}; 4 such threads)" [ "${flush:-0}" -ge 2 ]

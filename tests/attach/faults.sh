@@ -12,7 +12,7 @@ fault_cycles() { # fault_cycles PID TID: how many runs failed with a contained f
 	local n=0
 	for _ in $(seq "$CYCLES"); do
 		MEMATTACH_TEST_FAULT=1 "$MA" stats "$1" --tid "$2" >/dev/null 2>"$TMP/err"
-		[ $? -eq 1 ] && grep -q "faulted .*signal 11.*restored" "$TMP/err" && n=$((n + 1))
+		[ $? -eq 1 ] && says "faulted .*signal 11.*restored" "$TMP/err" && n=$((n + 1))
 	done
 	echo "$n"
 }

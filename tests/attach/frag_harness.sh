@@ -13,7 +13,7 @@
 # with -o is recomputed identically with --from; the agent's status,
 # refusal of a second start, and errors; the fixture's verdict at the end.
 . "$(dirname "$0")/../lib.sh"
-plan 36
+plan 43
 [ -x "$FIX/fragharness" ] || { fail "fixture fragharness missing (make fixtures)"; exit 1; }
 
 py() { python3 -c "$@"; }
@@ -94,10 +94,38 @@ check "text report names the sites and says what it covers" \
 	grep -q "covers: allocations made since frag start" "$TMP/text.out"
 check "text report: leaves table with sparse_site_96 first" \
 	eval "grep -A2 '^leaves by pinned waste' '$TMP/text.out' | tail -1 | grep -q sparse_site_96"
+# The window ends when the samples were read; a long report says where its
+# own time went (it said "N s before this report" of the whole span).
+check "text report: when frag started, and the report's own time by phase" \
+	bash -c "grep -q '^since: frag start at [0-9-]* [0-9:]*, [0-9.]* s before the samples were read' '$TMP/text.out' &&
+		grep -q '^report: began [0-9.]* s after frag start; read the samples [0-9.]* s later (tcache flush' '$TMP/text.out'"
+# --skip as aggregate's: the leading frames matching are dropped, the waste stays.
+"$MA" frag report --from "$TMP/saved.frag" --json --top 0 --skip 'sparse_site_(96|256)' >"$TMP/skip.json" 2>"$TMP/skip.err"
+out=$(py 'import json,sys
+a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
+la=[l["leaf"] for l in a["leaves_by_waste"]]; lb=[l["leaf"] for l in b["leaves_by_waste"]]
+print(lb[:3], b["attributed_waste"], a["attributed_waste"])
+sys.exit(b["attributed_waste"]!=a["attributed_waste"] or lb[0]!="build_sparse" or any(l.startswith("sparse_site") for l in lb))' \
+	"$TMP/from.json" "$TMP/skip.json" 2>/dev/null); rc=$?
+check "report --skip REGEX: the matching leaf frames give way to their caller, same waste (${out:-$(head -c 200 "$TMP/skip.err")})" \
+	[ "$rc" -eq 0 ]
+# The bound start prints is the documented default of --max-samples.
+def=$("$MA" frag --help | tr -s ' \n' ' ' | sed -n 's/.*--max-samples N[^(]*(default \([0-9]*\).*/\1/p')
+check "frag start: 'up to ${def:-?} samples', the documented default ($(grep -o 'up to [0-9]* samples' "$TMP/start.out"))" \
+	grep -q "up to ${def:-none} samples" "$TMP/start.out"
+check "frag start: the tables' reserved and resident sizes ($(grep '^tables' "$TMP/start.out"))" \
+	grep -q '^tables: [0-9.]* [KMG]*i*B reserved, [0-9.]* [KMG]*i*B resident now' "$TMP/start.out"
 
 # --- shift 6 ---
 "$MA" frag stop "$P" >"$TMP/stop.out" 2>&1; rc=$?
 check "frag stop succeeds ($(head -1 "$TMP/stop.out"))" [ "$rc" -eq 0 ]
+# What stays mapped is said exactly: the agent library's mappings, as /proc shows them.
+n=0 bytes=0
+while read -r range _; do
+	n=$((n + 1)) bytes=$((bytes + 16#${range#*-} - 16#${range%-*}))
+done < <(grep 'memfd:memattach-agent' "/proc/$P/maps")
+check "frag stop: says what stays mapped: $n mappings, $((bytes / 1024)) KiB ($(grep -o 'stays mapped: [^;]*' "$TMP/stop.out"))" \
+	grep -q "its library stays mapped: $n mappings, $((bytes / 1024)).0 KiB" "$TMP/stop.out"
 "$MA" frag status "$P" --json >"$TMP/st.json"
 check "after stop: status says stopped, code still mapped ($(cat "$TMP/st.json"))" grep -q '"state":"stopped"' "$TMP/st.json"
 check "teardown" teardown
@@ -152,6 +180,16 @@ check "focus 256 on build_mixed: per leaf pages and sole pages = built ($out)" [
 "$MA" frag report "$P" >"$TMP/ftext.out" 2>&1
 check "focus text report lists the leaf sets" grep -q "pages = {site_a, site_b}" "$TMP/ftext.out"
 "$MA" frag stop "$P" >/dev/null 2>&1
+
+# --- --max-samples: the bound start prints is the one the agent keeps ---
+"$MA" frag start "$P" --shift 0 --max-samples 640 >"$TMP/ms.out" 2>&1
+check "frag start --max-samples 640: 'up to 640 samples' ($(grep -o 'up to [0-9]* samples' "$TMP/ms.out"))" \
+	grep -q "up to 640 samples" "$TMP/ms.out"
+harness build >/dev/null
+"$MA" frag status "$P" --json >"$TMP/ms.json"
+out=$(py 'import json,sys; s=json.load(open(sys.argv[1])); print(s["samples"], s["dropped_full"]); sys.exit(not (s["samples"]<=640 and s["dropped_full"]>0))' "$TMP/ms.json" 2>&1)
+check "... and holds at most 640, the rest counted as dropped ($out)" [ $? -eq 0 ]
+"$MA" frag stop "$P" >/dev/null 2>&1; teardown
 
 # --- errors ---
 "$MA" frag report "$P" >/dev/null 2>"$TMP/e1"; rc=$?

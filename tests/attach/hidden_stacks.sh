@@ -17,9 +17,9 @@ coro=$(tid_of "$pid" coro) alt=$(tid_of "$pid" altstack)
 # (its walk now also ends at makecontext's trampoline, which has no CFI:
 # either reason makes it UNSAFE)
 check "coroutine thread: UNSAFE, not on its own stack or its walk not provably complete" \
-	grep -Eq "^thread $coro \"coro\".*UNSAFE \((runs on a stack that is not its own|stack unwinding stopped)" "$TMP/t.txt"
+	says "^thread $coro \"coro\".*UNSAFE \((runs on a stack that is not its own|stack unwinding stopped)" "$TMP/t.txt" 4
 check "alternate-stack handler: UNSAFE, in a signal handler" \
-	grep -q "^thread $alt \"altstack\".*UNSAFE (it is running a signal handler)" "$TMP/t.txt"
+	says "^thread $alt \"altstack\".*UNSAFE \(it is running a signal handler\)" "$TMP/t.txt" 4
 used=0
 for _ in $(seq 20); do
 	"$MA" stats "$pid" --json >"$TMP/s.json" 2>/dev/null || continue

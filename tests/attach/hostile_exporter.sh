@@ -154,7 +154,7 @@ scrape_ok() {
 # scrape FILE: GET /metrics as Prometheus asks for it (OpenMetrics).
 OM_ACCEPT='application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1'
 scrape() { curl -s --max-time 30 -H "Accept: $OM_ACCEPT" -o "$1" "http://127.0.0.1:$EP/metrics"; }
-no_line() { ! grep -q "$1" "$2"; }
+no_line() { ! says "$1" "$2"; }
 fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 
@@ -297,7 +297,7 @@ curl -s --max-time 60 -H "Accept: $OM_ACCEPT" -o "$TMP/st/m2" "http://127.0.0.1:
 check "12 processes of ma-eve named as the target, never borrowable: the second scrape reads the target ($(grep -c "^memattach_scrape_success{pid=\"$vpid\"" "$TMP/st/m2" 2>/dev/null) lines; $(head -c 160 "$TMP/st/x.err"))" \
 	grep -q "^memattach_scrape_success{pid=\"$vpid\",comm=\"victimd\"} 1$" "$TMP/st/m2"
 check "... and the scrapes stop at their budget, the rest reported not read" \
-	grep -q "budget of 3000 ms" "$TMP/st/x.err"
+	says "budget of 3000 ms" "$TMP/st/x.err"
 kill -TERM $SXPID; wait $SXPID 2>/dev/null
 kill -KILL "${stallers[@]}" 2>/dev/null; wait "${stallers[@]}" 2>/dev/null
 fix_quit "$vpid" "$VFD"

@@ -86,13 +86,13 @@ fix_start daemon || { fail "daemon start"; exit 1; }
 "$MA" bins $FIX_PID --flush-tcache >"$TMP/busy.txt" 2>&1
 tb=$(sed -n 's/^tcache_bytes *\([^ ]* [^ ]*\) .*/\1/p' "$TMP/busy.txt")
 if [ "$tb" = "0 B" ]; then
-	check "busy daemon, nothing left cached: the waste is called exact" grep -q 'waste below is exact' "$TMP/busy.txt"
+	check "busy daemon, nothing left cached: the waste is called exact" says 'waste below is exact' "$TMP/busy.txt" 34
 else
 	check "busy daemon, $tb still cached after the flush: said where it lives, never 'exact'" \
-		grep -q 'still cached after the flush: .*lower bound by at most this' "$TMP/busy.txt"
+		says 'still cached after the flush: .*lower bound by at most this' "$TMP/busy.txt" 34
 fi
-check "... and the text never claims the flush makes it exact" test "$(grep -c 'makes it exact' "$TMP/busy.txt")" = 0
+check "... and the text never claims the flush makes it exact" test "$(unwrapped "$TMP/busy.txt" 34 | grep -c 'makes it exact')" = 0
 "$MA" bins $FIX_PID >"$TMP/busy0.txt" 2>&1
-check "without a flush, the note points at --flush-tcache" grep -q 'lower bound (--flush-tcache empties' "$TMP/busy0.txt"
+check "without a flush, the note points at --flush-tcache" says 'lower bound \(--flush-tcache empties' "$TMP/busy0.txt" 34
 fix_quit $FIX_PID $FIX_FD
 check "daemon exits 0" test $? -eq 0

@@ -41,8 +41,8 @@ check "bigfree fixture exits 0" test $? -eq 0
 fix_start frag -m peak || { fail "peak fixture start"; exit 1; }
 "$MA" heap-dump $FIX_PID -o "$TMP/noprof.heap" 2>"$TMP/noprof.err"; rc=$?
 check "heap-dump on a non-prof target exits 1" test $rc -eq 1
-check "... and names MALLOC_CONF=$PROF_CONF" grep -q "restart it with MALLOC_CONF=$PROF_CONF\$" "$TMP/noprof.err"
-check "... in one line" test "$(wc -l <"$TMP/noprof.err")" -eq 1
+check "... and names MALLOC_CONF=$PROF_CONF" says "restart it with MALLOC_CONF=$PROF_CONF\$" "$TMP/noprof.err"
+check "... in one message" test "$(unwrapped "$TMP/noprof.err" | wc -l)" -eq 1
 check "... and writes nothing" test -z "$(ls -A "$TMP" | grep noprof.heap)"
 check "... not even a temporary file" test -z "$(ls -A "$TMP" | grep '\.tmp\.')"
 fix_quit $FIX_PID $FIX_FD
@@ -101,8 +101,8 @@ check "--activate set prof.active" python3 -c '
 import json,sys; assert json.load(open(sys.argv[1]))["options"]["prof_active"] is True' "$TMP/act.json"
 # --- unwritable output: fails before touching the target ---
 "$MA" heap-dump $FIX_PID -o /proc/nonexistent/x.heap 2>"$TMP/unw.err"; rc=$?
-check "unwritable -o exits 1 with one line" test $rc -eq 1 -a "$(wc -l <"$TMP/unw.err")" -eq 1
-check "... saying it cannot create the file" grep -q "cannot create '/proc/nonexistent/x.heap'" "$TMP/unw.err"
+check "unwritable -o exits 1 with one message" test $rc -eq 1 -a "$(unwrapped "$TMP/unw.err" | wc -l)" -eq 1
+check "... saying it cannot create the file" says "cannot create '/proc/nonexistent/x.heap'" "$TMP/unw.err"
 v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
 check "inactive fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $FIX_PID $FIX_FD

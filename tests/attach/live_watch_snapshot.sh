@@ -75,8 +75,8 @@ check "snapshot stats.json is read by bins --stats" test $? -eq 0
 check "snapshot heap dump starts with heap_v2/" grep -q '^heap_v2/' "$S/heap.heap"
 "$MA" snapshot $FIX_PID -o "$S" >/dev/null 2>"$TMP/snap2.err"; rc=$?
 check "snapshot refuses an existing non-empty directory (exit 1)" test $rc -eq 1
-check "... with one line, leaving no temporary directory" \
-	test "$(wc -l <"$TMP/snap2.err")" -eq 1 -a -z "$(ls -A "$TMP" | grep 'snap\.tmp')"
+check "... with one message, leaving no temporary directory" \
+	test "$(unwrapped "$TMP/snap2.err" | wc -l)" -eq 1 -a -z "$(ls -A "$TMP" | grep 'snap\.tmp')"
 fix_quit $FIX_PID $FIX_FD
 check "peak fixture exits 0" test $? -eq 0
 
@@ -146,7 +146,7 @@ check "watch dumps at a 24 MiB peak below the old 96 MiB VmHWM (base RSS $base, 
 	[ "$seen" -eq 1 -a "$old_hwm" -gt $((base + 64 * 1048576)) ]
 fix_cmd $LP $LFD "$LOUT" unpeak >/dev/null
 kill -INT $WPID; wait $WPID
-top=$(sed -n 's/.*highest during the watch \([^ ]* [^ ]*\) at .*(lifetime VmHWM \([^ ]* [^ ;)]*\)).*/\1|\2/p' "$TMP/w4.out")
+top=$(unwrapped "$TMP/w4.out" 2 | sed -n 's/.*highest during the watch \([^ ]* [^ ]*\) at .*(lifetime VmHWM \([^ ]* [^ ;)]*\)).*/\1|\2/p')
 check "the summary gives the watch's high apart from the lifetime VmHWM ($top)" \
 	python3 -c '
 import sys
@@ -167,7 +167,7 @@ rss=$(awk '/^VmRSS/ { print $2 * 1024 }' /proc/$LP/status)
 hwm=$(awk '/^VmHWM/ { print $2 * 1024 }' /proc/$LP/status)
 check "--reset-hwm brings VmHWM back near VmRSS (VmHWM $hwm, VmRSS $rss, old $old_hwm)" \
 	[ "$hwm" -lt $((rss + 16 * 1048576)) -a "$hwm" -lt $((old_hwm - 32 * 1048576)) ]
-check "... and says so in the summary" grep -q 'reset at the start' "$TMP/w5.out"
+check "... and says so in the summary" says 'reset at the start' "$TMP/w5.out" 2
 v=$(fix_cmd $LP $LFD "$LOUT" verdict)
 check "low-peak fixture verdict ok" grep -q '^VERDICT ok' <<<"$v"
 fix_quit $LP $LFD
@@ -176,7 +176,7 @@ fix_quit $LP $LFD
 MALLOC_CONF=prof:true,prof_active:false fix_start frag -m peak || { fail "inactive fixture start"; exit 1; }
 "$MA" snapshot $FIX_PID -o "$TMP/snap_ina" >"$TMP/ina.out" 2>&1
 check "snapshot of prof_active:false says the heap profile is (nearly) empty" \
-	grep -q '^heap.heap: profiling is inactive (prof.active=false).*--activate' "$TMP/ina.out"
+	says '^heap.heap: profiling is inactive \(prof.active=false\).*--activate' "$TMP/ina.out" 2
 check "... and manifest.json carries it as heap_note" python3 -c '
 import json,sys
 m=json.load(open(sys.argv[1]))

@@ -20,7 +20,8 @@ state() { # the target's threads, mappings and descriptors
 	ls -l /proc/"$pid"/fd | awk 'NR > 1 {print $9, $10, $11}' | sort
 }
 fresh_threads() { # threads 'threads' reports as never having called into jemalloc
-	"$MA" threads "$pid" | grep -c 'never called into jemalloc'
+	"$MA" threads "$pid" >"$TMP/fresh.txt"
+	unwrapped "$TMP/fresh.txt" 4 | grep -c 'never called into jemalloc'
 }
 
 check "threads finds the two threads that never allocated" test "$(fresh_threads)" -eq 2
@@ -58,7 +59,8 @@ check "after every command the two threads still have no allocator state" test "
 
 # --tid of such a thread borrows it anyway (asked for by name): then, and
 # only then, its state exists -- the check is an honest reading of it.
-bare=$("$MA" threads "$pid" | sed -n 's/^thread \([0-9]*\) .*never called into jemalloc.*/\1/p' | head -1)
+"$MA" threads "$pid" >"$TMP/bare.txt"
+bare=$(unwrapped "$TMP/bare.txt" 4 | sed -n 's/^thread \([0-9]*\) .*never called into jemalloc.*/\1/p' | head -1)
 "$MA" stats "$pid" --tid "$bare" --json >"$TMP/t.json" 2>"$TMP/err"
 check "stats --tid of a never-allocating thread borrows it ($(head -c 200 "$TMP/err"))" \
 	test "$(json_get "$TMP/t.json" thread)" = "$bare"

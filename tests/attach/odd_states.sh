@@ -14,7 +14,7 @@ plan 38
 at_once() {
 	local name=$1 want=$2 pat=$3 rc; shift 3
 	timeout 60 "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
-	if [ "$rc" = "$want" ] && grep -qE -- "$pat" "$TMP/err"; then
+	if [ "$rc" = "$want" ] && says "$pat" "$TMP/err"; then
 		pass "$name (exit $rc: $(head -c 300 "$TMP/err"))"
 	else
 		fail "$name: exit $rc (want $want; 124 = waited), stderr: $(head -c 300 "$TMP/err")"
@@ -46,7 +46,7 @@ if command -v strace >/dev/null; then
 	check "traced thread: threads lists every thread (exit 0)" \
 		test $? -eq 0 -a "$(grep -c '^thread ' "$TMP/th.txt")" -eq "$(ls /proc/"$FIX_PID"/task | wc -l)"
 	check "... the traced one as UNSAFE, naming strace" \
-		grep -q "^thread $w \"worker_1\".*UNSAFE (traced by pid $tracer (strace)" "$TMP/th.txt"
+		says "^thread $w \"worker_1\".*UNSAFE \(traced by pid $tracer \(strace\)" "$TMP/th.txt" 4
 	"$MA" stats "$FIX_PID" --json >"$TMP/s.json" 2>"$TMP/err"
 	check "traced thread: stats borrows another thread" \
 		test $? -eq 0 -a "$(json_get "$TMP/s.json" thread)" != "$w"
@@ -71,7 +71,7 @@ import json, sys
 d = json.load(open(sys.argv[1])); assert d["rss"] > 1 << 20 and d["allocated"] > 0, d' "$TMP/x.json"
 "$MA" threads "$FIX_PID" >"$TMP/xt.txt" 2>&1
 check "main thread exited: threads works, the main thread 'has exited'" \
-	grep -q "^thread $FIX_PID .*UNSAFE (has exited (the process lives on in its other threads))" "$TMP/xt.txt"
+	says "^thread $FIX_PID .*UNSAFE \(has exited \(the process lives on in its other threads\)\)" "$TMP/xt.txt" 4
 "$MA" bins "$FIX_PID" --flush-tcache --json >"$TMP/xb.json" 2>"$TMP/err"
 check "main thread exited: bins --flush-tcache works" test $? -eq 0 -a -s "$TMP/xb.json"
 "$MA" snapshot "$FIX_PID" -o "$TMP/xsnap" >/dev/null 2>"$TMP/err"
@@ -108,7 +108,7 @@ at_once "stats --tid of a thread in vfork() answers at once" 1 \
 	"$MA" stats "$FIX_PID" --tid "$vfk" --timeout 600000
 "$MA" threads "$FIX_PID" >"$TMP/v.txt" 2>&1
 check "threads: the vfork parent is reported, not stopped" \
-	grep -q "^thread $vfk \"vforker\".*UNSAFE (waits for its vfork() child" "$TMP/v.txt"
+	says "^thread $vfk \"vforker\".*UNSAFE \(waits for its vfork\(\) child" "$TMP/v.txt" 4
 verdict_ok "small stack, vfork"
 fix_quit "$FIX_PID" "$FIX_FD"
 

@@ -32,7 +32,7 @@ check "exporter answers /metrics as OpenMetrics" grep -q '^application/openmetri
 check "... ending with # EOF" [ "$(tail -1 "$TMP/m.txt")" = "# EOF" ]
 check "... the unreadable target is a metric (success 0, failures counted)" \
 	grep -q "^memattach_scrape_success{pid=\"$SPID\",comm=\"sleep\"} 0" "$TMP/m.txt"
-check "... and a log line naming it" grep -q "scrape of process $SPID (sleep)" "$TMP/exp.err"
+check "... and a log line naming it" says "scrape of process $SPID \(sleep\)" "$TMP/exp.err"
 
 cat >"$TMP/prom.yml" <<EOF
 global:

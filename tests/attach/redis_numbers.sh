@@ -35,7 +35,7 @@ info() { rc info memory | tr -d '\r' | sed -n "s/^$1://p"; }
 # flag) it borrows that thread.  --allow-eintr-wait, the old spelling, too.
 "$MA" stats "$RPID" --strict >/dev/null 2>"$TMP/refused.err"; rc_no_tid=$?
 check "--strict: refused (exit $rc_no_tid), naming the event loop and --tid $RPID" \
-	eval '[ "$rc_no_tid" -eq 1 ] && grep -q "epoll_wait.*--tid $RPID borrows it" "$TMP/refused.err"'
+	eval '[ "$rc_no_tid" -eq 1 ] && says "epoll_wait.*--tid $RPID borrows it" "$TMP/refused.err"'
 "$MA" stats "$RPID" --json >"$TMP/allowed.json" 2>"$TMP/allowed.err"; rc_allow=$?
 check "no flag: the event loop is borrowed (exit $rc_allow, thread $(json_get "$TMP/allowed.json" thread))" \
 	eval '[ "$rc_allow" -eq 0 ] && [ "$(json_get "$TMP/allowed.json" thread)" = "$RPID" ]'

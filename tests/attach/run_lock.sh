@@ -2,10 +2,11 @@
 # The run lock: runs on one process take turns on a flock of its
 # /proc/PID/personality.  It names the process, not the program: a run on
 # another process of the same executable never waits; a run that times out
-# says who holds the lock; and runs leave no lock file anywhere.
+# names who holds the lock (not advising a longer --timeout when that is not a
+# memattach run: it may never let go); and runs leave no lock file anywhere.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 5
+plan 6
 need_fixtures daemon
 
 rm -f /run/memattach/*.lock /tmp/memattach/*.lock 2>/dev/null
@@ -21,8 +22,10 @@ for _ in $(seq 100); do flock -n -x "/proc/$a/personality" true || break; sleep 
 check "a run on another process of the same executable does not wait (exit $rc: $(head -c 200 "$TMP/b.err"))" \
 	[ "$rc" -eq 0 ]
 "$MA" stats "$a" --timeout 300 >/dev/null 2>"$TMP/a.err"; rc=$?
-check "a run on the locked process times out saying what holds the lock (exit $rc: $(head -c 300 "$TMP/a.err"))" \
-	exit_and_says "$rc" 1 "run lock of process $a .*no memattach run holds it" "$TMP/a.err"
+check "a run on the locked process times out naming the holder (exit $rc: $(head -c 300 "$TMP/a.err"))" \
+	exit_and_says "$rc" 1 "run lock of process $a .*held by pid $holder \(flock\), which is no memattach run" "$TMP/a.err"
+# A program that holds the lock may never let go: a longer wait is no advice.
+check "... and does not offer a longer --timeout" bash -c "! grep -q -- --timeout '$TMP/a.err'"
 kill "$holder"; wait "$holder" 2>/dev/null
 "$MA" stats "$a" --timeout 2000 >/dev/null 2>"$TMP/a.err"; rc=$?
 check "once free, the run goes ahead (exit $rc: $(head -c 200 "$TMP/a.err"))" [ "$rc" -eq 0 ]

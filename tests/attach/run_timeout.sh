@@ -30,7 +30,7 @@ timeout 20 "$MA" purge "$sp" --timeout 8000 >/dev/null 2>"$TMP/p2.err" & p2=$!
 for _ in $(seq 200); do flock -n -x "/proc/$sp/personality" true || break; sleep 0.05; done
 timeout 20 "$MA" stats "$sp" --timeout 700 >/dev/null 2>"$TMP/s.err"; rc=$?
 check "a run waiting for the turn ends within its --timeout, naming the holder (exit $rc: $(head -c 300 "$TMP/s.err"))" \
-	exit_and_says "$rc" 1 "another memattach run \(pid [0-9]+\) on process $sp did not finish within [0-9]+ ms" "$TMP/s.err"
+	exit_and_says "$rc" 1 "another memattach run on process $sp \(pid [0-9]+, running for [^)]*\) holds its run lock: not free within [0-9]+ ms" "$TMP/s.err"
 # Not yet released: wait for that run's end before letting go.
 wait "$p2"; rc=$?
 check "the second purge gives up looking at its --timeout (exit $rc: $(head -c 300 "$TMP/p2.err"))" \

@@ -27,9 +27,9 @@ while [ "$(gens)" -le "$GENS" ] && [ "$(now_us)" -lt "$deadline" ]; do
 	case $rc in
 	0) ok=$((ok + 1)) ;;
 	1) failed=$((failed + 1))
-	   if [ "$(grep -c . "$TMP/run.err")" -ne 1 ]; then
+	   if [ "$(unwrapped "$TMP/run.err" | grep -c .)" -ne 1 ]; then
 		unclear=$((unclear + 1))
-		echo "# run $runs: $(grep -c . "$TMP/run.err") lines on stderr: $(head -3 "$TMP/run.err" | cut -c1-150 | tr '\n' '|')"
+		echo "# run $runs: $(unwrapped "$TMP/run.err" | grep -c .) messages on stderr: $(head -3 "$TMP/run.err" | cut -c1-150 | tr '\n' '|')"
 	   fi
 	   head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-120 >>"$TMP/failed.txt" ;;
 	*) other=$((other + 1)); echo "exit $rc: $(head -1 "$TMP/run.err" | cut -c1-120)" >>"$TMP/failed.txt" ;;

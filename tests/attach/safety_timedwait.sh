@@ -85,7 +85,7 @@ refused=0 other=0
 # back to back: a wait restarted with its whole timeout at each stop would run on far past 300 ms
 for _ in $(seq 20); do
 	"$MA" stats "$pid" --tid "$tw" >/dev/null 2>"$TMP/raw.err"; rc=$?
-	if [ "$rc" -eq 1 ] && grep -q "with a timeout" "$TMP/raw.err"; then refused=$((refused + 1)); fi
+	if [ "$rc" -eq 1 ] && says "with a timeout" "$TMP/raw.err"; then refused=$((refused + 1)); fi
 done
 for _ in $(seq 20); do
 	"$MA" stats "$pid" >/dev/null 2>>"$TMP/raw2.err" && other=$((other + 1))

@@ -128,13 +128,14 @@ assert d["heap"] is None and d["b"]["heap"] is None and d["a"]["heap_skipped"] i
 assert "no heap dump in B" in d["heap_skipped"] and "MALLOC_CONF=prof:true" in d["heap_skipped"], d["heap_skipped"]
 assert len(d["headline"])==11' "$TMP/n.json"
 "$MA" diff "$N" "$A" >"$TMP/n.txt" 2>&1
-check "... and the report says so" grep -q '^heap dumps: not compared: no heap dump in A .*prof:true' "$TMP/n.txt"
+check "... and the report says so" says '^heap dumps: not compared: no heap dump in A .*prof:true' "$TMP/n.txt" 2
 
 # --- errors ---
-err1() { # NAME WANT_RC WANT_TEXT ARGS...: exit status and one line naming WANT_TEXT
+err1() { # NAME WANT_RC WANT_TEXT ARGS...: exit status and one message naming WANT_TEXT
 	local name=$1 want=$2 text=$3 rc; shift 3
 	"$MA" diff "$@" >"$TMP/e.out" 2>"$TMP/e.err"; rc=$?
-	if [ $rc -eq "$want" ] && [ "$(wc -l <"$TMP/e.err")" -eq 1 ] && grep -q -- "$text" "$TMP/e.err" &&
+	if [ $rc -eq "$want" ] && [ "$(unwrapped "$TMP/e.err" | wc -l)" -eq 1 ] &&
+		unwrapped "$TMP/e.err" | grep -qF -- "$text" &&
 		[ ! -s "$TMP/e.out" ]; then
 		pass "$name"
 	else

@@ -31,13 +31,13 @@ done
 tid=$(tid_of "$pid" sc_rcvto) refused=0 between=0
 for _ in $(seq $((CYCLES / 4))); do
 	"$MA" stats "$pid" --tid "$tid" >/dev/null 2>"$TMP/r.err"; rc=$?
-	if [ $rc -eq 1 ] && grep -q "with a timeout" "$TMP/r.err"; then refused=$((refused + 1)); cp "$TMP/r.err" "$TMP/r.why"
+	if [ $rc -eq 1 ] && says "with a timeout" "$TMP/r.err"; then refused=$((refused + 1)); cp "$TMP/r.err" "$TMP/r.why"
 	elif [ $rc -eq 0 ]; then between=$((between + 1)); fi
 done
 check "sc_rcvto: --tid refused $refused of $((CYCLES / 4)) times naming its timeout, borrowed $between times between receives, nothing else" \
 	[ $((refused + between)) -eq $((CYCLES / 4)) -a "$refused" -ge $((CYCLES / 4 * 9 / 10)) ]
 [ -s "$TMP/r.why" ] && cp "$TMP/r.why" "$TMP/r.err"
-check "sc_rcvto: the message says why ($(head -1 "$TMP/r.err" | cut -c1-100))" grep -q "whole timeout once more" "$TMP/r.err"
+check "sc_rcvto: the message says why ($(head -1 "$TMP/r.err" | cut -c1-100))" says "whole timeout once more" "$TMP/r.err"
 # Inspecting without borrowing (memattach threads) must not leak EINTR either.
 ok=0
 for _ in $(seq $((CYCLES / 4))); do "$MA" threads "$pid" >/dev/null 2>&1 && ok=$((ok + 1)); done

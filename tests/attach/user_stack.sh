@@ -20,12 +20,12 @@ v0=$(fix_cmd "$pid" "$fd" "$out" verdict)
 
 "$MA" threads "$pid" >"$TMP/threads.out" 2>&1
 check "threads: us_thread is UNSAFE, its stack supplied by the program" \
-	grep -q "thread $tid \"us_thread\".*UNSAFE (runs on a stack the program supplied" "$TMP/threads.out"
+	says "thread $tid \"us_thread\".*UNSAFE \(runs on a stack the program supplied" "$TMP/threads.out" 4
 t0=$(now_us)
 "$MA" stats "$pid" --tid "$tid" >/dev/null 2>"$TMP/tid.err"; rc=$?
 t1=$(now_us)
 check "stats --tid us_thread: refused (exit $rc) naming the supplied stack: $(head -1 "$TMP/tid.err" | cut -c1-160)" \
-	[ "$rc" -eq 1 ] && grep -q "stack the program supplied" "$TMP/tid.err"
+	[ "$rc" -eq 1 ] && says "stack the program supplied" "$TMP/tid.err"
 check "stats --tid us_thread: refused at once ($(( (t1 - t0) / 1000 )) ms)" [ $(( (t1 - t0) / 1000 )) -lt 1000 ]
 ok=0
 for _ in $(seq "$RUNS"); do

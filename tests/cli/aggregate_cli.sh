@@ -13,7 +13,7 @@ done
 "$MA" aggregate "$D/prof_c.heap" --bogus >/dev/null 2>&1; check "unknown option: 2" [ $? = 2 ]
 "$MA" aggregate "$D/prof_c.heap" --skip '(' >/dev/null 2>&1; check "bad --skip regex: 2" [ $? = 2 ]
 
-# Bad input: one clear line on stderr, exit 1, never a crash.
+# Bad input: one clear message on stderr, exit 1, never a crash.
 : >"$TMP/empty"
 head -c 4096 /dev/urandom >"$TMP/garbage"
 printf 'heap profile:    1:  2 [ 3:  4] @ heapprofile\n' >"$TMP/gperf"
@@ -22,13 +22,13 @@ for f in empty:empty garbage:'not a jemalloc heap dump' gperf:'gperftools' missi
 	name=${f%%:*} want=${f#*:}
 	"$MA" aggregate "$TMP/$name" >/dev/null 2>"$TMP/err"; rc=$?
 	check "bad input $name: exit 1" [ $rc = 1 ]
-	check "bad input $name: message says '$want'" grep -q "$want" "$TMP/err"
-	check "bad input $name: one line" [ "$(wc -l <"$TMP/err")" = 1 ]
+	check "bad input $name: message says '$want'" says "$want" "$TMP/err"
+	check "bad input $name: one message" [ "$(unwrapped "$TMP/err" | wc -l)" = 1 ]
 done
 "$MA" aggregate "$TMP/absurd" --json >"$TMP/absurd.json" 2>"$TMP/err"
 check "absurd counts: warning, no crash" grep -q 'warning' "$TMP/err"
 "$MA" aggregate "$D/prof_c_truncated.heap" >/dev/null 2>"$TMP/err"
-check "truncated dump: says how far it got" grep -q 'truncated: read [0-9]* stacks' "$TMP/err"
+check "truncated dump: says how far it got" says 'truncated: read [0-9]* stacks' "$TMP/err"
 "$MA" aggregate "$D/prof_c.heap" --binary /nonexistent/bin >/dev/null 2>"$TMP/err"; rc=$?
 check "missing --binary: exit 1 naming it" exit_and_says $rc 1 '/nonexistent/bin' "$TMP/err"
 "$MA" aggregate "$D/prof_c.heap" --binary /etc/hostname --json >"$TMP/j" 2>"$TMP/err"; rc=$?
@@ -157,7 +157,7 @@ assert "prof_c.c:" in s["frames"][0]' "$TMP/lines.json"
 	cp "$FIX/prof_c" "$TMP/nodebug_prof_c" && strip --strip-debug "$TMP/nodebug_prof_c"
 	"$MA" aggregate "$TMP/c.heap" --lines --binary "$TMP/nodebug_prof_c" >/dev/null 2>"$TMP/nolines.err"
 	check "--lines without DWARF: a note names the object" \
-		grep -q 'note: no file:line for any frame in .*nodebug_prof_c.*build with -g' "$TMP/nolines.err"
+		says 'note: no file:line for any frame in .*nodebug_prof_c.*build with -g' "$TMP/nolines.err"
 	check "--lines with DWARF: the binary is not named" \
 		test "$(grep -c 'for any frame in.*prof_c' <<<"$("$MA" aggregate "$TMP/c.heap" --lines 2>&1 >/dev/null)")" = 0
 else

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Bad input gets one clear line on stderr and the documented exit status:
-# 1 when the operation fails on the target, 2 for usage errors.
+# Bad input gets one clear message on stderr (one line, or its continuation
+# lines when longer than the terminal) and the documented exit status: 1
+# when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
 plan 45
 
-# expect NAME STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN.
+# expect NAME STATUS PATTERN CMD...: exit status and one stderr message matching PATTERN.
 expect() {
 	local name=$1 want=$2 pat=$3 rc lines; shift 3
 	"$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
-	lines=$(wc -l <"$TMP/err")
-	if [ "$rc" -eq "$want" ] && grep -qE -- "$pat" "$TMP/err" && [ "$lines" -le 1 ]; then
-		pass "$name (exit $rc: $(cat "$TMP/err"))"
+	unwrapped "$TMP/err" >"$TMP/msg"
+	lines=$(wc -l <"$TMP/msg")
+	if [ "$rc" -eq "$want" ] && grep -qE -- "$pat" "$TMP/msg" && [ "$lines" -le 1 ]; then
+		pass "$name (exit $rc: $(cat "$TMP/msg"))"
 	else
 		fail "$name: exit $rc (want $want), stderr: $(head -c 300 "$TMP/err")"
 	fi
@@ -63,7 +65,7 @@ expect "a thread id is refused" 1 "is a thread of process $dpid" "$MA" stats "$t
 bash -c 'sleep 0.2 & echo $! > '"$TMP"'/zpid; exec sleep 30' & zparent=$!; track $zparent
 sleep 0.6
 zpid=$(cat "$TMP/zpid")
-expect "zombie" 1 "is a zombie" "$MA" stats "$zpid"
+expect "zombie" 1 "exited \(a zombie: its parent has not reaped it yet\)" "$MA" stats "$zpid"
 
 # A stripped static binary: jemalloc is in it but nothing names mallctl.
 strip -o "$TMP/stripped_static" "$FIX/daemon_static"

@@ -2,7 +2,7 @@
 # tests/cli/hostile_inputs.sh - offline inputs are bounded: devices, FIFOs
 # without a writer, huge sparse files, absurd bin counts, binary data and
 # dumps cut inside MAPPED_LIBRARIES each end in well under the 20 s guard,
-# with exit 1 and one line saying what the input is, in bounded memory.
+# with exit 1 and one message saying what the input is, in bounded memory.
 . "$(dirname "$0")/../lib.sh"
 plan 19
 D=$ROOT/fixtures/dumps
@@ -22,8 +22,8 @@ print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
 PY
 	local rc mb
 	read -r rc mb <"$TMP/rusage"
-	if [ "$rc" = "$want" ] && [ "$mb" -lt "${MAXMB:-200}" ] && grep -qE -- "$pat" "$TMP/err" &&
-		[ "$(wc -l <"$TMP/err")" -le 2 ]; then
+	if [ "$rc" = "$want" ] && [ "$mb" -lt "${MAXMB:-200}" ] && says "$pat" "$TMP/err" &&
+		[ "$(unwrapped "$TMP/err" | wc -l)" -le 2 ]; then
 		pass "$name (exit $rc, ${mb} MB: $(head -1 "$TMP/err"))"
 	else
 		fail "$name: exit $rc (want $want), ${mb} MB, stderr: $(head -c 300 "$TMP/err")"
@@ -93,7 +93,7 @@ run_bounded "... with --allow-truncated: a report and the cut named" 0 \
 	"truncated: .*cut inside MAPPED_LIBRARIES: frames in objects listed after the cut stay unnamed" \
 	"$MA" aggregate "$TMP/cutmaps.heap" --allow-truncated
 check "... and the frames outside every listed mapping are warned about" \
-	grep -q "is in none of the mappings the dump lists" "$TMP/err"
+	says "is in none of the mappings the dump lists" "$TMP/err"
 
 # A pipe is read (bounded, like a FIFO with a writer): the same report.
 "$MA" aggregate "$D/prof_c.heap" --json >"$TMP/file.json" 2>/dev/null

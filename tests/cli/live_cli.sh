@@ -33,7 +33,7 @@ check "bins --stats two arenas prints a table limited by --top" \
 echo '{"name":"other tool","values":[1,2,3]}' >"$TMP/other.json"
 "$MA" bins --stats "$TMP/other.json" >"$TMP/o" 2>"$TMP/e"; rc=$?
 check "JSON from another tool: exit 1" test $rc -eq 1
-check "... one line naming malloc_stats_print" grep -q "not the JSON output of jemalloc's malloc_stats_print" "$TMP/e"
+check "... one message naming malloc_stats_print" says "not the JSON output of jemalloc's malloc_stats_print" "$TMP/e"
 check "... and nothing on stdout" test ! -s "$TMP/o"
 head -c 20000 "$ROOT/fixtures/stats/one_arena.json" >"$TMP/cut.json"
 "$MA" bins --stats "$TMP/cut.json" >/dev/null 2>"$TMP/e"; rc=$?
@@ -59,7 +59,7 @@ assert json.load(open(sys.argv[1]))["bins"]==json.load(open(sys.argv[2]))["bins"
 check "stats-dump of a missing process: exit 1" test $rc -eq 1 -a ! -e "$TMP/x.json"
 check "... no temporary left" test -z "$(ls -A "$TMP" | grep '\.tmp\.')"
 "$MA" stats-dump $$ -o /proc/nonexistent/s.json >/dev/null 2>"$TMP/e"; rc=$?
-check "stats-dump to an unwritable path: exit 1, one line" test $rc -eq 1 -a "$(wc -l <"$TMP/e")" -eq 1
+check "stats-dump to an unwritable path: exit 1, one message" test $rc -eq 1 -a "$(unwrapped "$TMP/e" | wc -l)" -eq 1
 "$MA" snapshot 999999999 -o "$TMP/snapx" >/dev/null 2>&1; rc=$?
 check "snapshot of a missing process: exit 1, no directory" test $rc -eq 1 -a ! -e "$TMP/snapx"
 check "... no temporary directory" test -z "$(ls -A "$TMP" | grep 'snapx')"

@@ -31,6 +31,12 @@ static void compare(const char *path, const char *prefix, const char *tool, cons
 		check_failures++;
 		return;
 	}
+	if (ma_elf_load_syms(&e) != 0) {
+		printf("FAIL %s: cannot load the symbols of %s\n", name, path);
+		check_failures++;
+		ma_elf_release(&e);
+		return;
+	}
 	fd = mkstemp(tmpl);
 	in = fdopen(fd, "w");
 	for (size_t i = 0; i < e.nsyms; i++) {
