@@ -127,7 +127,9 @@ struct ma_agent_ctl {
 	 */
 	uint64_t entry_busy;
 	uint64_t stripe_max; /* samples a stripe holds at most (the rest are dropped_full) */
-	uint64_t reserved[3];
+	/* samples allocated by the unwinder itself: the caller is their only frame */
+	uint64_t unwinder_samples;
+	uint64_t reserved[2];
 };
 
 /*

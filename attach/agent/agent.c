@@ -356,7 +356,51 @@ static bool grow(struct ma_agent_ctl *c, struct stripe *s)
 	return true;
 }
 
-static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size)
+/*
+ * The exec range of the unwinder our walk calls (libgcc_s): an allocation
+ * it makes may hold its object_mutex (sorting a registered object's FDEs
+ * in _Unwind_Find_FDE), which our walk would then take again on the same
+ * thread, for ever.  Such a sample gets the caller as its only frame.
+ */
+static uint64_t unwinder_lo, unwinder_hi;
+
+static int find_unwinder(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uint64_t pc = *(uint64_t *)arg;
+
+	(void)size;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && pc >= lo && pc - lo < ph->p_memsz) {
+			unwinder_lo = lo;
+			unwinder_hi = lo + ph->p_memsz;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void learn_unwinder(void)
+{
+	uint64_t pc = (uint64_t)(uintptr_t)&_Unwind_Backtrace;
+
+	if (!unwinder_hi)
+		dl_iterate_phdr(find_unwinder, &pc);
+}
+
+/* CALLER: the return address of the allocation call (0 if unknown: jemalloc's hooks). */
+static uint32_t stack_of(struct ma_agent_ctl *c, uint64_t caller)
+{
+	if (caller && caller >= unwinder_lo && caller < unwinder_hi) {
+		__atomic_add_fetch(&c->unwinder_samples, 1, __ATOMIC_RELAXED);
+		return intern_stack(c, &caller, 1);
+	}
+	return current_stack(c);
+}
+
+static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size, uint64_t caller)
 {
 	struct stripe *s;
 	struct sample x;
@@ -364,7 +408,7 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size
 	if (!enter(c, &s, h))
 		return;
 	x.ptr = p;
-	x.stack = current_stack(c);
+	x.stack = stack_of(c, caller);
 	x.size = size;
 	spin_lock(&s->lock);
 	if (s->count >= c->stripe_max || (s->count >= s->cap - s->cap / 8 && !grow(c, s))) {
@@ -488,7 +532,7 @@ static void alloc_hook(void *extra, int type, void *result, uintptr_t result_raw
 		return;
 	h = addr_hash(c, p);
 	if (wanted(c, p, h, &size))
-		record(c, p, h, size);
+		record(c, p, h, size, 0);
 }
 
 static void dalloc_hook(void *extra, int type, void *address, uintptr_t args_raw[3])
@@ -519,7 +563,7 @@ static void expand_hook(void *extra, int type, void *address, size_t old_usize, 
 	if (old_usize == c->focus_size && new_usize != c->focus_size)
 		forget(c, p, h);
 	else if (old_usize != c->focus_size && new_usize == c->focus_size)
-		record(c, p, h, (uint32_t)new_usize);
+		record(c, p, h, (uint32_t)new_usize, 0);
 }
 
 /* ---- one recording at a time per thread ---- */
@@ -624,13 +668,14 @@ static inline uint64_t usable(const struct ma_agent_ctl *c, uint64_t p)
 	return ((usable_fn)(uintptr_t)c->malloc_usable_size)((void *)(uintptr_t)p);
 }
 
-static void record_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size)
+static void record_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size,
+			   uint64_t caller)
 {
 	unsigned g;
 
 	if (!guard_enter(&g))
 		return;
-	record(c, p, h, size);
+	record(c, p, h, size, caller);
 	guard_leave(g);
 }
 
@@ -646,7 +691,7 @@ static bool take_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, struct 
 	return found;
 }
 
-static void after_alloc(uint64_t p)
+static void after_alloc(uint64_t p, uint64_t caller)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	uint64_t h;
@@ -656,7 +701,7 @@ static void after_alloc(uint64_t p)
 		return;
 	h = addr_hash(c, p);
 	if (wanted(c, p, h, &size))
-		record_guarded(c, p, h, size);
+		record_guarded(c, p, h, size, caller);
 }
 
 /* Before the original frees P: once jemalloc has it back, another thread may get and record it. */
@@ -676,7 +721,7 @@ static void before_free(uint64_t p)
 /* Bumped at each start: a sample taken out in one run is never put back into the next. */
 static uint64_t run_gen;
 
-static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f)
+static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f, uint64_t caller)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	uint64_t gen = __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE), h = 0, q;
@@ -715,12 +760,13 @@ static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f)
 		}
 		return q;
 	}
-	after_alloc(q);
+	after_alloc(q, caller);
 	return q;
 }
 
 /* xallocx resizes in place: only focus mode cares (the pointer may leave or join the class). */
-static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint64_t flags)
+static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint64_t flags,
+				uint64_t caller)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	bool focus = p && running(c) && c->mode == MA_AGENT_MODE_FOCUS;
@@ -733,16 +779,17 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 		if (before == c->focus_size && after != c->focus_size)
 			take_guarded(c, p, h, NULL);
 		else if (before != c->focus_size && after == c->focus_size)
-			record_guarded(c, p, h, (uint32_t)after);
+			record_guarded(c, p, h, (uint32_t)after, caller);
 	}
 	return after;
 }
 
+#define RETURN_ADDRESS ((uint64_t)(uintptr_t)__builtin_return_address(0))
 #define WRAP_ALLOC(id)                                                            \
 	static uint64_t w_##id(uint64_t a, uint64_t b, uint64_t c)                 \
 	{                                                                         \
 		uint64_t p = ((fn3)(uintptr_t)orig(E_##id))(a, b, c);             \
-		after_alloc(p);                                                   \
+		after_alloc(p, RETURN_ADDRESS);                                   \
 		return p;                                                         \
 	}
 #define WRAP_FREE(id)                                                             \
@@ -754,12 +801,12 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 #define WRAP_REALLOC(id)                                                          \
 	static uint64_t w_##id(uint64_t a, uint64_t b, uint64_t c)                 \
 	{                                                                         \
-		return resize(E_##id, a, b, c);                                   \
+		return resize(E_##id, a, b, c, RETURN_ADDRESS);                   \
 	}
 #define WRAP_XALLOC(id)                                                           \
 	static uint64_t w_##id(uint64_t a, uint64_t b, uint64_t c, uint64_t d)     \
 	{                                                                         \
-		return resize_in_place(a, b, c, d);                               \
+		return resize_in_place(a, b, c, d, RETURN_ADDRESS);               \
 	}
 /* posix_memalign(void **, alignment, size): int */
 #define WRAP_PMEMALIGN(id)                                                        \
@@ -767,7 +814,7 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 	{                                                                         \
 		int rc = (int)((fn3)(uintptr_t)orig(E_##id))(a, b, c);            \
 		if (rc == 0 && a)                                                 \
-			after_alloc(*(uint64_t *)(uintptr_t)a);                   \
+			after_alloc(*(uint64_t *)(uintptr_t)a, RETURN_ADDRESS);   \
 		return (uint64_t)(uint32_t)rc;                                    \
 	}
 #define WRAP(id, sym, pre, kind) WRAP_##kind(id)
@@ -1387,6 +1434,7 @@ static int start_impl(const struct ma_agent_params *p)
 	if (c->state == MA_AGENT_FORKED && (rc = stop_impl(c)) != MA_AGENT_OK)
 		return rc; /* a fork child's inherited slots, hooks and tables */
 	take_params(c, p);
+	learn_unwinder();
 	if ((rc = map_tables(c)) != MA_AGENT_OK)
 		return rc;
 	if (!atfork_registered) {

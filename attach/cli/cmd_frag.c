@@ -526,6 +526,7 @@ static int do_status(struct frag_args *a)
 			ma_json_u64(&j, "slots_patched", v.ctl.slots_patched);
 			ma_json_u64(&j, "slots_failed", v.ctl.slots_failed);
 			ma_json_u64(&j, "slots_foreign", v.ctl.slots_foreign);
+			ma_json_u64(&j, "unwinder_samples", v.ctl.unwinder_samples);
 			ma_json_u64(&j, "memory_resident_bytes", v.table_resident);
 			ma_json_u64(&j, "started_unix_ns", v.ctl.started_unix_ns);
 		}

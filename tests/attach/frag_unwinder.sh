@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The frag agent walks a sampled allocation's stack with libgcc's unwinder,
+# on the allocating thread.  libgcc itself allocates while it holds its
+# frame-table lock (sorting the FDEs of an object registered with
+# __register_frame_info, as LuaJIT does for its traces, on the first
+# lookup after): walking from there would take that lock again on the
+# same thread and freeze it for good, and every other thread whose sample
+# needs the unwinder after it (kresd froze at --shift 0 under DNS-over-TCP
+# queries).  fixtures/unwalloc does exactly that on command ('unwind').
+# With every allocation sampled: each unwind answers, the worker keeps
+# running, the agent says it recorded libgcc's allocations by their
+# caller alone (unwinder_samples), stop works and the fixture's checks hold.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+plan 8
+need_fixtures unwalloc
+
+rounds() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" rounds | awk '{ print $2 }'; }
+fix_start unwalloc || { fail "unwalloc: start"; exit 1; }
+P=$FIX_PID
+ans=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" unwind)
+check "before frag: unwind answers ($ans)" grep -q '^UNWOUND frames=[1-9]' <<<"$ans"
+"$MA" frag start "$P" --shift 0 >/dev/null 2>"$TMP/e"; rc=$?
+check "frag start --shift 0 (exit $rc: $(head -1 "$TMP/e"))" [ "$rc" -eq 0 ]
+answered=0
+for i in 1 2 3; do
+	ans=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" unwind) || break
+	grep -q '^UNWOUND frames=[1-9]' <<<"$ans" && answered=$((answered + 1))
+done
+check "under the agent: 3 of 3 unwinds answer (no thread frozen in libgcc: $answered)" \
+	[ "$answered" -eq 3 ]
+r0=$(rounds); bsleep 0.3; r1=$(rounds)
+check "the worker keeps running ($r0 -> $r1 rounds)" [ "${r1:-0}" -gt "${r0:-0}" ]
+"$MA" frag status "$P" --json >"$TMP/st" 2>&1
+n=$(json_get "$TMP/st" unwinder_samples)
+check "libgcc's own allocations recorded with their caller as the only frame ($n)" \
+	[ "${n:-0}" -gt 0 ]
+"$MA" frag report "$P" >"$TMP/rep" 2>&1; rc=$?
+check "frag report works (exit $rc)" [ "$rc" -eq 0 ]
+"$MA" frag stop "$P" >/dev/null 2>"$TMP/e"; rc=$?
+check "frag stop works (exit $rc: $(head -1 "$TMP/e"))" [ "$rc" -eq 0 ]
+fix_quit "$P" "$FIX_FD"; rc=$?
+check "unwalloc exits with a good verdict (status $rc)" [ "$rc" -eq 0 ]
