@@ -16,6 +16,8 @@ static unsigned long nsteps;
 static unsigned long kill_after; /* 0: never */
 static bool configured;
 static bool printing;
+/* MEMATTACH_TEST_STEPS_CHANGES=1: count only steps that can change the target (no reads). */
+static bool changes_only;
 /* Named points of a run (ma_step_mark), printed with the step count. */
 struct step_mark {
 	const char *label;
@@ -50,7 +52,9 @@ static const char *step_name(int req)
 	case PTRACE_GETSIGMASK: return "GETSIGMASK";
 	case PTRACE_SETSIGMASK: return "SETSIGMASK";
 	case PTRACE_LISTEN: return "LISTEN";
-	case PTRACE_GETEVENTMSG: return "GETEVENTMSG";
+	case PTRACE_GETEVENTMSG:
+	case PTRACE_PEEKSIGINFO:
+	case PTRACE_GET_SYSCALL_INFO: return "GETEVENTMSG";
 	case PTRACE_SETOPTIONS: return "SETOPTIONS";
 	default: return "ptrace";
 	}
@@ -71,7 +75,10 @@ static void configure(void)
 	const char *k = getenv("MEMATTACH_TEST_KILL_AFTER_STEP");
 	const char *p = getenv("MEMATTACH_TEST_STEPS");
 
+	const char *c = getenv("MEMATTACH_TEST_STEPS_CHANGES");
+
 	configured = true;
+	changes_only = c && *c == '1';
 	if (k && *k)
 		kill_after = strtoul(k, NULL, 10);
 	timing = p && *p == '2';
@@ -89,10 +96,34 @@ void ma_step_mark(const char *label)
 		marks[nmarks++] = (struct step_mark){ label, nsteps };
 }
 
+/*
+ * A request that only reads the tracee: killing memattach right after it
+ * leaves the target as a kill right after the step before it does.
+ */
+static bool reads_only(int req)
+{
+	switch (req) {
+	case PTRACE_PEEKDATA:
+	case PTRACE_GETREGS:
+	case PTRACE_GETFPREGS:
+	case PTRACE_GETREGSET:
+	case PTRACE_GETSIGINFO:
+	case PTRACE_GETSIGMASK:
+	case PTRACE_GETEVENTMSG:
+	case PTRACE_PEEKSIGINFO:
+	case PTRACE_GET_SYSCALL_INFO:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void count_step(int req)
 {
 	if (!configured)
 		configure();
+	if (changes_only && reads_only(req))
+		return;
 	if (timing && nsteps < 4096) {
 		struct timespec ts;
 

@@ -10,6 +10,9 @@
  * prints "memattach-test: steps=N" on stderr at exit, after a line
  * "memattach-test: mark LABEL=K" for each point named by ma_step_mark (K:
  * the steps done when it was reached), so a test can aim at one phase.
+ * MEMATTACH_TEST_STEPS_CHANGES=1 counts (and kills after) only the steps
+ * that can change the target: not the requests that only read it, after
+ * which a kill leaves the target as a kill after the previous step does.
  */
 #ifndef MA_STEPS_H
 #define MA_STEPS_H

@@ -14,10 +14,33 @@
 #   start, agent loaded and stopped: what a first start does after its
 #          loading (the agent call, every thread visited), on one target
 #   report --no-flush (agent running), stop
+# Steps are counted without the requests that only read the target
+# (MEMATTACH_TEST_STEPS_CHANGES=1: a kill right after a read leaves the
+# target as a kill after the step before it).  A sweep of more than
+# HEAD+MID+TAIL steps (default 8+12+24) kills after every one of its first
+# HEAD steps (seizing and stopping the threads) and its last TAIL (the
+# agent's call, the memfd and dlopen, the restore and detach), and after
+# MID steps evenly spread between (the syscall stops of the remote calls,
+# one like the next); the check names say which steps were covered.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
 plan 29
 need_fixtures daemon
+export MEMATTACH_TEST_STEPS_CHANGES=1
+HEAD=${HEAD:-8} MID=${MID:-12} TAIL=${TAIL:-24}
+
+# kill_points N: the steps to kill after, in KS; what they cover, in COVER.
+kill_points() {
+	local n=$1 lo hi stride
+	if [ "$n" -le $((HEAD + MID + TAIL)) ]; then
+		KS=($(seq 1 "$n")) COVER="each of the $n steps"
+		return
+	fi
+	lo=$((HEAD + 1)) hi=$((n - TAIL))
+	stride=$(( (hi - lo + MID) / MID ))
+	KS=($(seq 1 "$HEAD") $(seq "$lo" "$stride" "$hi") $(seq $((hi + 1)) "$n"))
+	COVER="${#KS[@]} of the $n steps: each of the first $HEAD and the last $TAIL, every ${stride}th between"
+}
 
 # fix_start polling every 10 ms: the first sweep replaces its target ~100 times.
 start_target() {
@@ -73,7 +96,8 @@ sweep() {
 	settle "$before"
 	v0=$(fix_cmd "$T_PID" "$T_FD" "$T_OUT" verdict); c0=$(vfield "$v0" checks)
 	fd0=$(fd_count "$T_PID")
-	for k in $(seq 1 "$n"); do
+	kill_points "$n"
+	for k in "${KS[@]}"; do
 		# (the previous kill's settle already left it so when AFTER = BEFORE)
 		[ "$after" = "$before" ] || settle "$before" || unsettled=$((unsettled + 1))
 		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA" frag "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
@@ -102,8 +126,8 @@ sweep() {
 		fi
 		settle "$after" || { unsettled=$((unsettled + 1)); echo "# $label: step $k: agent not $after: $(agent_state) $(tail -1 "$TMP/settle.err")"; }
 	done
-	echo "# $label: $n steps, killed after each; $killed exit 137; $(awk "BEGIN{printf \"%.1f\", $(now_us)/1e6 - $t0}") s"
-	check "$label: killed after each of the $n steps ($killed exit 137)" [ "$killed" -gt 0 ]
+	echo "# $label: killed after $COVER; $killed exit 137; $(awk "BEGIN{printf \"%.1f\", $(now_us)/1e6 - $t0}") s"
+	check "$label: killed after $COVER ($killed exit 137)" [ "$killed" -gt 0 ]
 	check "$label: target survived every kill ($deaths deaths; $BAD_QUITS replaced targets quit with a bad verdict)" [ "$deaths" -eq 0 -a "$BAD_QUITS" -eq 0 ]
 	check "$label: no thread left stopped ($stuck times)" [ "$stuck" -eq 0 ]
 	check "$label: the agent could always be brought to $before / $after by normal runs ($unsettled failures)" [ "$unsettled" -eq 0 ]
