@@ -17,7 +17,7 @@
 # Steps are counted without the requests that only read the target
 # (MEMATTACH_TEST_STEPS_CHANGES=1: a kill right after a read leaves the
 # target as a kill after the step before it).  A sweep of more than
-# HEAD+MID+TAIL steps (default 8+12+24) kills after every one of its first
+# HEAD+MID+TAIL steps (default 16+24+48) kills after every one of its first
 # HEAD steps (seizing and stopping the threads) and its last TAIL (the
 # agent's call, the memfd and dlopen, the restore and detach), and after
 # MID steps evenly spread between (the syscall stops of the remote calls,
@@ -27,7 +27,7 @@
 plan 29
 need_fixtures daemon
 export MEMATTACH_TEST_STEPS_CHANGES=1
-HEAD=${HEAD:-8} MID=${MID:-12} TAIL=${TAIL:-24}
+HEAD=${HEAD:-16} MID=${MID:-24} TAIL=${TAIL:-48}
 
 # kill_points N: the steps to kill after, in KS; what they cover, in COVER.
 kill_points() {
