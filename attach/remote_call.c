@@ -1049,6 +1049,11 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
+	if (ma_run_deadline_passed()) {
+		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
+		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
+			       "stopped", ti->tid);
+	}
 	open_status_fd(s, ti->tid);
 	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
@@ -1377,6 +1382,28 @@ static int deadline_refusal(const struct ma_session *s, const struct ma_session_
 		       s->t->pid, o->deadline_ms, t->last_busy, others);
 }
 
+/*
+ * The run's deadline came in a round before thread number TRIED of N could
+ * be stopped: the last full round (PREV) says why none could be borrowed,
+ * else this one so far (T), else how far the run got.
+ */
+static int deadline_cut(const struct ma_session *s, const struct ma_session_opts *o,
+			const struct round_tally *prev, const struct round_tally *t, size_t tried,
+			size_t n)
+{
+	if (prev->busy)
+		return deadline_refusal(s, o, prev);
+	if (t->busy)
+		return deadline_refusal(s, o, t);
+	if (tried <= 1)
+		return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out before a thread "
+			       "of process %d could be tried; give a longer --timeout",
+			       o->deadline_ms, s->t->pid);
+	return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out after %zu of the %zu "
+		       "threads of process %d were tried (none could be borrowed; last: %s); give "
+		       "a longer --timeout", o->deadline_ms, tried - 1, n, s->t->pid, t->last);
+}
+
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)ma_run_ms_left(o->deadline_ms) * 1000000ULL;
@@ -1420,12 +1447,13 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				free(ti);
 				return 0;
 			}
-			if (rc == MA_E_TIMEOUT && !s->seized && prev.busy) {
-				/* The deadline came before this thread's stop: the
-				 * last full round says why none could be borrowed. */
+			if (rc == MA_E_TIMEOUT && !s->seized) {
+				/* The deadline came before this thread's stop. */
+				size_t tried = t.tried;
+
 				free(ti);
 				ma_err_clear();
-				return deadline_refusal(s, o, &prev);
+				return deadline_cut(s, o, &prev, &t, tried, n);
 			}
 			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
 				free(ti);

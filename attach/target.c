@@ -316,12 +316,16 @@ bool ma_thread_going(pid_t pid, pid_t tid)
 	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
 }
 
-/* Has PID exited (every thread going)?  *SOME_GOING: at least one thread is. */
+/*
+ * Has PID exited (every thread going)?  *SOME_GOING: one of the threads
+ * looked at is.  A live process is judged by its first few threads, not
+ * all of them: a process being killed has SIGKILL pending in every thread.
+ */
 static bool exit_seen(pid_t pid, bool *some_going)
 {
 	char path[64];
 	struct dirent *d;
-	size_t alive = 0, going = 0;
+	size_t alive = 0, going = 0, seen = 0;
 	DIR *dir;
 
 	*some_going = false;
@@ -335,7 +339,9 @@ static bool exit_seen(pid_t pid, bool *some_going)
 			continue;
 		if (ma_thread_going(pid, tid))
 			going++;
-		else if (++alive && going)
+		else
+			alive++;
+		if (alive && (going || ++seen >= 8))
 			break;
 	}
 	closedir(dir);
