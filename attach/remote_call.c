@@ -490,6 +490,8 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 	struct user_regs_struct r;
 	int rc, status;
 
+	/* From here the thread's own lock is in the way: a failure restores it (the lock is its own). */
+	s->skipping_self_deadlock = true;
 	if ((rc = ma_arch_get_regs(s->tid, &r)))
 		return rc;
 	r.orig_rax = MA_STUB_MARKER_NR;
@@ -2273,6 +2275,22 @@ fail:
 	return rc;
 }
 
+/*
+ * A call failed (RC) with the thread somewhere inside it: a ptrace request
+ * refused, a stop not seen.  It may hold a jemalloc lock there, so its
+ * registers are not put back; it is let go to finish the call and restore
+ * itself through the stub, as a memattach killed at that instant would.
+ */
+static int abandon_call(struct ma_session *s, int rc)
+{
+	char why[512];
+
+	snprintf(why, sizeof(why), "%s", ma_errmsg());
+	ma_err_clear();
+	s->abandoned = true;
+	return ma_fail(rc, "%s; the thread was left to finish the call and restore itself", why);
+}
+
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms)
 {
@@ -2294,7 +2312,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if ((rc = set_regs_blocked(s, &r)))
 		return rc;
 	s->ncalls++;
-	s->at_marker = false;
+	s->at_marker = s->skipping_self_deadlock = false;
 	test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {
@@ -2319,6 +2337,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	}
 	if (rc == MA_E_FAULT)
 		test_kill_point("fault");
+	if (rc && rc != MA_E_FAULT && s->seized && !s->at_marker && !s->skipping_self_deadlock)
+		return abandon_call(s, rc);
 	if (rc)
 		return rc;
 	*ret = ma_arch_stub_retval(&r);
