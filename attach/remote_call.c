@@ -1345,9 +1345,10 @@ static int lasting_refusal(const struct ma_session *s, const struct ma_session_o
 			       "with --strict, no thread of process %d can be borrowed: %s%s is "
 			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 			       "again at once; only a memattach killed in between leaves the EINTR "
-			       "to the program), and the others are jemalloc's background threads "
-			       "or never called into jemalloc; %sleave out --strict",
+			       "to the program)%s; %sleave out --strict",
 			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
+			       t->tried > t->waits ? ", and the others are jemalloc's background "
+						     "threads or never called into jemalloc" : "",
 			       tid);
 	}
 	if (t->fresh) {
