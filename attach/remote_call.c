@@ -1011,6 +1011,14 @@ static bool same_wait(const struct ma_session *s, uint64_t nvcsw)
  * a signal held across the whole session (SIGSTOP, say) could be
  * cancelled meanwhile by the kernel's rules, and memattach would not know.
  */
+/* The run's deadline came before thread TID could be stopped (MA_E_TIMEOUT, never seized). */
+static int deadline_before_stop(pid_t tid, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
+	return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be stopped",
+		       tid);
+}
+
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
@@ -1051,11 +1059,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
-	if (ma_run_deadline_passed()) {
-		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
-		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
-			       "stopped", ti->tid);
-	}
+	if (ma_run_deadline_passed())
+		return deadline_before_stop(ti->tid, why, whylen);
 	open_status_fd(s, ti->tid);
 	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
@@ -1076,11 +1081,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_nvcsw = now.nvcsw;
 	}
 	stop_ms = ma_run_ms_left(1000);
-	if (stop_ms == 0) {
-		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
-		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
-			       "stopped", ti->tid);
-	}
+	if (stop_ms == 0)
+		return deadline_before_stop(ti->tid, why, whylen);
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {

@@ -257,15 +257,15 @@ static int make_tmp_dir(struct snap *sn)
 		return sn->parentfd; /* the message is set */
 	if (!sn->base[0])
 		return ma_fail(MA_E_IO, "cannot create '%s': name a folder", sn->dir);
-	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
-	    st.st_uid != geteuid())
-		return ma_fail(MA_E_IO, "'%s' is another user's folder (uid %u): nothing was "
-			       "replaced; name a new folder", sn->dir, (unsigned)st.st_uid);
-	/* An empty folder of this user's is replaced (rmdir refuses any other). */
-	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0))
-		return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
-			       sn->dir);
+	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISDIR(st.st_mode) && st.st_uid != geteuid())
+			return ma_fail(MA_E_IO, "'%s' is another user's folder (uid %u): nothing was "
+				       "replaced; name a new folder", sn->dir, (unsigned)st.st_uid);
+		/* An empty folder of this user's is replaced (rmdir refuses any other). */
+		if (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0)
+			return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
+				       sn->dir);
+	}
 	return ma_outdir_make_temp(sn->parentfd, sn->base, sn->tmp, sizeof(sn->tmp), &sn->tmpfd);
 }
 
