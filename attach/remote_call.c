@@ -460,6 +460,8 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 	return 0;
 }
 
+static bool is_futex_wait(const struct __ptrace_syscall_info *info);
+
 /*
  * Is the syscall being entered a futex wait on a pthread mutex whose owner
  * is this very thread (a lock it held before we borrowed it, e.g. inside
@@ -467,9 +469,9 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
  */
 static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
 {
-	int owner = 0, op = (int)info->entry.args[1] & 0x7f;
+	int owner = 0;
 
-	if (info->entry.nr != SYS_futex || (op != 0 && op != 9))
+	if (!is_futex_wait(info))
 		return false;
 	if (ma_mem_read(s->t->proc_pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
 		ma_err_clear();
@@ -522,6 +524,41 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
 }
 
+/* How long a call may go on once its process is stopped (SIGSTOP) under it. */
+#define STOPPED_GRACE_MS 250
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static bool is_job_control_stop(int sig)
+{
+	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/*
+ * The process was stopped (SIGSTOP, Ctrl-Z) while the thread ran our call,
+ * and the call now waits on a futex: every other thread is stopped, so the
+ * lock's holder cannot let go before a SIGCONT.  Waiting out the --timeout
+ * would not help; the caller leaves the call to finish on its own.
+ */
+static int stopped_under_call(struct ma_session *s, const char *how)
+{
+	/* Into its wait, as after a timeout: the let-go interrupts it there. */
+	ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+	s->abandoned = true; /* the call goes on in the thread; the stub restores it */
+	return ma_fail(MA_E_STOPPED,
+		       "process %d was stopped (SIGSTOP or Ctrl-Z) during the run, and memattach's "
+		       "call in thread %d %s; the thread finishes the call and restores itself once "
+		       "the process is continued ('kill -CONT %d'): run memattach again then",
+		       s->t->pid, s->tid, how, s->t->pid);
+}
+
+static bool is_futex_wait(const struct __ptrace_syscall_info *info)
+{
+	int op = (int)info->entry.args[1] & 0x7f;
+
+	return info->entry.nr == SYS_futex && (op == 0 || op == 9);
+}
+
 /*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
@@ -532,20 +569,32 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		     struct user_regs_struct *out)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t stop_grace_end = 0; /* the process stopped under the call: how long we wait on */
 	int fault = 0, pass_sig = 0;
 
 	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_SYSCALL", s->tid);
 	for (;;) {
 		uint64_t now = ma_now_ns();
+		uint64_t until = stop_grace_end && stop_grace_end < deadline ? stop_grace_end : deadline;
 		int status, rc, sig, ev;
 
+		/* The thread runs here (resumed below, or not yet stopped). */
+		if (stop_grace_end && now >= stop_grace_end) {
+			if (ma_process_job_stopped(s->t->pid, s->tid))
+				return stopped_under_call(s, "had not returned " STR(STOPPED_GRACE_MS)
+							  " ms after the stop");
+			stop_grace_end = 0; /* continued meanwhile: the call's own deadline holds */
+			continue;
+		}
 		/*
 		 * A signal-delivery stop stays unreported (peek_stop): its signal
 		 * is then still the kernel's should memattach die before it
 		 * resumes the thread with it (SIGSTOP goes through at once).
 		 */
-		rc = peek_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
+		rc = peek_stop(s->tid, &status, now >= until ? 0 : (int)((until - now) / 1000000ULL) + 1);
+		if (rc == MA_E_TIMEOUT && stop_grace_end && ma_now_ns() >= stop_grace_end)
+			continue; /* judged above */
 		if (rc == 0 && !is_signal_stop(status))
 			rc = wait_stop(s->tid, &status, 1000);
 		if (rc == MA_E_EXITED)
@@ -576,7 +625,21 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
 				return skip_self_deadlock(s, info.entry.args[0]);
+			} else if (goal == GOAL_CALL && s->job_stop_seen &&
+				   info.op == PTRACE_SYSCALL_INFO_ENTRY && is_futex_wait(&info) &&
+				   ma_process_job_stopped(s->t->pid, s->tid)) {
+				return stopped_under_call(s, "waits for a lock that a stopped thread holds");
 			}
+		} else if (ev == PTRACE_EVENT_STOP && is_job_control_stop(sig)) {
+			/*
+			 * The process is being stopped; our thread goes on (the
+			 * kernel stops it when we let go).  A call that needs
+			 * another thread cannot finish before a SIGCONT: it is
+			 * given STOPPED_GRACE_MS, not the whole --timeout.
+			 */
+			s->job_stop_seen = true;
+			if (goal == GOAL_CALL && !stop_grace_end)
+				stop_grace_end = ma_now_ns() + STOPPED_GRACE_MS * 1000000ULL;
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
 				return rc;
@@ -2329,6 +2392,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		 * jemalloc; it finishes and restores itself through the stub.
 		 */
 		s->abandoned = true;
+		if (s->job_stop_seen && ma_process_job_stopped(s->t->pid, s->tid))
+			return stopped_under_call(s, "had not returned when the --timeout ran out");
 		if (cut_ms < timeout_ms)
 			return ma_fail(MA_E_TIMEOUT,
 				       "the run's --timeout ran out during the call in thread %d; "
@@ -2340,7 +2405,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	}
 	if (rc == MA_E_FAULT)
 		test_kill_point("fault");
-	if (rc && rc != MA_E_FAULT && s->seized && !s->at_marker && !s->skipping_self_deadlock)
+	if (rc && rc != MA_E_FAULT && s->seized && !s->at_marker && !s->skipping_self_deadlock &&
+	    !s->abandoned)
 		return abandon_call(s, rc);
 	if (rc)
 		return rc;
@@ -2388,8 +2454,9 @@ static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
+	/* A syscall stop (SIGTRAP | 0x80) is no signal: PTRACE_DETACH refuses it (EIO). */
 	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
-	    wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
+	    wait_stop(s->tid, &status, 1000) == 0 && is_signal_stop(status))
 		return WSTOPSIG(status);
 	return 0;
 }

@@ -413,6 +413,34 @@ int ma_fail_if_exited(pid_t pid, int rc)
 	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 }
 
+bool ma_process_job_stopped(pid_t pid, pid_t except)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	bool stopped = false;
+	int looked = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return false;
+	/* A group stop stops every thread: a few tell. */
+	while (!stopped && looked < 8 && (d = readdir(dir))) {
+		struct ma_proc_status st;
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid <= 0 || tid == except)
+			continue;
+		if (ma_proc_read_status(pid, tid, &st) == 0) {
+			stopped = st.state == 'T';
+			looked += st.state != 'Z' && st.state != 'X';
+		}
+		ma_err_clear();
+	}
+	closedir(dir);
+	return stopped;
+}
+
 pid_t ma_live_thread_of(pid_t pid)
 {
 	char path[64];
