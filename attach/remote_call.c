@@ -158,16 +158,22 @@ static void test_kill_point(const char *where)
  */
 #define MAX_STRAGGLERS 64
 static pid_t stragglers[MAX_STRAGGLERS];
+static bool straggler_eintr[MAX_STRAGGLERS]; /* in a wait a stop ends with EINTR (or cannot tell) */
 static int nstragglers;
 static pid_t straggler_pid;
 
 static void release_regs_eintr(pid_t pid, pid_t tid);
 
-/* TID of PID was interrupted but did not stop in time: let go of it when it does. */
-static void add_straggler(pid_t pid, pid_t tid)
+/*
+ * TID of PID was interrupted but did not stop in time: let go of it when it
+ * does.  EINTR_WAIT: it was in a wait our stop ends with EINTR (or we
+ * cannot tell), which only its let-go at the stop issues again.
+ */
+static void add_straggler(pid_t pid, pid_t tid, bool eintr_wait)
 {
 	if (nstragglers < MAX_STRAGGLERS) {
 		straggler_pid = pid;
+		straggler_eintr[nstragglers] = eintr_wait;
 		stragglers[nstragglers++] = tid;
 	}
 }
@@ -185,8 +191,18 @@ static void reap_stragglers(void)
 			ma_ptrace(PTRACE_DETACH, stragglers[i], NULL,
 				  (void *)(long)((status >> 16) == 0 ? WSTOPSIG(status) : 0));
 		}
-		stragglers[i--] = stragglers[--nstragglers];
+		--nstragglers;
+		straggler_eintr[i] = straggler_eintr[nstragglers];
+		stragglers[i--] = stragglers[nstragglers];
 	}
+}
+
+static bool eintr_straggler(void)
+{
+	for (int i = 0; i < nstragglers; i++)
+		if (straggler_eintr[i])
+			return true;
+	return false;
 }
 
 static void release_stragglers(int wait_ms)
@@ -208,8 +224,13 @@ static void release_stragglers(int wait_ms)
  */
 static void end_turn(struct ma_runlock *lock)
 {
+	/*
+	 * Past the run's --timeout, only a thread that would see EINTR is
+	 * waited for (up to 1 s): any other is let go by the kernel when
+	 * memattach exits, and its syscall restarts.
+	 */
 	if (nstragglers)
-		release_stragglers(1000);
+		release_stragglers(eintr_straggler() ? 1000 : ma_run_ms_left(1000));
 	ma_runlock_release(lock);
 }
 
@@ -1082,6 +1103,23 @@ static int deadline_before_stop(pid_t tid, char *why, size_t whylen)
 		       tid);
 }
 
+/*
+ * Did the process exec since its maps were read?  A refused thread of the
+ * new program was judged by the old one's maps (its stack "not its own"):
+ * the run ends with the exec's message, not that refusal.
+ */
+static bool exec_since_opened(struct ma_session *s)
+{
+	uint64_t addrs[2] = { s->t->je.mallctl, s->t->stub_sites[0].addr };
+
+	if (!addrs[0] || ma_target_maps_unchanged(s->t, addrs, addrs[1] ? 2 : 1) == 0) {
+		ma_err_clear();
+		return false;
+	}
+	s->exec_seen = true;
+	return true;
+}
+
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
@@ -1152,6 +1190,9 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		int e = errno;
 
 		ma_hold_priority_drop();
+		/* An exec's old leader, a zombie whose pid the exec'ing thread took over. */
+		if (e == EPERM && exec_since_opened(s))
+			return ma_fail(MA_E_EXITED, "thread %d went away: the process exec'd", ti->tid);
 		if (e == EPERM) {
 			struct ma_proc_status st;
 
@@ -1266,14 +1307,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if (ma_unwind(s->t, ti->tid, &s->saved.regs, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
-		goto unsafe;
+		goto unsafe_or_exec;
 	}
 	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
 		goto unsafe;
 	if (!on_own_stack(s, ti->tid)) {
 		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
 			 "handler on another stack): what it interrupted cannot be seen");
-		goto unsafe;
+		goto unsafe_or_exec;
 	}
 	if (!stack_bottom(s)) {
 		snprintf(why, whylen, "runs on a stack the program supplied (no guard page below "
@@ -1308,6 +1349,11 @@ unsafe:
 	release_untouched(s, 0);
 	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	return MA_E_NOSAFE;
+unsafe_or_exec:
+	/* What the old program's maps cannot explain: did it exec? */
+	release_untouched(s, 0);
+	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	return exec_since_opened(s) ? MA_E_EXITED : MA_E_NOSAFE;
 }
 
 /*
@@ -1539,9 +1585,13 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				free(ti);
 				return ma_fail_if_exited(s->t->pid, rc);
 			}
+			if (rc == MA_E_EXITED && s->exec_seen) {
+				free(ti);
+				return rc; /* its message: the exec */
+			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
-				add_straggler(s->t->pid, ti[i].tid);
+				add_straggler(s->t->pid, ti[i].tid, ti[i].eintr_wait);
 				s->seized = false;
 			}
 			/* A failure (it exited...), not a verdict: its message says why. */
@@ -1625,7 +1675,7 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
 		}
 		ma_ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig);
 	} else {
-		add_straggler(pid, tid);
+		add_straggler(pid, tid, true); /* not known: as if it were */
 	}
 	ma_err_clear();
 	return ok;
@@ -2822,7 +2872,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
-		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
+		add_straggler(t->pid, ti->tid, ti->eintr_wait); /* let go (with its signal) when it stops */
 	}
 	ma_hold_priority_drop();
 	close_fd(&s.status_fd);
