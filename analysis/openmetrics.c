@@ -39,13 +39,34 @@ static size_t utf8_char_len(const char *s, size_t n)
 	return len;
 }
 
+/* The code point of the UTF-8 character at P (LEN bytes, valid). */
+static unsigned code_point(const unsigned char *p, size_t len)
+{
+	if (len == 1)
+		return p[0];
+	if (len == 2)
+		return (p[0] & 0x1fu) << 6 | (p[1] & 0x3fu);
+	if (len == 3)
+		return (p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu);
+	return 0x10000; /* four bytes: never a control */
+}
+
+/* A character a terminal would act on: C0 and C1 controls, DEL, bidirectional controls. */
+static bool is_control(unsigned cp)
+{
+	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+	       (cp >= 0x2066 && cp <= 0x2069);
+}
+
 /*
  * TEXT escaped for a label value or a HELP line: backslash and line feed
  * always, the double quote when QUOTE (label values in both formats, HELP
  * in OpenMetrics; text 0.0.4 has no \" escape in HELP).  Bytes that are
  * not UTF-8 become U+FFFD: Prometheus refuses a whole scrape over one
  * invalid label value, and a process name (comm) can hold any byte but
- * NUL and '/'.
+ * NUL and '/'.  Controls become the text \xNN or \uNNNN (written \\xNN):
+ * `export --once` and a curl of /metrics reach a terminal, which must
+ * show the target's name, not obey it.
  */
 static void put_escaped(FILE *f, const char *text, bool quote)
 {
@@ -53,6 +74,7 @@ static void put_escaped(FILE *f, const char *text, bool quote)
 
 	while (n) {
 		size_t len = utf8_char_len(text, n);
+		unsigned cp = len ? code_point((const unsigned char *)text, len) : 0;
 
 		if (len == 0) {
 			fputs("\xEF\xBF\xBD", f); /* U+FFFD REPLACEMENT CHARACTER */
@@ -65,6 +87,8 @@ static void put_escaped(FILE *f, const char *text, bool quote)
 			fputs("\\n", f);
 		else if (*text == '"' && quote)
 			fputs("\\\"", f);
+		else if (is_control(cp))
+			fprintf(f, cp > 0xff ? "\\\\u%04x" : "\\\\x%02x", cp);
 		else
 			fwrite(text, 1, len, f);
 		text += len, n -= len;

@@ -10,6 +10,7 @@
 #include "jectl.h"
 #include "ma_error.h"
 #include "remote.h"
+#include "runclock.h"
 #include "safepoint.h"
 
 int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, bool strict,
@@ -29,6 +30,15 @@ int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, bool strict,
 		struct ma_session s;
 		bool enabled = false;
 
+		if (ma_run_deadline_passed()) {
+			/* The rest are counted, not visited: the run must end now. */
+			if (!fr->skipped)
+				snprintf(fr->first_skipped, sizeof(fr->first_skipped),
+					 "thread %d: the run's --timeout ran out", ti[i].tid);
+			fr->threads += n - i;
+			fr->skipped += n - i;
+			break;
+		}
 		fr->threads++;
 		if (strict && ma_thread_stop_ends_with_eintr(&ti[i])) {
 			if (!fr->skipped)

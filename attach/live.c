@@ -4,10 +4,47 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "live.h"
 #include "ma_error.h"
 #include "safepoint.h"
+
+/* Have T's mappings changed within 10 ms (a program being loaded)? */
+static bool maps_moving(const struct ma_target *t)
+{
+	struct ma_target now;
+	struct timespec pause = { 0, 10 * 1000000L };
+	bool moved;
+
+	nanosleep(&pause, NULL);
+	if (ma_target_maps_now(t, &now) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	moved = now.nmaps != t->nmaps;
+	ma_target_release(&now);
+	return moved;
+}
+
+int ma_live_fail_if_exec(const struct ma_live *l, int rc)
+{
+	uint64_t mallctl = l->t.je.mallctl;
+	char why[512];
+
+	/*
+	 * A failure while the process lives on (a thread gone, its maps not
+	 * as read): did it exec?  Then that is what to say.
+	 */
+	if (rc == 0 || rc == MA_E_USAGE || !mallctl || ma_process_exited(l->t.pid))
+		return rc;
+	snprintf(why, sizeof(why), "%s", ma_errmsg());
+	if (ma_target_maps_unchanged(&l->t, &mallctl, 1) == 0 && !ma_process_in_exec(l->t.pid))
+		return ma_fail(rc, "%s", why); /* the looks leave no message of their own */
+	ma_err_clear();
+	return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach attached; "
+		       "run memattach again", l->t.pid);
+}
 
 int ma_live_open(struct ma_live *l, pid_t pid)
 {
@@ -18,7 +55,27 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
 	if ((rc = ma_target_open(&l->t, pid)))
 		return rc;
-	return ma_fail_if_exited(pid, ma_target_find_jemalloc(&l->t));
+	rc = ma_target_find_jemalloc(&l->t);
+	/*
+	 * No jemalloc in a process whose maps are moving: one that just
+	 * started or called exec, its loader still mapping libraries.  Look
+	 * again (up to 10 times, 10 ms apart) rather than say it has none.
+	 */
+	for (int i = 0; rc == MA_E_NOJEMALLOC && i < 10; i++) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s", ma_errmsg());
+		if (!maps_moving(&l->t)) {
+			ma_fail(rc, "%s", why); /* the look may have said something else */
+			break;
+		}
+		ma_err_clear();
+		ma_target_release(&l->t);
+		if ((rc = ma_target_open(&l->t, pid)))
+			return rc;
+		rc = ma_target_find_jemalloc(&l->t);
+	}
+	return ma_fail_if_exited(pid, rc);
 }
 
 /* PID's threads, those of them that are jemalloc's background threads, and its mappings. */
@@ -69,7 +126,7 @@ int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 	if (!again.prefer_tid)
 		again.prefer_tid = l->last_tid;
 	/* a failed open holds nothing */
-	rc = ma_fail_if_exited(l->t.pid, ma_session_open(&l->s, &l->t, &again));
+	rc = ma_live_fail_if_exec(l, ma_fail_if_exited(l->t.pid, ma_session_open(&l->s, &l->t, &again)));
 	l->borrowed = rc == 0;
 	if (l->borrowed)
 		l->last_tid = l->s.tid;
@@ -82,8 +139,8 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
-	if ((rc = ma_live_open(l, pid)) ||
-	    (prep && (rc = ma_fail_if_exited(pid, prep(&l->t, ctx)))) ||
+	if ((rc = ma_live_fail_if_exec(l, ma_live_open(l, pid))) ||
+	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
 	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
 	return rc;

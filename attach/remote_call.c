@@ -158,16 +158,22 @@ static void test_kill_point(const char *where)
  */
 #define MAX_STRAGGLERS 64
 static pid_t stragglers[MAX_STRAGGLERS];
+static bool straggler_eintr[MAX_STRAGGLERS]; /* in a wait a stop ends with EINTR (or cannot tell) */
 static int nstragglers;
 static pid_t straggler_pid;
 
 static void release_regs_eintr(pid_t pid, pid_t tid);
 
-/* TID of PID was interrupted but did not stop in time: let go of it when it does. */
-static void add_straggler(pid_t pid, pid_t tid)
+/*
+ * TID of PID was interrupted but did not stop in time: let go of it when it
+ * does.  EINTR_WAIT: it was in a wait our stop ends with EINTR (or we
+ * cannot tell), which only its let-go at the stop issues again.
+ */
+static void add_straggler(pid_t pid, pid_t tid, bool eintr_wait)
 {
 	if (nstragglers < MAX_STRAGGLERS) {
 		straggler_pid = pid;
+		straggler_eintr[nstragglers] = eintr_wait;
 		stragglers[nstragglers++] = tid;
 	}
 }
@@ -185,8 +191,18 @@ static void reap_stragglers(void)
 			ma_ptrace(PTRACE_DETACH, stragglers[i], NULL,
 				  (void *)(long)((status >> 16) == 0 ? WSTOPSIG(status) : 0));
 		}
-		stragglers[i--] = stragglers[--nstragglers];
+		--nstragglers;
+		straggler_eintr[i] = straggler_eintr[nstragglers];
+		stragglers[i--] = stragglers[nstragglers];
 	}
+}
+
+static bool eintr_straggler(void)
+{
+	for (int i = 0; i < nstragglers; i++)
+		if (straggler_eintr[i])
+			return true;
+	return false;
 }
 
 static void release_stragglers(int wait_ms)
@@ -208,8 +224,13 @@ static void release_stragglers(int wait_ms)
  */
 static void end_turn(struct ma_runlock *lock)
 {
+	/*
+	 * Past the run's --timeout, only a thread that would see EINTR is
+	 * waited for (up to 1 s): any other is let go by the kernel when
+	 * memattach exits, and its syscall restarts.
+	 */
 	if (nstragglers)
-		release_stragglers(1000);
+		release_stragglers(eintr_straggler() ? 1000 : ma_run_ms_left(1000));
 	ma_runlock_release(lock);
 }
 
@@ -460,6 +481,8 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 	return 0;
 }
 
+static bool is_futex_wait(const struct __ptrace_syscall_info *info);
+
 /*
  * Is the syscall being entered a futex wait on a pthread mutex whose owner
  * is this very thread (a lock it held before we borrowed it, e.g. inside
@@ -467,9 +490,9 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
  */
 static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
 {
-	int owner = 0, op = (int)info->entry.args[1] & 0x7f;
+	int owner = 0;
 
-	if (info->entry.nr != SYS_futex || (op != 0 && op != 9))
+	if (!is_futex_wait(info))
 		return false;
 	if (ma_mem_read(s->t->proc_pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
 		ma_err_clear();
@@ -490,6 +513,8 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 	struct user_regs_struct r;
 	int rc, status;
 
+	/* From here the thread's own lock is in the way: a failure restores it (the lock is its own). */
+	s->skipping_self_deadlock = true;
 	if ((rc = ma_arch_get_regs(s->tid, &r)))
 		return rc;
 	r.orig_rax = MA_STUB_MARKER_NR;
@@ -520,6 +545,41 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
 }
 
+/* How long a call may go on once its process is stopped (SIGSTOP) under it. */
+#define STOPPED_GRACE_MS 250
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static bool is_job_control_stop(int sig)
+{
+	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/*
+ * The process was stopped (SIGSTOP, Ctrl-Z) while the thread ran our call,
+ * and the call now waits on a futex: every other thread is stopped, so the
+ * lock's holder cannot let go before a SIGCONT.  Waiting out the --timeout
+ * would not help; the caller leaves the call to finish on its own.
+ */
+static int stopped_under_call(struct ma_session *s, const char *how)
+{
+	/* Into its wait, as after a timeout: the let-go interrupts it there. */
+	ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+	s->abandoned = true; /* the call goes on in the thread; the stub restores it */
+	return ma_fail(MA_E_STOPPED,
+		       "process %d was stopped (SIGSTOP or Ctrl-Z) during the run, and memattach's "
+		       "call in thread %d %s; the thread finishes the call and restores itself once "
+		       "the process is continued ('kill -CONT %d'): run memattach again then",
+		       s->t->pid, s->tid, how, s->t->pid);
+}
+
+static bool is_futex_wait(const struct __ptrace_syscall_info *info)
+{
+	int op = (int)info->entry.args[1] & 0x7f;
+
+	return info->entry.nr == SYS_futex && (op == 0 || op == 9);
+}
+
 /*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
@@ -530,20 +590,32 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		     struct user_regs_struct *out)
 {
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t stop_grace_end = 0; /* the process stopped under the call: how long we wait on */
 	int fault = 0, pass_sig = 0;
 
 	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return ptrace_errno("PTRACE_SYSCALL", s->tid);
 	for (;;) {
 		uint64_t now = ma_now_ns();
+		uint64_t until = stop_grace_end && stop_grace_end < deadline ? stop_grace_end : deadline;
 		int status, rc, sig, ev;
 
+		/* The thread runs here (resumed below, or not yet stopped). */
+		if (stop_grace_end && now >= stop_grace_end) {
+			if (ma_process_job_stopped(s->t->pid, s->tid))
+				return stopped_under_call(s, "had not returned " STR(STOPPED_GRACE_MS)
+							  " ms after the stop");
+			stop_grace_end = 0; /* continued meanwhile: the call's own deadline holds */
+			continue;
+		}
 		/*
 		 * A signal-delivery stop stays unreported (peek_stop): its signal
 		 * is then still the kernel's should memattach die before it
 		 * resumes the thread with it (SIGSTOP goes through at once).
 		 */
-		rc = peek_stop(s->tid, &status, now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL) + 1);
+		rc = peek_stop(s->tid, &status, now >= until ? 0 : (int)((until - now) / 1000000ULL) + 1);
+		if (rc == MA_E_TIMEOUT && stop_grace_end && ma_now_ns() >= stop_grace_end)
+			continue; /* judged above */
 		if (rc == 0 && !is_signal_stop(status))
 			rc = wait_stop(s->tid, &status, 1000);
 		if (rc == MA_E_EXITED)
@@ -574,7 +646,21 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
 				return skip_self_deadlock(s, info.entry.args[0]);
+			} else if (goal == GOAL_CALL && s->job_stop_seen &&
+				   info.op == PTRACE_SYSCALL_INFO_ENTRY && is_futex_wait(&info) &&
+				   ma_process_job_stopped(s->t->pid, s->tid)) {
+				return stopped_under_call(s, "waits for a lock that a stopped thread holds");
 			}
+		} else if (ev == PTRACE_EVENT_STOP && is_job_control_stop(sig)) {
+			/*
+			 * The process is being stopped; our thread goes on (the
+			 * kernel stops it when we let go).  A call that needs
+			 * another thread cannot finish before a SIGCONT: it is
+			 * given STOPPED_GRACE_MS, not the whole --timeout.
+			 */
+			s->job_stop_seen = true;
+			if (goal == GOAL_CALL && !stop_grace_end)
+				stop_grace_end = ma_now_ns() + STOPPED_GRACE_MS * 1000000ULL;
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
 				return rc;
@@ -1009,6 +1095,31 @@ static bool same_wait(const struct ma_session *s, uint64_t nvcsw)
  * a signal held across the whole session (SIGSTOP, say) could be
  * cancelled meanwhile by the kernel's rules, and memattach would not know.
  */
+/* The run's deadline came before thread TID could be stopped (MA_E_TIMEOUT, never seized). */
+static int deadline_before_stop(pid_t tid, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
+	return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be stopped",
+		       tid);
+}
+
+/*
+ * Did the process exec since its maps were read?  A refused thread of the
+ * new program was judged by the old one's maps (its stack "not its own"):
+ * the run ends with the exec's message, not that refusal.
+ */
+static bool exec_since_opened(struct ma_session *s)
+{
+	uint64_t addrs[2] = { s->t->je.mallctl, s->t->stub_sites[0].addr };
+
+	if (!addrs[0] || ma_target_maps_unchanged(s->t, addrs, addrs[1] ? 2 : 1) == 0) {
+		ma_err_clear();
+		return false;
+	}
+	s->exec_seen = true;
+	return true;
+}
+
 static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		      struct ma_backtrace *btp, char *why, size_t whylen)
 {
@@ -1049,6 +1160,8 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		s->in_eintr_wait = true;
 		return MA_E_NOSAFE;
 	}
+	if (ma_run_deadline_passed())
+		return deadline_before_stop(ti->tid, why, whylen);
 	open_status_fd(s, ti->tid);
 	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
@@ -1069,17 +1182,17 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 		wait_nvcsw = now.nvcsw;
 	}
 	stop_ms = ma_run_ms_left(1000);
-	if (stop_ms == 0) {
-		snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
-		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be "
-			       "stopped", ti->tid);
-	}
+	if (stop_ms == 0)
+		return deadline_before_stop(ti->tid, why, whylen);
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		int e = errno;
 
 		ma_hold_priority_drop();
+		/* An exec's old leader, a zombie whose pid the exec'ing thread took over. */
+		if (e == EPERM && exec_since_opened(s))
+			return ma_fail(MA_E_EXITED, "thread %d went away: the process exec'd", ti->tid);
 		if (e == EPERM) {
 			struct ma_proc_status st;
 
@@ -1194,14 +1307,14 @@ static int try_thread(struct ma_session *s, const struct ma_thread_info *ti,
 	if (ma_unwind(s->t, ti->tid, &s->saved.regs, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
-		goto unsafe;
+		goto unsafe_or_exec;
 	}
 	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
 		goto unsafe;
 	if (!on_own_stack(s, ti->tid)) {
 		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
 			 "handler on another stack): what it interrupted cannot be seen");
-		goto unsafe;
+		goto unsafe_or_exec;
 	}
 	if (!stack_bottom(s)) {
 		snprintf(why, whylen, "runs on a stack the program supplied (no guard page below "
@@ -1236,6 +1349,11 @@ unsafe:
 	release_untouched(s, 0);
 	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
 	return MA_E_NOSAFE;
+unsafe_or_exec:
+	/* What the old program's maps cannot explain: did it exec? */
+	release_untouched(s, 0);
+	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	return exec_since_opened(s) ? MA_E_EXITED : MA_E_NOSAFE;
 }
 
 /*
@@ -1338,9 +1456,10 @@ static int lasting_refusal(const struct ma_session *s, const struct ma_session_o
 			       "with --strict, no thread of process %d can be borrowed: %s%s is "
 			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
 			       "again at once; only a memattach killed in between leaves the EINTR "
-			       "to the program), and the others are jemalloc's background threads "
-			       "or never called into jemalloc; %sleave out --strict",
+			       "to the program)%s; %sleave out --strict",
 			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
+			       t->tried > t->waits ? ", and the others are jemalloc's background "
+						     "threads or never called into jemalloc" : "",
 			       tid);
 	}
 	if (t->fresh) {
@@ -1375,6 +1494,28 @@ static int deadline_refusal(const struct ma_session *s, const struct ma_session_
 		       "no thread of process %d was safe to borrow within %d ms (last: %s)%s; "
 		       "that may pass: try again, or give a longer --timeout",
 		       s->t->pid, o->deadline_ms, t->last_busy, others);
+}
+
+/*
+ * The run's deadline came in a round before thread number TRIED of N could
+ * be stopped: the last full round (PREV) says why none could be borrowed,
+ * else this one so far (T), else how far the run got.
+ */
+static int deadline_cut(const struct ma_session *s, const struct ma_session_opts *o,
+			const struct round_tally *prev, const struct round_tally *t, size_t tried,
+			size_t n)
+{
+	if (prev->busy)
+		return deadline_refusal(s, o, prev);
+	if (t->busy)
+		return deadline_refusal(s, o, t);
+	if (tried <= 1)
+		return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out before a thread "
+			       "of process %d could be tried; give a longer --timeout",
+			       o->deadline_ms, s->t->pid);
+	return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out after %zu of the %zu "
+		       "threads of process %d were tried (none could be borrowed; last: %s); give "
+		       "a longer --timeout", o->deadline_ms, tried - 1, n, s->t->pid, t->last);
 }
 
 static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
@@ -1420,12 +1561,13 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				free(ti);
 				return 0;
 			}
-			if (rc == MA_E_TIMEOUT && !s->seized && prev.busy) {
-				/* The deadline came before this thread's stop: the
-				 * last full round says why none could be borrowed. */
+			if (rc == MA_E_TIMEOUT && !s->seized) {
+				/* The deadline came before this thread's stop. */
+				size_t tried = t.tried;
+
 				free(ti);
 				ma_err_clear();
-				return deadline_refusal(s, o, &prev);
+				return deadline_cut(s, o, &prev, &t, tried, n);
 			}
 			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
 				free(ti);
@@ -1443,9 +1585,13 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 				free(ti);
 				return ma_fail_if_exited(s->t->pid, rc);
 			}
+			if (rc == MA_E_EXITED && s->exec_seen) {
+				free(ti);
+				return rc; /* its message: the exec */
+			}
 			if (rc == MA_E_TIMEOUT && s->seized) {
 				/* Stuck in an uninterruptible sleep: it stops when it can. */
-				add_straggler(s->t->pid, ti[i].tid);
+				add_straggler(s->t->pid, ti[i].tid, ti[i].eintr_wait);
 				s->seized = false;
 			}
 			/* A failure (it exited...), not a verdict: its message says why. */
@@ -1529,7 +1675,7 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
 		}
 		ma_ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig);
 	} else {
-		add_straggler(pid, tid);
+		add_straggler(pid, tid, true); /* not known: as if it were */
 	}
 	ma_err_clear();
 	return ok;
@@ -2245,6 +2391,22 @@ fail:
 	return rc;
 }
 
+/*
+ * A call failed (RC) with the thread somewhere inside it: a ptrace request
+ * refused, a stop not seen.  It may hold a jemalloc lock there, so its
+ * registers are not put back; it is let go to finish the call and restore
+ * itself through the stub, as a memattach killed at that instant would.
+ */
+static int abandon_call(struct ma_session *s, int rc)
+{
+	char why[512];
+
+	snprintf(why, sizeof(why), "%s", ma_errmsg());
+	ma_err_clear();
+	s->abandoned = true;
+	return ma_fail(rc, "%s; the thread was left to finish the call and restore itself", why);
+}
+
 int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *args, int nargs,
 			    uint64_t *ret, int timeout_ms)
 {
@@ -2266,7 +2428,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if ((rc = set_regs_blocked(s, &r)))
 		return rc;
 	s->ncalls++;
-	s->at_marker = false;
+	s->at_marker = s->skipping_self_deadlock = false;
 	test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {
@@ -2280,6 +2442,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		 * jemalloc; it finishes and restores itself through the stub.
 		 */
 		s->abandoned = true;
+		if (s->job_stop_seen && ma_process_job_stopped(s->t->pid, s->tid))
+			return stopped_under_call(s, "had not returned when the --timeout ran out");
 		if (cut_ms < timeout_ms)
 			return ma_fail(MA_E_TIMEOUT,
 				       "the run's --timeout ran out during the call in thread %d; "
@@ -2291,6 +2455,9 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	}
 	if (rc == MA_E_FAULT)
 		test_kill_point("fault");
+	if (rc && rc != MA_E_FAULT && s->seized && !s->at_marker && !s->skipping_self_deadlock &&
+	    !s->abandoned)
+		return abandon_call(s, rc);
 	if (rc)
 		return rc;
 	*ret = ma_arch_stub_retval(&r);
@@ -2337,8 +2504,9 @@ static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
+	/* A syscall stop (SIGTRAP | 0x80) is no signal: PTRACE_DETACH refuses it (EIO). */
 	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
-	    wait_stop(s->tid, &status, 1000) == 0 && WIFSTOPPED(status) && (status >> 16) == 0)
+	    wait_stop(s->tid, &status, 1000) == 0 && is_signal_stop(status))
 		return WSTOPSIG(status);
 	return 0;
 }
@@ -2704,7 +2872,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	if (rc == 0) { /* safe, but we only wanted to look */
 		release_untouched(&s, 0);
 	} else if (rc == MA_E_TIMEOUT && s.seized) {
-		add_straggler(t->pid, ti->tid); /* let go (with its signal) when it stops */
+		add_straggler(t->pid, ti->tid, ti->eintr_wait); /* let go (with its signal) when it stops */
 	}
 	ma_hold_priority_drop();
 	close_fd(&s.status_fd);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <signal.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "steps.h"
 #include "target.h"
 #include "input.h"
+#include "safepoint.h"
 
 const char *ma_je_flavour_name(enum ma_je_flavour f)
 {
@@ -316,12 +318,16 @@ bool ma_thread_going(pid_t pid, pid_t tid)
 	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
 }
 
-/* Has PID exited (every thread going)?  *SOME_GOING: at least one thread is. */
+/*
+ * Has PID exited (every thread going)?  *SOME_GOING: one of the threads
+ * looked at is.  A live process is judged by its first few threads, not
+ * all of them: a process being killed has SIGKILL pending in every thread.
+ */
 static bool exit_seen(pid_t pid, bool *some_going)
 {
 	char path[64];
 	struct dirent *d;
-	size_t alive = 0, going = 0;
+	size_t alive = 0, going = 0, seen = 0;
 	DIR *dir;
 
 	*some_going = false;
@@ -335,7 +341,9 @@ static bool exit_seen(pid_t pid, bool *some_going)
 			continue;
 		if (ma_thread_going(pid, tid))
 			going++;
-		else if (++alive && going)
+		else
+			alive++;
+		if (alive && (going || ++seen >= 8))
 			break;
 	}
 	closedir(dir);
@@ -405,6 +413,60 @@ int ma_fail_if_exited(pid_t pid, int rc)
 		return rc;
 	ma_err_clear();
 	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
+}
+
+bool ma_process_in_exec(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	bool in_exec = false;
+	int looked = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return false;
+	while (!in_exec && looked++ < 64 && (d = readdir(dir))) {
+		struct ma_thread_info ti;
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid <= 0)
+			continue;
+		memset(&ti, 0, sizeof(ti));
+		ma_read_thread_info(pid, tid, &ti);
+		in_exec = ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+	}
+	closedir(dir);
+	ma_err_clear();
+	return in_exec;
+}
+
+bool ma_process_job_stopped(pid_t pid, pid_t except)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	bool stopped = false;
+	int looked = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return false;
+	/* A group stop stops every thread: a few tell. */
+	while (!stopped && looked < 8 && (d = readdir(dir))) {
+		struct ma_proc_status st;
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid <= 0 || tid == except)
+			continue;
+		if (ma_proc_read_status(pid, tid, &st) == 0) {
+			stopped = st.state == 'T';
+			looked += st.state != 'Z' && st.state != 'X';
+		}
+		ma_err_clear();
+	}
+	closedir(dir);
+	return stopped;
 }
 
 pid_t ma_live_thread_of(pid_t pid)
@@ -936,6 +998,26 @@ static bool is_main_executable(const struct ma_target *t, const struct ma_mappin
  * objects (startup, dlopen, lazy binding), with the loader's lock held or
  * jemalloc's own GOT not yet filled in.
  */
+/*
+ * A dynamically linked program between its exec and its loader's mapping
+ * of libc: the dynamic loader (ld-*) is mapped, libc is not.
+ */
+static bool still_loading(const struct ma_target *t)
+{
+	bool loader = false, libc = false;
+
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const char *path = t->maps[i].path;
+		const char *base = path ? strrchr(path, '/') : NULL;
+
+		if (!base)
+			continue;
+		loader |= strncmp(base + 1, "ld-", 3) == 0;
+		libc |= strncmp(base + 1, "libc.so", 7) == 0 || strncmp(base + 1, "libc-", 5) == 0;
+	}
+	return loader && !libc;
+}
+
 static void find_loader(struct ma_target *t)
 {
 	for (size_t i = 0; i < t->nmaps; i++) {
@@ -1111,6 +1193,11 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				       "process %d links jemalloc statically into a stripped binary: "
 				       "no mallctl in its mapped objects and the executable has no "
 				       ".symtab; run an unstripped build (or keep .symtab)",
+				       t->pid);
+		if (still_loading(t))
+			return ma_fail(MA_E_NOJEMALLOC,
+				       "process %d is still loading its libraries (it has just started "
+				       "or called exec): no jemalloc mapped yet; run memattach again",
 				       t->pid);
 		return ma_fail(MA_E_NOJEMALLOC,
 			       "process %d does not use jemalloc: no mallctl in its mapped objects",

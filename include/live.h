@@ -54,5 +54,7 @@ int ma_live_end(struct ma_live *l);
 /* The two halves of ma_live_begin, for a command that borrows many times from one open target (watch). */
 int ma_live_open(struct ma_live *l, pid_t pid);
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o);
+/* RC, or, when the process exec'd (the cause of RC), a message that says so. */
+int ma_live_fail_if_exec(const struct ma_live *l, int rc);
 
 #endif

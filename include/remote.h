@@ -81,8 +81,11 @@ struct ma_session {
 	bool stub_written;
 	bool sites_had_stub; /* a stub site held a stub (a killed run's) before the stop */
 	bool mapped; /* the scratch mapping (own[0]) exists */
-	bool abandoned; /* a call timed out: the stub restores the thread */
+	bool abandoned; /* a call timed out or failed inside: the stub restores the thread */
+	bool skipping_self_deadlock; /* the call met a lock its thread held before the borrow */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
+	bool exec_seen; /* the process exec'd since its maps were read */
+	bool job_stop_seen; /* the process was stopped (SIGSTOP...) while the thread ran a call */
 	bool hopeless; /* the thread just tried can never be borrowed in this run */
 	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
 	long eintr_nr; /* ... that wait's syscall */

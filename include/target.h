@@ -117,6 +117,10 @@ int ma_process_status(pid_t pid, struct ma_proc_status *st);
  * kernel's PF_EXITING), or killed (SIGKILL pending)?
  */
 bool ma_thread_going(pid_t pid, pid_t tid);
+/* Is a thread of PID inside execve (the others being killed)?  Judged by its first 64 threads. */
+bool ma_process_in_exec(pid_t pid);
+/* Is PID stopped by job control (SIGSTOP...)?  Judged by threads other than EXCEPT. */
+bool ma_process_job_stopped(pid_t pid, pid_t except);
 /*
  * Has process PID exited or begun to (killed, or exit_group): gone, or
  * every thread going?  An exec kills the other threads too, but not the

@@ -257,11 +257,38 @@ static int make_tmp_dir(struct snap *sn)
 		return sn->parentfd; /* the message is set */
 	if (!sn->base[0])
 		return ma_fail(MA_E_IO, "cannot create '%s': name a folder", sn->dir);
-	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0))
-		return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
-			       sn->dir);
+	if (fstatat(sn->parentfd, sn->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISDIR(st.st_mode) && st.st_uid != geteuid())
+			return ma_fail(MA_E_IO, "'%s' is another user's folder (uid %u): nothing was "
+				       "replaced; name a new folder", sn->dir, (unsigned)st.st_uid);
+		/* An empty folder of this user's is replaced (rmdir refuses any other). */
+		if (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0)
+			return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",
+				       sn->dir);
+	}
 	return ma_outdir_make_temp(sn->parentfd, sn->base, sn->tmp, sizeof(sn->tmp), &sn->tmpfd);
+}
+
+/*
+ * The finished folder takes its name.  rename(2) would replace any empty
+ * folder of that name, whoever owns it: only the user's own is replaced;
+ * another's, or anything else, is an error that says so.
+ */
+static int rename_into_place(struct snap *sn)
+{
+	struct stat sb;
+
+	if (renameat2(sn->parentfd, sn->tmp, sn->parentfd, sn->base, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -1;
+	if (fstatat(sn->parentfd, sn->base, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+		return -1;
+	if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid())
+		return ma_fail(MA_E_IO, "%s exists and is not an empty folder of this user's "
+			       "(uid %u, mode %04o): nothing was replaced", sn->dir,
+			       (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777)), -1;
+	return renameat(sn->parentfd, sn->tmp, sn->parentfd, sn->base);
 }
 
 int cmd_snapshot(int argc, char **argv)
@@ -294,7 +321,7 @@ int cmd_snapshot(int argc, char **argv)
 			 &sn);
 	sn.tid = v.tid;
 	sn.held_ns = v.held_ns;
-	if (!rc && (write_files(&sn) || renameat(sn.parentfd, sn.tmp, sn.parentfd, sn.base) != 0))
+	if (!rc && (write_files(&sn) || rename_into_place(&sn) != 0))
 		rc = ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s",
 				  ma_errmsg()[0] ? ma_errmsg() : strerror(errno));
 	else if (!rc)

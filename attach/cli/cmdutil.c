@@ -331,7 +331,7 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 		ma_live_end(&l);
 		return MA_EXIT_FAIL;
 	}
-	if ((rc = ma_fail_if_exited(c->pid, c->body(&l.s, ctx)))) {
+	if ((rc = ma_live_fail_if_exec(&l, ma_fail_if_exited(c->pid, c->body(&l.s, ctx))))) {
 		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s%s%s", c->what ? c->what : "", c->what ? ": " : "",
 			     ma_errmsg());
 		ma_err_clear();

@@ -248,8 +248,9 @@ check "over HTTP, curl (Accept: */*) gets text 0.0.4 that promtool accepts" \
 		promtool check metrics <"$TMP/odd.http"'
 scrape "$TMP/odd.om"
 # Every OpenMetrics line a comment or name{label="escaped",...} value; the
-# name's label holds its quote, backslash and control bytes, and U+FFFD.
-check "the OpenMetrics exposition of the odd name parses line by line, its label intact" \
+# name's label holds its quote, backslash, control bytes as the text \xNN
+# (a terminal shows them, never obeys them) and U+FFFD.
+check "the OpenMetrics exposition of the odd name parses line by line, its label intact, no raw control byte" \
 	$PY -c '
 import re, sys
 text = open(sys.argv[1], "rb").read().decode("utf-8")
@@ -267,7 +268,8 @@ for line in lines[:-1]:
     comms.add(m.group(1))
 assert len(comms) == 1, comms
 v = re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), comms.pop())
-assert all(c in v for c in "\"\\\x01\x1b\ufffd"), repr(v)
+assert all(c in v for c in ["\"", "\\x01", "\\x1b", "\ufffd"]), repr(v)
+assert not re.search(r"[\x00-\x1f\x7f-\x9f]", text.replace("\n", "")), "a control byte reaches the output"
 ' "$TMP/odd.om" "$opid"
 kill -TERM $XPID; wait $XPID 2>/dev/null
 fix_quit "$opid" "$OFD"

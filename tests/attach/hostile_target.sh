@@ -16,11 +16,11 @@
 # clients: hostile_exporter.sh.)
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 28
+plan 29
 need_fixtures hostile daemon
 
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
-	for i in $(seq 28); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
+	for i in $(seq 29); do fail "hostile target check $i: needs root and setpriv (util-linux)"; done
 	exit 0
 fi
 id ma-eve >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin ma-eve
@@ -175,6 +175,12 @@ check "4. an output path through eve's link is refused, saying why (exit $rc: $(
 "$MA" watch "$EPID" --out "$PUB/reports/w" --duration 1 >/dev/null 2>&1
 check "4. nothing was written into root's folder through it ($(ls -A "$TMP/rootonly" | tr '\n' ' '))" \
 	test -z "$(ls -A "$TMP/rootonly")"
+# (found by an outside attack) eve's empty folder named as snapshot's output
+# was removed and replaced by root's own
+"${EVE[@]}" mkdir "$PUB/evesnap"
+"$MA" snapshot "$EPID" -o "$PUB/evesnap" >/dev/null 2>"$TMP/l.err"; rc=$?
+check "4. snapshot into eve's empty folder is refused, the folder left hers (exit $rc: $(stat -c %U "$PUB/evesnap"), $(head -c 200 "$TMP/l.err"))" \
+	eval '[ "$(stat -c %U "$PUB/evesnap")" = ma-eve ] && exit_and_says "$rc" 1 "another user.s folder" "$TMP/l.err"'
 "$MA" stats-dump "$EPID" -o "$TMP/rootonly/../s.json" >/dev/null 2>"$TMP/l.err"; rc=$?
 check "4. a path through folders and links of root's own works (exit $rc: $(head -c 200 "$TMP/l.err"))" \
 	[ "$rc" -eq 0 ]

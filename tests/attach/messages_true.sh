@@ -2,7 +2,7 @@
 # Messages that say what was seen and what would help.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 26
+plan 27
 need_fixtures epolld
 
 # One epoll loop for all: its only thread waits in epoll_wait with no
@@ -21,6 +21,8 @@ check "--strict on an epoll loop, deadline first: refused (exit $rc: $(head -c 4
 check "... saying what helps (--tid $pid, or no --strict)" \
 	says "--tid $pid borrows it, or leave out --strict" "$TMP/strict.err"
 check "... and not a longer --timeout, which cannot" bash -c "! grep -q -- --timeout '$TMP/strict.err'"
+check "... and no word of other threads, of which it has none (an outside attack saw 'the others are')" \
+	eval '! says "the others" "$TMP/strict.err" && [ "$(ls /proc/$pid/task | wc -l)" -eq 1 ]'
 
 # 5. threads says what a run with the same options would do: the loop's
 # thread, in epoll_wait, is borrowed by a plain run (its wait issued

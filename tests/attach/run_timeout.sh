@@ -7,8 +7,8 @@
 # within its own --timeout, naming the holder.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 7
-need_fixtures slowpurge
+plan 12
+need_fixtures slowpurge manythreads
 
 fix_start slowpurge || { fail "slowpurge: start"; exit 1; }
 sp=$FIX_PID
@@ -49,3 +49,19 @@ check "released, the borrowed thread finished the calls and runs its own loop ag
 check "a later run reads the stats (exit $rc: $(head -c 200 "$TMP/s2.err"))" [ "$rc" -eq 0 ]
 check "the process lives on, with nothing of memattach's left in its maps" \
 	bash -c "kill -0 $sp && ! grep -q memattach /proc/$sp/maps"
+
+# Thousands of threads: reading them is part of the run, so a short
+# --timeout ends it there, saying so (before: every thread was read, each
+# round, and every one tried after the deadline; 2,000 threads took 41 s
+# for --timeout 50 on a loaded machine, and the message named a refusal
+# from an earlier thread).
+fix_start manythreads -t 2 -z 1500 || { fail "manythreads -z 1500: start"; exit 1; }
+mt=$FIX_PID
+for c in stats threads "bins --flush-tcache" purge; do
+	timeout 120 "$MA" $c "$mt" --timeout 1 >/dev/null 2>"$TMP/m.err"; rc=$?
+	check "$c --timeout 1 on 1,502 threads ends at its --timeout, saying so (exit $rc: $(head -c 200 "$TMP/m.err"))" \
+		exit_and_says "$rc" 1 "the run's --timeout (\(1 ms\) )?ran out (while reading the threads|before a thread|after [0-9]+ of the)" "$TMP/m.err"
+done
+v=$(fix_cmd "$mt" "$FIX_FD" "$FIX_OUT" verdict)
+check "manythreads: verdict ok, no thread left stopped or traced ($v)" \
+	eval '[[ $v == "VERDICT ok"* ]] && [ "$(stopped_tasks "$mt")" -eq 0 ] && [ "$(traced_tasks "$mt")" -eq 0 ]'

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # A target that replaces itself with execve() at random moments
-# (fixtures/execd.c: GENS generations, default 20, each living 100-400 ms,
+# (fixtures/execd.c: GENS generations, default 100, each living 5-60 ms,
 # execve from the main thread or from a non-leader thread in turn) while
 # `stats` runs on it back to back.  memattach must never harm the new
 # image: each run either succeeds or exits 1 with a one-line message, and
 # none reports a faulted injected call (that is a jump to an address of the
 # old image, i.e. code run blindly in the new one); the
 # pid stays alive through every exec; every generation comes up (READY);
-# the last one passes its verdict and memattach works on it.
+# the last one passes its verdict and memattach works on it.  Each failure
+# says what happened: the exec, or a program still being loaded -- not a
+# refusal the old image's maps explain wrongly ("a stack that is not its
+# own", "does not use jemalloc", "did not stop").
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 9
+plan 10
 need_fixtures execd
-GENS=${GENS:-20}
+GENS=${GENS:-100}
 
-fix_start execd -G "$GENS" -e 100:400 || { fail "execd: start"; exit 1; }
+fix_start execd -G "$GENS" -e 5:60 || { fail "execd: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 runs=0 ok=0 failed=0 other=0 unclear=0 died=0
 : >"$TMP/failed.txt"
-deadline=$(( $(now_us) + (GENS * 400 + 20000) * 1000 ))
+deadline=$(( $(now_us) + (GENS * 60 + 20000) * 1000 ))
 gens() { grep -c '^READY' "$out"; }
 while [ "$(gens)" -le "$GENS" ] && [ "$(now_us)" -lt "$deadline" ]; do
 	timeout -s KILL 10 "$MA" stats "$pid" >/dev/null 2>"$TMP/run.err"
@@ -47,6 +50,8 @@ check "exec: every failure was one clear line ($unclear were not)" [ "$unclear" 
 # address of the old image: memattach ran code in the new one blindly.
 faulted=$(grep -c 'faulted' "$TMP/failed.txt")
 check "exec: no injected call ran at an old image's address ($faulted runs reported a faulted call)" [ "$faulted" -eq 0 ]
+grep -vE 'replaced its program \(exec\)|is still loading its libraries' "$TMP/failed.txt" >"$TMP/untrue.txt"
+check "exec: every failure names the exec or the loading ($(grep -c . "$TMP/untrue.txt") of $failed did not: $(top_lines "$TMP/untrue.txt" 2))" [ ! -s "$TMP/untrue.txt" ]
 if [ "$died" -eq 1 ] || ! alive "$pid"; then
 	fixture_died "$pid" "$(dirname "$out")"
 	fail "exec: target died: $DIED_WHY (last lines: $(tail -2 "$out" | tr '\n' ' '))"

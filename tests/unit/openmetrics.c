@@ -41,15 +41,21 @@ static int lines_well_formed(const char *text)
 int main(void)
 {
 	struct ma_om_target t = { .pid = 42, .failures = 3 };
-	const char *comm_label = "comm=\"q\\\"b\\\\s\x01\x1b\xEF\xBF\xBD\\n\xC3\xA9\"";
+	const char *comm_label =
+		"comm=\"q\\\"b\\\\s\\\\x01\\\\x1b\xEF\xBF\xBD\\n\xC3\xA9\\\\x9b\\\\u202e\"";
 	char *om, *text;
 
-	/* quote, backslash, two control bytes, a lone 0xff, a line feed, a valid é */
-	strcpy(t.comm, "q\"b\\s\x01\x1b\xff\n\xC3\xA9");
+	/*
+	 * quote, backslash, two control bytes (as the text \x01, \x1b: a
+	 * terminal must not obey them), a lone 0xff, a line feed, a valid é,
+	 * a C1 control (U+009B, CSI), a bidirectional override (U+202E)
+	 */
+	strcpy(t.comm, "q\"b\\s\x01\x1b\xff\n\xC3\xA9\xC2\x9B\xE2\x80\xAE");
 	om = expose(&t, MA_OM_OPENMETRICS);
 	text = expose(&t, MA_OM_PROMETHEUS_TEXT);
 
-	CHECK("OpenMetrics: the comm label escaped, not UTF-8 as U+FFFD", strstr(om, comm_label));
+	CHECK("OpenMetrics: the comm label escaped, not UTF-8 as U+FFFD, controls as text",
+	      strstr(om, comm_label));
 	CHECK("text 0.0.4: the same label value", strstr(text, comm_label));
 	CHECK("OpenMetrics: no line broken by the name", lines_well_formed(om));
 	CHECK("text 0.0.4: no line broken by the name", lines_well_formed(text));
