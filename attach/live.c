@@ -27,21 +27,37 @@ static bool maps_moving(const struct ma_target *t)
 	return moved;
 }
 
-int ma_live_fail_if_exec(const struct ma_live *l, int rc)
+/* Has the process exec'd since T was read, or is a thread of it in execve? */
+static bool exec_seen(const struct ma_target *t)
 {
-	uint64_t mallctl = l->t.je.mallctl;
+	uint64_t mallctl = t->je.mallctl;
+
+	return ma_target_maps_unchanged(t, &mallctl, 1) != 0 || ma_process_in_exec(t->pid);
+}
+
+int ma_live_fail_if_exec(struct ma_live *l, int rc)
+{
+	struct timespec pause = { 0, 10 * 1000000L };
 	char why[512];
+	bool exec = false;
 
 	/*
 	 * A failure while the process lives on (a thread gone, its maps not
-	 * as read): did it exec?  Then that is what to say.
+	 * as read): did it exec?  Then that is what to say.  A thread gone
+	 * may be the exec's doing before the exec shows: look a few times.
 	 */
-	if (rc == 0 || rc == MA_E_USAGE || !mallctl || ma_process_exited(l->t.pid))
+	if (rc == 0 || rc == MA_E_USAGE || !l->t.je.mallctl || ma_process_exited(l->t.pid))
 		return rc;
 	snprintf(why, sizeof(why), "%s", ma_errmsg());
-	if (ma_target_maps_unchanged(&l->t, &mallctl, 1) == 0 && !ma_process_in_exec(l->t.pid))
+	for (int i = 0; !exec && i < (rc == MA_E_EXITED ? 5 : 1); i++) {
+		if (i)
+			nanosleep(&pause, NULL);
+		exec = exec_seen(&l->t);
+	}
+	if (!exec)
 		return ma_fail(rc, "%s", why); /* the looks leave no message of their own */
 	ma_err_clear();
+	l->exec_seen = true;
 	return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach attached; "
 		       "run memattach again", l->t.pid);
 }
