@@ -415,58 +415,62 @@ int ma_fail_if_exited(pid_t pid, int rc)
 	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 }
 
-bool ma_process_in_exec(pid_t pid)
+/*
+ * Does TEST hold for one of PID's threads?  At most LIMIT threads are
+ * looked at (a process-wide state shows in any of them).
+ */
+static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, void *ctx),
+		       void *ctx)
 {
 	char path[64];
 	struct dirent *d;
 	DIR *dir;
-	bool in_exec = false;
+	bool found = false;
 	int looked = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	if (!(dir = opendir(path)))
 		return false;
-	while (!in_exec && looked++ < 64 && (d = readdir(dir))) {
-		struct ma_thread_info ti;
+	while (!found && looked < limit && (d = readdir(dir))) {
 		pid_t tid = (pid_t)atoi(d->d_name);
 
-		if (tid <= 0)
-			continue;
-		memset(&ti, 0, sizeof(ti));
-		ma_read_thread_info(pid, tid, &ti);
-		in_exec = ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+		if (tid > 0) {
+			looked++;
+			found = test(pid, tid, ctx);
+		}
 	}
 	closedir(dir);
 	ma_err_clear();
-	return in_exec;
+	return found;
+}
+
+static bool in_execve(pid_t pid, pid_t tid, void *ctx)
+{
+	struct ma_thread_info ti;
+
+	(void)ctx;
+	memset(&ti, 0, sizeof(ti));
+	ma_read_thread_info(pid, tid, &ti);
+	return ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+}
+
+bool ma_process_in_exec(pid_t pid)
+{
+	return any_thread(pid, 64, in_execve, NULL);
+}
+
+static bool job_stopped(pid_t pid, pid_t tid, void *except)
+{
+	struct ma_proc_status st;
+
+	return tid != *(pid_t *)except && ma_proc_read_status(pid, tid, &st) == 0 &&
+	       st.state == 'T';
 }
 
 bool ma_process_job_stopped(pid_t pid, pid_t except)
 {
-	char path[64];
-	struct dirent *d;
-	DIR *dir;
-	bool stopped = false;
-	int looked = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	if (!(dir = opendir(path)))
-		return false;
 	/* A group stop stops every thread: a few tell. */
-	while (!stopped && looked < 8 && (d = readdir(dir))) {
-		struct ma_proc_status st;
-		pid_t tid = (pid_t)atoi(d->d_name);
-
-		if (tid <= 0 || tid == except)
-			continue;
-		if (ma_proc_read_status(pid, tid, &st) == 0) {
-			stopped = st.state == 'T';
-			looked += st.state != 'Z' && st.state != 'X';
-		}
-		ma_err_clear();
-	}
-	closedir(dir);
-	return stopped;
+	return any_thread(pid, 8, job_stopped, &except);
 }
 
 pid_t ma_live_thread_of(pid_t pid)
