@@ -64,7 +64,9 @@ static double running_s(pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if (!(f = fopen(path, "re")))
 		return -1;
-	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	/* Whole, not a line: the name in it may hold a newline. */
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+	p = strrchr(buf, ')');
 	fclose(f);
 	/* Field 22, starttime, in clock ticks since boot; the name may hold anything. */
 	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"

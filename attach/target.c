@@ -238,20 +238,30 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	return ma_fail_if_exited(pid, read_maps(t));
 }
 
+int ma_read_comm_file(const char *path, char *out, size_t len)
+{
+	FILE *f;
+	size_t n;
+
+	if (!(f = fopen(path, "re")))
+		return -1;
+	/* Whole: a name may hold a newline of its own; only the kernel's last one goes. */
+	n = fread(out, 1, len - 1, f);
+	fclose(f);
+	out[n] = '\0';
+	if (n && out[n - 1] == '\n')
+		out[n - 1] = '\0';
+	return n ? 0 : -1;
+}
+
 const char *ma_comm_of(pid_t pid)
 {
 	static char comm[32];
 	char path[64];
-	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	strcpy(comm, "?");
-	if ((f = fopen(path, "re"))) {
-		if (!fgets(comm, sizeof(comm), f))
-			strcpy(comm, "?");
-		comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
+	if (ma_read_comm_file(path, comm, sizeof(comm)) != 0)
+		strcpy(comm, "?");
 	return comm;
 }
 
