@@ -157,6 +157,20 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 	return 0;
 }
 
+bool ma_runlock_busy(pid_t pid)
+{
+	char path[64];
+	bool busy;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/personality", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false; /* the run itself says why */
+	busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); /* lets go at once of a lock taken to look */
+	return busy;
+}
+
 void ma_runlock_release(struct ma_runlock *l)
 {
 	/* Closing releases the flock. */
