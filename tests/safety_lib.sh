@@ -57,7 +57,20 @@ traced_tasks() {
 	done
 	echo "$n"
 }
-maps_lines() { wc -l <"/proc/$1/maps"; }
+# maps_lines PID: the mappings memattach could have left: all but anonymous
+# ones of 8 MiB or more (memattach maps at most about 1 MiB; a target's heap
+# region that jemalloc splits or maps meanwhile is not a leftover: a purge
+# once left the daemon one more 31 MiB heap mapping).
+maps_lines() {
+	local range perms off dev inode path n=0
+	while read -r range perms off dev inode path; do
+		[ -z "$path" ] && [ $(( (16#${range#*-} - 16#${range%-*}) >> 20 )) -ge 8 ] && continue
+		n=$((n + 1))
+	done <"/proc/$1/maps"
+	echo "$n"
+}
+	     !($6 == "" && kib >= 8192) { n++ } END { print n + 0 }' "/proc/$1/maps"
+}
 # Anonymous executable mappings (memattach's code area is one; [vdso] is not).
 anon_exec() { awk '$2 ~ /x/ && $6 == "" { n++ } END { print n + 0 }' "/proc/$1/maps"; }
 # maps_shape PID: the maps without addresses (perms, size, name), to diff.
