@@ -69,8 +69,6 @@ maps_lines() {
 	done <"/proc/$1/maps"
 	echo "$n"
 }
-	     !($6 == "" && kib >= 8192) { n++ } END { print n + 0 }' "/proc/$1/maps"
-}
 # Anonymous executable mappings (memattach's code area is one; [vdso] is not).
 anon_exec() { awk '$2 ~ /x/ && $6 == "" { n++ } END { print n + 0 }' "/proc/$1/maps"; }
 # maps_shape PID: the maps without addresses (perms, size, name), to diff.
