@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "holdprio.h"
 #include "live.h"
 #include "ma_error.h"
 #include "safepoint.h"
@@ -155,6 +156,7 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
+	ma_run_priority_raise();
 	if ((rc = ma_live_fail_if_exec(l, ma_live_open(l, pid))) ||
 	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
 	    (rc = ma_live_borrow(l, o)))

@@ -9,6 +9,7 @@
 
 #include "livesym.h"
 #include "cmdutil.h"
+#include "holdprio.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -277,6 +278,7 @@ int cmd_threads(int argc, char **argv)
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
 	ma_run_deadline_set(o.run_ms);
+	ma_run_priority_raise();
 	if ((rc = ma_live_open(&l, pid)) || (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
