@@ -316,8 +316,15 @@ static int peek_stop(pid_t tid, int *status, int timeout_ms)
 
 static int ptrace_errno(const char *what, pid_t tid)
 {
+	char path[32];
+
 	switch (errno) {
 	case ESRCH:
+		/* A tracee not in a stop gives ESRCH too: say "went away" only when it has. */
+		snprintf(path, sizeof(path), "/proc/%d", tid);
+		if (access(path, F_OK) == 0 && !ma_thread_going(tid, tid))
+			return ma_fail(MA_E_INTERNAL, "%s on thread %d failed: %s (the thread is still "
+				       "there)", what, tid, strerror(ESRCH));
 		return ma_fail(MA_E_EXITED, "thread %d went away (%s)", tid, what);
 	case EPERM:
 		/* The kernel refuses to trace a thread that is exiting, too. */
@@ -2541,9 +2548,18 @@ static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
+	struct ma_proc_status st;
+	/*
+	 * A thread in a ptrace stop already (a request failed right after it
+	 * was taken) makes no new one: only a stop still to be collected is
+	 * looked for, not waited for (that wait held a thread for 1 s).
+	 */
+	int wait_ms = ma_proc_read_status(s->t->pid, s->tid, &st) == 0 && st.state == 't' ? 0 : 1000;
+
+	ma_err_clear();
 	/* A syscall stop (SIGTRAP | 0x80) is no signal: PTRACE_DETACH refuses it (EIO). */
 	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
-	    wait_stop(s->tid, &status, 1000) == 0 && is_signal_stop(status))
+	    wait_stop(s->tid, &status, wait_ms) == 0 && is_signal_stop(status))
 		return WSTOPSIG(status);
 	return 0;
 }

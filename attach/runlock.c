@@ -107,7 +107,8 @@ static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 	if (holder)
 		return ma_fail(MA_E_TIMEOUT,
 			       "the run lock of process %d (a flock on /proc/%d/personality) is "
-			       "held by pid %d (%s), which is no memattach run and may hold it for "
+			       "held by pid %d (%s) or a process it forked (/proc/locks names the "
+			       "one that took it), which is no memattach run and may hold it for "
 			       "good: %s; run again once it has let go",
 			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
