@@ -70,7 +70,20 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	memset(l, 0, sizeof(*l));
 	ma_install_signal_guards();
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
-	if ((rc = ma_target_open(&l->t, pid)))
+	rc = ma_target_open(&l->t, pid);
+	/*
+	 * No mappings to read while the process lives: an exec between its
+	 * old memory and its new one.  Look again (up to 5 times, 10 ms apart).
+	 */
+	for (int i = 0; rc == MA_E_PERM && i < 5 && !ma_process_exited(pid); i++) {
+		struct timespec pause = { 0, 10 * 1000000L };
+
+		nanosleep(&pause, NULL);
+		ma_err_clear();
+		ma_target_release(&l->t);
+		rc = ma_target_open(&l->t, pid);
+	}
+	if (rc)
 		return rc;
 	rc = ma_target_find_jemalloc(&l->t);
 	/*
