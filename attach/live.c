@@ -72,10 +72,13 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
 	rc = ma_target_open(&l->t, pid);
 	/*
-	 * No mappings to read while the process lives: an exec between its
-	 * old memory and its new one.  Look again (up to 5 times, 10 ms apart).
+	 * No mappings to read while the process lives, or only zombies seen:
+	 * an exec between its old memory and its new one (a non-leader's exec
+	 * leaves the leader a zombie until it takes its pid).  Look again (up
+	 * to 5 times, 10 ms apart).
 	 */
-	for (int i = 0; rc == MA_E_PERM && i < 5 && !ma_process_exited(pid); i++) {
+	for (int i = 0; i < 5 && ((rc == MA_E_PERM && !ma_process_exited(pid)) || rc == MA_E_ZOMBIE);
+	     i++) {
 		struct timespec pause = { 0, 10 * 1000000L };
 
 		nanosleep(&pause, NULL);
