@@ -11,7 +11,34 @@
 #include "ma_error.h"
 #include "safepoint.h"
 
-/* Have T's mappings changed within 10 ms (a program being loaded)? */
+/* Does T map a dynamic loader (ld-*), and has it one thread only? */
+static bool maybe_loading(const struct ma_target *t)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	int threads = 0;
+	bool loader = false;
+
+	for (size_t i = 0; i < t->nmaps && !loader; i++) {
+		const char *base = t->maps[i].path ? strrchr(t->maps[i].path, '/') : NULL;
+
+		loader = base && strncmp(base + 1, "ld-", 3) == 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/task", t->pid);
+	if (!loader || !(dir = opendir(path)))
+		return false;
+	while (threads < 2 && (d = readdir(dir)))
+		threads += d->d_name[0] != '.';
+	closedir(dir);
+	return threads == 1;
+}
+
+/*
+ * Is T perhaps a program being loaded: its mappings changed within 10 ms,
+ * or a dynamic loader mapped and one thread only (the loader may be
+ * waiting for a CPU between two libraries)?
+ */
 static bool maps_moving(const struct ma_target *t)
 {
 	struct ma_target now;
@@ -23,7 +50,7 @@ static bool maps_moving(const struct ma_target *t)
 		ma_err_clear();
 		return false;
 	}
-	moved = now.nmaps != t->nmaps;
+	moved = now.nmaps != t->nmaps || maybe_loading(t);
 	ma_target_release(&now);
 	return moved;
 }
