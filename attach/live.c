@@ -117,15 +117,20 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 		return rc;
 	rc = ma_target_find_jemalloc(&l->t);
 	/*
-	 * No jemalloc in a process whose maps are moving: one that just
-	 * started or called exec, its loader still mapping libraries.  Look
-	 * again (up to 10 times, 10 ms apart) rather than say it has none.
+	 * No jemalloc in a process that needs it (DT_NEEDED) or whose maps
+	 * are moving: one that just started or called exec, its loader still
+	 * mapping libraries.  Look again (up to 10 times, 10 ms apart) rather
+	 * than say it has none.
 	 */
 	for (int i = 0; rc == MA_E_NOJEMALLOC && i < 10; i++) {
 		char why[512];
 
 		snprintf(why, sizeof(why), "%s", ma_errmsg());
-		if (!maps_moving(&l->t)) {
+		if (l->t.je_pending) {
+			struct timespec pause = { 0, 10 * 1000000L };
+
+			nanosleep(&pause, NULL); /* its loader maps libjemalloc soon */
+		} else if (!maps_moving(&l->t)) {
 			ma_fail(rc, "%s", why); /* the look may have said something else */
 			break;
 		}

@@ -1196,6 +1196,9 @@ int ma_target_find_jemalloc(struct ma_target *t)
 			if (!found && !e.has_symtab && is_main_executable(t, first) &&
 			    ma_elf_section_contains(&e, ".rodata", "<jemalloc>"))
 				stripped_static = true;
+			/* The program needs libjemalloc, not mapped yet: its loader is at work. */
+			if (!found && is_main_executable(t, first) && ma_elf_needs(&e, "libjemalloc"))
+				t->je_pending = true;
 			ma_elf_release(&e);
 			if (found < 0)
 				return found;
@@ -1208,7 +1211,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				       "no mallctl in its mapped objects and the executable has no "
 				       ".symtab; run an unstripped build (or keep .symtab)",
 				       t->pid);
-		if (still_loading(t))
+		if (still_loading(t) || t->je_pending)
 			return ma_fail(MA_E_NOJEMALLOC,
 				       "process %d is still loading its libraries (it has just started "
 				       "or called exec): no jemalloc mapped yet; run memattach again",

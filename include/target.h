@@ -102,6 +102,7 @@ struct ma_target {
 	size_t ndl_fns;
 	bool for_dlopen;
 	size_t nstub_sites;
+	bool je_pending; /* the program needs libjemalloc, not mapped yet (still loading) */
 };
 
 /* Read /proc/PID/status (or /proc/PID/task/TID/status if tid > 0). */
