@@ -315,7 +315,7 @@ int cmd_threads(int argc, char **argv)
 		print_text(&l.t, r, n, &ls);
 	ma_livesym_release(&ls);
 out:
-	if (rc)
+	if (rc && (rc = ma_live_fail_if_exec(&l, rc))) /* an exec explains it: say that */
 		ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	free(r);
 	free(ti);
