@@ -18,15 +18,9 @@ static bool maybe_loading(const struct ma_target *t)
 	struct dirent *d;
 	DIR *dir;
 	int threads = 0;
-	bool loader = false;
 
-	for (size_t i = 0; i < t->nmaps && !loader; i++) {
-		const char *base = t->maps[i].path ? strrchr(t->maps[i].path, '/') : NULL;
-
-		loader = base && strncmp(base + 1, "ld-", 3) == 0;
-	}
 	snprintf(path, sizeof(path), "/proc/%d/task", t->pid);
-	if (!loader || !(dir = opendir(path)))
+	if (!ma_target_maps_loader(t) || !(dir = opendir(path)))
 		return false;
 	while (threads < 2 && (d = readdir(dir)))
 		threads += d->d_name[0] != '.';

@@ -1016,20 +1016,28 @@ static bool is_main_executable(const struct ma_target *t, const struct ma_mappin
  * A dynamically linked program between its exec and its loader's mapping
  * of libc: the dynamic loader (ld-*) is mapped, libc is not.
  */
-static bool still_loading(const struct ma_target *t)
+/* Is a mapping of T's an object whose file name starts with PREFIX? */
+static bool maps_object(const struct ma_target *t, const char *prefix)
 {
-	bool loader = false, libc = false;
+	size_t plen = strlen(prefix);
 
 	for (size_t i = 0; i < t->nmaps; i++) {
-		const char *path = t->maps[i].path;
-		const char *base = path ? strrchr(path, '/') : NULL;
+		const char *base = t->maps[i].path ? strrchr(t->maps[i].path, '/') : NULL;
 
-		if (!base)
-			continue;
-		loader |= strncmp(base + 1, "ld-", 3) == 0;
-		libc |= strncmp(base + 1, "libc.so", 7) == 0 || strncmp(base + 1, "libc-", 5) == 0;
+		if (base && strncmp(base + 1, prefix, plen) == 0)
+			return true;
 	}
-	return loader && !libc;
+	return false;
+}
+
+bool ma_target_maps_loader(const struct ma_target *t)
+{
+	return maps_object(t, "ld-");
+}
+
+static bool still_loading(const struct ma_target *t)
+{
+	return ma_target_maps_loader(t) && !maps_object(t, "libc.so") && !maps_object(t, "libc-");
 }
 
 static void find_loader(struct ma_target *t)
