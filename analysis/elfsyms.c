@@ -870,6 +870,35 @@ bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const 
 	return false;
 }
 
+bool ma_elf_needs(const struct ma_elf *e, const char *prefix)
+{
+	Elf_Scn *scn = NULL;
+	size_t plen = strlen(prefix);
+
+	if (!e->elf)
+		return false;
+	while ((scn = elf_nextscn(e->elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNAMIC || !sh.sh_entsize ||
+		    !(d = elf_getdata(scn, NULL)))
+			continue;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Dyn dyn;
+			const char *name;
+
+			if (!gelf_getdyn(d, (int)i, &dyn) || dyn.d_tag == DT_NULL)
+				break;
+			if (dyn.d_tag == DT_NEEDED &&
+			    (name = elf_strptr(e->elf, sh.sh_link, dyn.d_un.d_val)) &&
+			    strncmp(name, prefix, plen) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
 int ma_elf_tls_image(const struct ma_elf *e, unsigned char **image, size_t *len)
 {
 	size_t phnum, rawlen;

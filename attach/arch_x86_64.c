@@ -777,11 +777,15 @@ bool ma_arch_is_timed_wait(long nr, const unsigned long long *a)
 		return a[4] != 0;
 	case 35: /* nanosleep */
 	case 230: /* clock_nanosleep */
-	case 128: /* rt_sigtimedwait */
-	case 208: /* io_getevents */
-	case 220: /* semtimedop */
-	case 243: /* mq_timedreceive */
 		return true;
+	/* A NULL timeout waits without one (sigwait() is rt_sigtimedwait so). */
+	case 128: /* rt_sigtimedwait */
+		return a[2] != 0;
+	case 220: /* semtimedop */
+		return a[3] != 0;
+	case 208: /* io_getevents */
+	case 243: /* mq_timedreceive */
+		return a[4] != 0;
 	default:
 		return false;
 	}

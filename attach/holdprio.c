@@ -22,6 +22,15 @@ static struct {
 } prio = { .got = "unchanged" };
 
 /* The lowest nice value this process may set (RLIMIT_NICE: 20 - limit). */
+/*
+ * The whole run's niceness: a larger share of a busy machine's CPU for
+ * memattach's own few milliseconds of work (reading the target, symbols),
+ * so that --timeout is its bound there too, without the real-time
+ * priority that only the hold gets (a long symbol read must not keep the
+ * target's other threads off a CPU).
+ */
+#define RUN_NICE (-10)
+
 static int lowest_permitted_nice(void)
 {
 	struct rlimit rl;
@@ -29,6 +38,18 @@ static int lowest_permitted_nice(void)
 	if (getrlimit(RLIMIT_NICE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
 		return -20;
 	return rl.rlim_cur >= 40 ? -20 : 20 - (int)rl.rlim_cur;
+}
+
+void ma_run_priority_raise(void)
+{
+	int want = lowest_permitted_nice(), now;
+
+	if (want < RUN_NICE)
+		want = RUN_NICE;
+	errno = 0;
+	now = getpriority(PRIO_PROCESS, 0);
+	if (errno == 0 && want < now)
+		setpriority(PRIO_PROCESS, 0, want); /* not permitted: the run goes on as it is */
 }
 
 void ma_hold_priority_raise(void)

@@ -6,11 +6,33 @@
 #include <string.h>
 #include <time.h>
 
+#include "holdprio.h"
 #include "live.h"
 #include "ma_error.h"
 #include "safepoint.h"
 
-/* Have T's mappings changed within 10 ms (a program being loaded)? */
+/* Does T map a dynamic loader (ld-*), and has it one thread only? */
+static bool maybe_loading(const struct ma_target *t)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	int threads = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", t->pid);
+	if (!ma_target_maps_loader(t) || !(dir = opendir(path)))
+		return false;
+	while (threads < 2 && (d = readdir(dir)))
+		threads += d->d_name[0] != '.';
+	closedir(dir);
+	return threads == 1;
+}
+
+/*
+ * Is T perhaps a program being loaded: its mappings changed within 10 ms,
+ * or a dynamic loader mapped and one thread only (the loader may be
+ * waiting for a CPU between two libraries)?
+ */
 static bool maps_moving(const struct ma_target *t)
 {
 	struct ma_target now;
@@ -22,26 +44,42 @@ static bool maps_moving(const struct ma_target *t)
 		ma_err_clear();
 		return false;
 	}
-	moved = now.nmaps != t->nmaps;
+	moved = now.nmaps != t->nmaps || maybe_loading(t);
 	ma_target_release(&now);
 	return moved;
 }
 
-int ma_live_fail_if_exec(const struct ma_live *l, int rc)
+/* Has the process exec'd since T was read, or is a thread of it in execve? */
+static bool exec_seen(const struct ma_target *t)
 {
-	uint64_t mallctl = l->t.je.mallctl;
+	uint64_t mallctl = t->je.mallctl;
+
+	return ma_target_maps_unchanged(t, &mallctl, 1) != 0 || ma_process_in_exec(t->pid);
+}
+
+int ma_live_fail_if_exec(struct ma_live *l, int rc)
+{
+	struct timespec pause = { 0, 10 * 1000000L };
 	char why[512];
+	bool exec = false;
 
 	/*
 	 * A failure while the process lives on (a thread gone, its maps not
-	 * as read): did it exec?  Then that is what to say.
+	 * as read): did it exec?  Then that is what to say.  A thread gone
+	 * may be the exec's doing before the exec shows: look a few times.
 	 */
-	if (rc == 0 || rc == MA_E_USAGE || !mallctl || ma_process_exited(l->t.pid))
+	if (rc == 0 || rc == MA_E_USAGE || !l->t.je.mallctl || ma_process_exited(l->t.pid))
 		return rc;
 	snprintf(why, sizeof(why), "%s", ma_errmsg());
-	if (ma_target_maps_unchanged(&l->t, &mallctl, 1) == 0 && !ma_process_in_exec(l->t.pid))
+	for (int i = 0; !exec && i < (rc == MA_E_EXITED ? 5 : 1); i++) {
+		if (i)
+			nanosleep(&pause, NULL);
+		exec = exec_seen(&l->t);
+	}
+	if (!exec)
 		return ma_fail(rc, "%s", why); /* the looks leave no message of their own */
 	ma_err_clear();
+	l->exec_seen = true;
 	return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach attached; "
 		       "run memattach again", l->t.pid);
 }
@@ -53,19 +91,40 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	memset(l, 0, sizeof(*l));
 	ma_install_signal_guards();
 	l->open = true; /* a half-read target (maps) is released by ma_live_end too */
-	if ((rc = ma_target_open(&l->t, pid)))
+	rc = ma_target_open(&l->t, pid);
+	/*
+	 * No mappings to read while the process lives, or only zombies seen:
+	 * an exec between its old memory and its new one (a non-leader's exec
+	 * leaves the leader a zombie until it takes its pid).  Look again (up
+	 * to 5 times, 10 ms apart).
+	 */
+	for (int i = 0; i < 5 && ((rc == MA_E_PERM && !ma_process_exited(pid)) || rc == MA_E_ZOMBIE);
+	     i++) {
+		struct timespec pause = { 0, 10 * 1000000L };
+
+		nanosleep(&pause, NULL);
+		ma_err_clear();
+		ma_target_release(&l->t);
+		rc = ma_target_open(&l->t, pid);
+	}
+	if (rc)
 		return rc;
 	rc = ma_target_find_jemalloc(&l->t);
 	/*
-	 * No jemalloc in a process whose maps are moving: one that just
-	 * started or called exec, its loader still mapping libraries.  Look
-	 * again (up to 10 times, 10 ms apart) rather than say it has none.
+	 * No jemalloc in a process that needs it (DT_NEEDED) or whose maps
+	 * are moving: one that just started or called exec, its loader still
+	 * mapping libraries.  Look again (up to 10 times, 10 ms apart) rather
+	 * than say it has none.
 	 */
 	for (int i = 0; rc == MA_E_NOJEMALLOC && i < 10; i++) {
 		char why[512];
 
 		snprintf(why, sizeof(why), "%s", ma_errmsg());
-		if (!maps_moving(&l->t)) {
+		if (l->t.je_pending) {
+			struct timespec pause = { 0, 10 * 1000000L };
+
+			nanosleep(&pause, NULL); /* its loader maps libjemalloc soon */
+		} else if (!maps_moving(&l->t)) {
 			ma_fail(rc, "%s", why); /* the look may have said something else */
 			break;
 		}
@@ -139,6 +198,7 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	int rc;
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
+	ma_run_priority_raise();
 	if ((rc = ma_live_fail_if_exec(l, ma_live_open(l, pid))) ||
 	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
 	    (rc = ma_live_borrow(l, o)))

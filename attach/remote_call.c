@@ -316,8 +316,15 @@ static int peek_stop(pid_t tid, int *status, int timeout_ms)
 
 static int ptrace_errno(const char *what, pid_t tid)
 {
+	char path[32];
+
 	switch (errno) {
 	case ESRCH:
+		/* A tracee not in a stop gives ESRCH too: say "went away" only when it has. */
+		snprintf(path, sizeof(path), "/proc/%d", tid);
+		if (access(path, F_OK) == 0 && !ma_thread_going(tid, tid))
+			return ma_fail(MA_E_INTERNAL, "%s on thread %d failed: %s (the thread is still "
+				       "there)", what, tid, strerror(ESRCH));
 		return ma_fail(MA_E_EXITED, "thread %d went away (%s)", tid, what);
 	case EPERM:
 		/* The kernel refuses to trace a thread that is exiting, too. */
@@ -581,6 +588,43 @@ static bool is_futex_wait(const struct __ptrace_syscall_info *info)
 }
 
 /*
+ * What the syscall stop of TID is (entry or exit, where, which syscall).
+ * PTRACE_GET_SYSCALL_INFO, else the same from its registers (a refused
+ * request taken for "some other syscall" let the thread run on into the
+ * stub's restore path with its registers half ours: an outside attack's
+ * injected EIO left an epoll_wait its EINTR).
+ */
+static int syscall_stop_info(pid_t tid, struct __ptrace_syscall_info *info)
+{
+	struct user_regs_struct r;
+
+	memset(info, 0, sizeof(*info));
+	if (ma_ptrace(PTRACE_GET_SYSCALL_INFO, tid, (void *)sizeof(*info), info) > 0)
+		return 0;
+	if (ma_arch_get_regs(tid, &r) != 0)
+		return ma_fail(MA_E_INTERNAL, "cannot read thread %d's syscall stop: %s", tid,
+			       ma_errmsg());
+	memset(info, 0, sizeof(*info));
+	/* At a syscall's entry the kernel has put -ENOSYS in rax. */
+	info->op = r.rax == (unsigned long long)-ENOSYS ? PTRACE_SYSCALL_INFO_ENTRY
+							: PTRACE_SYSCALL_INFO_EXIT;
+	info->instruction_pointer = r.rip;
+	info->stack_pointer = r.rsp;
+	info->entry.nr = r.orig_rax;
+	info->entry.args[0] = r.rdi;
+	info->entry.args[1] = r.rsi;
+	info->entry.args[2] = r.rdx;
+	info->entry.args[3] = r.r10;
+	info->entry.args[4] = r.r8;
+	info->entry.args[5] = r.r9;
+	if (info->op == PTRACE_SYSCALL_INFO_EXIT) {
+		info->exit.rval = (int64_t)r.rax;
+		info->exit.is_error = (int64_t)r.rax < 0 && (int64_t)r.rax >= -4095;
+	}
+	return 0;
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
  * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
@@ -633,8 +677,8 @@ static int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		if (sig == (SIGTRAP | 0x80)) {
 			struct __ptrace_syscall_info info;
 
-			memset(&info, 0, sizeof(info));
-			ma_ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info);
+			if ((rc = syscall_stop_info(s->tid, &info)))
+				return rc;
 			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
 				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				    info.entry.nr == MA_STUB_MARKER_NR) {
@@ -2504,9 +2548,18 @@ static int stop_for_detach(struct ma_session *s)
 {
 	int status;
 
+	struct ma_proc_status st;
+	/*
+	 * A thread in a ptrace stop already (a request failed right after it
+	 * was taken) makes no new one: only a stop still to be collected is
+	 * looked for, not waited for (that wait held a thread for 1 s).
+	 */
+	int wait_ms = ma_proc_read_status(s->t->pid, s->tid, &st) == 0 && st.state == 't' ? 0 : 1000;
+
+	ma_err_clear();
 	/* A syscall stop (SIGTRAP | 0x80) is no signal: PTRACE_DETACH refuses it (EIO). */
 	if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) == 0 &&
-	    wait_stop(s->tid, &status, 1000) == 0 && is_signal_stop(status))
+	    wait_stop(s->tid, &status, wait_ms) == 0 && is_signal_stop(status))
 		return WSTOPSIG(status);
 	return 0;
 }

@@ -64,7 +64,9 @@ static double running_s(pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if (!(f = fopen(path, "re")))
 		return -1;
-	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	/* Whole, not a line: the name in it may hold a newline. */
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+	p = strrchr(buf, ')');
 	fclose(f);
 	/* Field 22, starttime, in clock ticks since boot; the name may hold anything. */
 	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
@@ -105,7 +107,8 @@ static int lock_busy_error(pid_t pid, int fd, int deadline_ms)
 	if (holder)
 		return ma_fail(MA_E_TIMEOUT,
 			       "the run lock of process %d (a flock on /proc/%d/personality) is "
-			       "held by pid %d (%s), which is no memattach run and may hold it for "
+			       "held by pid %d (%s) or a process it forked (/proc/locks names the "
+			       "one that took it), which is no memattach run and may hold it for "
 			       "good: %s; run again once it has let go",
 			       pid, pid, holder, ma_comm_of(holder), waited);
 	return ma_fail(MA_E_TIMEOUT,
@@ -153,6 +156,20 @@ int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct m
 	}
 	*waited_ns = ma_now_ns() - t0;
 	return 0;
+}
+
+bool ma_runlock_busy(pid_t pid)
+{
+	char path[64];
+	bool busy;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/personality", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false; /* the run itself says why */
+	busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	close(fd); /* lets go at once of a lock taken to look */
+	return busy;
 }
 
 void ma_runlock_release(struct ma_runlock *l)

@@ -594,14 +594,16 @@ static int read_stat(pid_t pid, pid_t tid, char *buf, size_t len)
 {
 	char path[96];
 	FILE *f;
-	int ok;
+	size_t n;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
 	if (!(f = fopen(path, "re")))
 		return -1;
-	ok = fgets(buf, (int)len, f) != NULL;
+	/* Whole, not a line: the name in it may hold a newline. */
+	n = fread(buf, 1, len - 1, f);
 	fclose(f);
-	return ok ? 0 : -1;
+	buf[n] = '\0';
+	return n ? 0 : -1;
 }
 
 /*
@@ -719,11 +721,8 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 	ti->tid = tid;
 	ti->syscall = -2;
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
-	if ((f = fopen(path, "re"))) {
-		if (fgets(ti->name, sizeof(ti->name), f))
-			ti->name[strcspn(ti->name, "\n")] = '\0';
-		fclose(f);
-	}
+	if (ma_read_comm_file(path, ti->name, sizeof(ti->name)) != 0)
+		ti->name[0] = '\0';
 	if (read_stat(pid, tid, buf, sizeof(buf)) == 0) {
 		char *p = strrchr(buf, ')');
 

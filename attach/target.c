@@ -238,20 +238,30 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	return ma_fail_if_exited(pid, read_maps(t));
 }
 
+int ma_read_comm_file(const char *path, char *out, size_t len)
+{
+	FILE *f;
+	size_t n;
+
+	if (!(f = fopen(path, "re")))
+		return -1;
+	/* Whole: a name may hold a newline of its own; only the kernel's last one goes. */
+	n = fread(out, 1, len - 1, f);
+	fclose(f);
+	out[n] = '\0';
+	if (n && out[n - 1] == '\n')
+		out[n - 1] = '\0';
+	return n ? 0 : -1;
+}
+
 const char *ma_comm_of(pid_t pid)
 {
 	static char comm[32];
 	char path[64];
-	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	strcpy(comm, "?");
-	if ((f = fopen(path, "re"))) {
-		if (!fgets(comm, sizeof(comm), f))
-			strcpy(comm, "?");
-		comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
+	if (ma_read_comm_file(path, comm, sizeof(comm)) != 0)
+		strcpy(comm, "?");
 	return comm;
 }
 
@@ -415,58 +425,62 @@ int ma_fail_if_exited(pid_t pid, int rc)
 	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 }
 
-bool ma_process_in_exec(pid_t pid)
+/*
+ * Does TEST hold for one of PID's threads?  At most LIMIT threads are
+ * looked at (a process-wide state shows in any of them).
+ */
+static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, void *ctx),
+		       void *ctx)
 {
 	char path[64];
 	struct dirent *d;
 	DIR *dir;
-	bool in_exec = false;
+	bool found = false;
 	int looked = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	if (!(dir = opendir(path)))
 		return false;
-	while (!in_exec && looked++ < 64 && (d = readdir(dir))) {
-		struct ma_thread_info ti;
+	while (!found && looked < limit && (d = readdir(dir))) {
 		pid_t tid = (pid_t)atoi(d->d_name);
 
-		if (tid <= 0)
-			continue;
-		memset(&ti, 0, sizeof(ti));
-		ma_read_thread_info(pid, tid, &ti);
-		in_exec = ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+		if (tid > 0) {
+			looked++;
+			found = test(pid, tid, ctx);
+		}
 	}
 	closedir(dir);
 	ma_err_clear();
-	return in_exec;
+	return found;
+}
+
+static bool in_execve(pid_t pid, pid_t tid, void *ctx)
+{
+	struct ma_thread_info ti;
+
+	(void)ctx;
+	memset(&ti, 0, sizeof(ti));
+	ma_read_thread_info(pid, tid, &ti);
+	return ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+}
+
+bool ma_process_in_exec(pid_t pid)
+{
+	return any_thread(pid, 64, in_execve, NULL);
+}
+
+static bool job_stopped(pid_t pid, pid_t tid, void *except)
+{
+	struct ma_proc_status st;
+
+	return tid != *(pid_t *)except && ma_proc_read_status(pid, tid, &st) == 0 &&
+	       st.state == 'T';
 }
 
 bool ma_process_job_stopped(pid_t pid, pid_t except)
 {
-	char path[64];
-	struct dirent *d;
-	DIR *dir;
-	bool stopped = false;
-	int looked = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	if (!(dir = opendir(path)))
-		return false;
 	/* A group stop stops every thread: a few tell. */
-	while (!stopped && looked < 8 && (d = readdir(dir))) {
-		struct ma_proc_status st;
-		pid_t tid = (pid_t)atoi(d->d_name);
-
-		if (tid <= 0 || tid == except)
-			continue;
-		if (ma_proc_read_status(pid, tid, &st) == 0) {
-			stopped = st.state == 'T';
-			looked += st.state != 'Z' && st.state != 'X';
-		}
-		ma_err_clear();
-	}
-	closedir(dir);
-	return stopped;
+	return any_thread(pid, 8, job_stopped, &except);
 }
 
 pid_t ma_live_thread_of(pid_t pid)
@@ -1002,20 +1016,28 @@ static bool is_main_executable(const struct ma_target *t, const struct ma_mappin
  * A dynamically linked program between its exec and its loader's mapping
  * of libc: the dynamic loader (ld-*) is mapped, libc is not.
  */
-static bool still_loading(const struct ma_target *t)
+/* Is a mapping of T's an object whose file name starts with PREFIX? */
+static bool maps_object(const struct ma_target *t, const char *prefix)
 {
-	bool loader = false, libc = false;
+	size_t plen = strlen(prefix);
 
 	for (size_t i = 0; i < t->nmaps; i++) {
-		const char *path = t->maps[i].path;
-		const char *base = path ? strrchr(path, '/') : NULL;
+		const char *base = t->maps[i].path ? strrchr(t->maps[i].path, '/') : NULL;
 
-		if (!base)
-			continue;
-		loader |= strncmp(base + 1, "ld-", 3) == 0;
-		libc |= strncmp(base + 1, "libc.so", 7) == 0 || strncmp(base + 1, "libc-", 5) == 0;
+		if (base && strncmp(base + 1, prefix, plen) == 0)
+			return true;
 	}
-	return loader && !libc;
+	return false;
+}
+
+bool ma_target_maps_loader(const struct ma_target *t)
+{
+	return maps_object(t, "ld-");
+}
+
+static bool still_loading(const struct ma_target *t)
+{
+	return ma_target_maps_loader(t) && !maps_object(t, "libc.so") && !maps_object(t, "libc-");
 }
 
 static void find_loader(struct ma_target *t)
@@ -1182,6 +1204,9 @@ int ma_target_find_jemalloc(struct ma_target *t)
 			if (!found && !e.has_symtab && is_main_executable(t, first) &&
 			    ma_elf_section_contains(&e, ".rodata", "<jemalloc>"))
 				stripped_static = true;
+			/* The program needs libjemalloc, not mapped yet: its loader is at work. */
+			if (!found && is_main_executable(t, first) && ma_elf_needs(&e, "libjemalloc"))
+				t->je_pending = true;
 			ma_elf_release(&e);
 			if (found < 0)
 				return found;
@@ -1194,7 +1219,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				       "no mallctl in its mapped objects and the executable has no "
 				       ".symtab; run an unstripped build (or keep .symtab)",
 				       t->pid);
-		if (still_loading(t))
+		if (still_loading(t) || t->je_pending)
 			return ma_fail(MA_E_NOJEMALLOC,
 				       "process %d is still loading its libraries (it has just started "
 				       "or called exec): no jemalloc mapped yet; run memattach again",

@@ -150,6 +150,8 @@ int ma_elf_tls_image(const struct ma_elf *e, unsigned char **image, size_t *len)
 bool ma_elf_find_reloc(const struct ma_elf *e, uint32_t type, uint64_t *vaddr);
 /* True if section SECTION's bytes contain NEEDLE (e.g. a string in .rodata). */
 bool ma_elf_section_contains(const struct ma_elf *e, const char *section, const char *needle);
+/* Does E name a library starting with PREFIX among its DT_NEEDED entries? */
+bool ma_elf_needs(const struct ma_elf *e, const char *prefix);
 /* Lowest PT_LOAD vaddr rounded down to its page (the load bias base). */
 uint64_t ma_elf_base_vaddr(const struct ma_elf *e);
 

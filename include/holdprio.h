@@ -15,6 +15,8 @@
 #define MA_HOLDPRIO_H
 
 /* Raise this thread's priority for a hold (no-op when raised already). */
+/* For the whole run: nice -10 (or the lowest permitted above it), never real-time. */
+void ma_run_priority_raise(void);
 void ma_hold_priority_raise(void);
 /* Put back the policy and nice value from before the raise (no-op if not raised). */
 void ma_hold_priority_drop(void);

@@ -27,6 +27,7 @@ struct ma_live {
 	bool open; /* t holds the target */
 	bool borrowed; /* s holds a thread */
 	pid_t last_tid; /* the thread borrowed last (preferred next time: ma_session_opts) */
+	bool exec_seen; /* a failure was the process's exec (ma_live_fail_if_exec) */
 	/*
 	 * A thread named with --tid that had no allocator state: the calls
 	 * created it, and with it perhaps a jemalloc background thread and
@@ -55,6 +56,6 @@ int ma_live_end(struct ma_live *l);
 int ma_live_open(struct ma_live *l, pid_t pid);
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o);
 /* RC, or, when the process exec'd (the cause of RC), a message that says so. */
-int ma_live_fail_if_exec(const struct ma_live *l, int rc);
+int ma_live_fail_if_exec(struct ma_live *l, int rc);
 
 #endif

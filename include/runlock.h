@@ -26,6 +26,8 @@ struct ma_runlock {
 /* Wait up to DEADLINE_MS for the lock of PID into *L; 0 or MA_E_*. */
 int ma_runlock_acquire(pid_t pid, int deadline_ms, uint64_t *waited_ns, struct ma_runlock *l);
 /* Let go of *L (its descriptor may be -1). */
+/* Does another run (or anything else) hold PID's run lock right now?  A look, no wait. */
+bool ma_runlock_busy(pid_t pid);
 void ma_runlock_release(struct ma_runlock *l);
 
 #endif

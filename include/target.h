@@ -102,6 +102,7 @@ struct ma_target {
 	size_t ndl_fns;
 	bool for_dlopen;
 	size_t nstub_sites;
+	bool je_pending; /* the program needs libjemalloc, not mapped yet (still loading) */
 };
 
 /* Read /proc/PID/status (or /proc/PID/task/TID/status if tid > 0). */
@@ -116,7 +117,11 @@ int ma_process_status(pid_t pid, struct ma_proc_status *st);
  * Is thread TID of PID gone or on its way out: exited, exiting (the
  * kernel's PF_EXITING), or killed (SIGKILL pending)?
  */
+/* Read a /proc comm file at PATH into OUT (LEN bytes) whole, without the kernel's newline; 0 ok. */
+int ma_read_comm_file(const char *path, char *out, size_t len);
 bool ma_thread_going(pid_t pid, pid_t tid);
+/* Does T map a dynamic loader (a file named ld-*)? */
+bool ma_target_maps_loader(const struct ma_target *t);
 /* Is a thread of PID inside execve (the others being killed)?  Judged by its first 64 threads. */
 bool ma_process_in_exec(pid_t pid);
 /* Is PID stopped by job control (SIGSTOP...)?  Judged by threads other than EXCEPT. */

@@ -153,7 +153,9 @@ unwrapped() {
 # With FITS_NAMES=1, a line may be wider where a single name makes it so: a
 # name is never broken (a C++ signature has spaces), so a line is excused
 # when it ends with a string of the command's --json output (a function,
-# an object; "+0xOFF" after it) that starts within the width.
+# an object; "+0xOFF" after it) that starts within the width, or is a stack
+# frame ("#N  NAME+0xOFF") whose C++ name starts within it (the --json run
+# may find that thread elsewhere).
 fits() {
 	local name=$1 wide; shift
 	"$MA" "$@" >"$TMP/fits.out" 2>"$TMP/fits.err" </dev/null
@@ -174,6 +176,10 @@ except ValueError: pass
 for w in sys.stdin.read().splitlines():
     line = w.split(" columns: ", 1)[1]
     bare = re.sub(r"\+0x[0-9a-f]+$", "", line)
+    # A frame line of a live thread: the --json run may have met it elsewhere.
+    frame = re.match(r"^ *#[0-9]+ +(?=.*::)", bare)
+    if frame and len(frame.group(0)) < width:
+        continue
     if not any(len(n) > 1 and bare.endswith(n) and len(bare) - len(n) < width for n in names):
         print(w)' "$TMP/fits.json" "$TEXT_WIDTH" <<<"$wide")
 	fi

@@ -57,7 +57,18 @@ traced_tasks() {
 	done
 	echo "$n"
 }
-maps_lines() { wc -l <"/proc/$1/maps"; }
+# maps_lines PID: the mappings memattach could have left: all but anonymous
+# ones of 8 MiB or more (memattach maps at most about 1 MiB; a target's heap
+# region that jemalloc splits or maps meanwhile is not a leftover: a purge
+# once left the daemon one more 31 MiB heap mapping).
+maps_lines() {
+	local range perms off dev inode path n=0
+	while read -r range perms off dev inode path; do
+		[ -z "$path" ] && [ $(( (16#${range#*-} - 16#${range%-*}) >> 20 )) -ge 8 ] && continue
+		n=$((n + 1))
+	done <"/proc/$1/maps"
+	echo "$n"
+}
 # Anonymous executable mappings (memattach's code area is one; [vdso] is not).
 anon_exec() { awk '$2 ~ /x/ && $6 == "" { n++ } END { print n + 0 }' "/proc/$1/maps"; }
 # maps_shape PID: the maps without addresses (perms, size, name), to diff.
@@ -116,3 +127,19 @@ report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }
 # it); sets FIX_PID, FIX_FD, FIX_OUT.  forks: the count so far.
 forkloop_start() { fix_start forkloop -t "$1" -x -c "$TMP/forks.count"; }
 forks() { od -An -t u8 -N8 "$TMP/forks.count" 2>/dev/null | tr -d ' '; }
+
+# slowpurge_release PID FD OUT: tell fixtures/slowpurge to let its held
+# hooks go, then wait (up to 5 s) for its main loop to run 20 more rounds;
+# sets LOOPS_BEFORE and LOOPS_NOW, and returns 0 once it has.
+slowpurge_loops() { fix_cmd "$1" "$2" "$3" status | awk '{ for (i = 1; i < NF; i++) if ($i == "LOOPS") print $(i + 1) }'; }
+slowpurge_release() {
+	local i
+	LOOPS_BEFORE=$(slowpurge_loops "$@")
+	fix_cmd "$1" "$2" "$3" release >/dev/null
+	for ((i = 0; i < 100; i++)); do
+		LOOPS_NOW=$(slowpurge_loops "$@")
+		[ "${LOOPS_NOW:-0}" -gt $((LOOPS_BEFORE + 20)) ] && return 0
+		bsleep 0.05
+	done
+	return 1
+}

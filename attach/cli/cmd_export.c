@@ -34,6 +34,7 @@
 #include "commands.h"
 #include "format.h"
 #include "ma_error.h"
+#include "runlock.h"
 #include "openmetrics.h"
 #include "remote.h"
 
@@ -178,6 +179,27 @@ static void order_targets(struct exporter *e, pid_t *pids, size_t n)
 	memcpy(pids, tmp, n * sizeof(pid_t));
 }
 
+/*
+ * Targets whose run lock is held right now (another memattach run, or a
+ * process of their user that took it) go last: the wait for one never
+ * keeps the others from being read (runs on different processes never
+ * wait for each other).
+ */
+static void busy_last(pid_t *pids, size_t n)
+{
+	size_t k = 0;
+	pid_t tmp[MAX_TARGETS];
+	bool busy[MAX_TARGETS];
+
+	for (size_t i = 0; i < n; i++)
+		busy[i] = ma_runlock_busy(pids[i]);
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < n; i++)
+			if (busy[i] == (pass == 1))
+				tmp[k++] = pids[i];
+	memcpy(pids, tmp, n * sizeof(pid_t));
+}
+
 /* Read every target once into T; returns how many, *FAILED how many could not be read. */
 static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t *failed)
 {
@@ -187,12 +209,14 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 
 	*failed = 0;
 	order_targets(e, pids, n);
+	busy_last(pids, n);
 	for (size_t i = 0; i < n; i++) {
 		int64_t left_ms = e->budget_ms - (int64_t)((ma_now_ns() - t0) / 1000000);
 		struct ma_session_opts o = { .deadline_ms = left_ms < e->deadline_ms ? (int)left_ms
 										 : e->deadline_ms,
 					     .strict = e->strict, .no_tid_option = true };
 		struct target_record *r = record_of(e, pids[i]);
+		struct ma_proc_status ps;
 		int rc;
 
 		memset(&t[i], 0, sizeof(t[i]));
@@ -200,6 +224,9 @@ static size_t scrape_targets(struct exporter *e, struct ma_om_target *t, size_t 
 			rc = ma_scrape_target(pids[i], &o, &t[i]);
 		} else {
 			t[i].pid = pids[i];
+			/* Not read, still named. */
+			if (ma_process_status(pids[i], &ps) == 0)
+				snprintf(t[i].comm, sizeof(t[i].comm), "%s", ps.name);
 			rc = ma_fail(MA_E_TIMEOUT, "not read: this scrape's budget of %d ms "
 				     "(--scrape-timeout) was spent on the targets before it",
 				     e->budget_ms);

@@ -261,6 +261,10 @@ static int make_tmp_dir(struct snap *sn)
 		if (S_ISDIR(st.st_mode) && st.st_uid != geteuid())
 			return ma_fail(MA_E_IO, "'%s' is another user's folder (uid %u): nothing was "
 				       "replaced; name a new folder", sn->dir, (unsigned)st.st_uid);
+		if (S_ISLNK(st.st_mode))
+			return ma_fail(MA_E_IO, "'%s' is a symbolic link (of uid %u), which memattach "
+				       "does not follow: nothing was written; name a new folder",
+				       sn->dir, (unsigned)st.st_uid);
 		/* An empty folder of this user's is replaced (rmdir refuses any other). */
 		if (!S_ISDIR(st.st_mode) || unlinkat(sn->parentfd, sn->base, AT_REMOVEDIR) != 0)
 			return ma_fail(MA_E_IO, "'%s' already exists and is not an empty directory",

@@ -9,6 +9,7 @@
 
 #include "livesym.h"
 #include "cmdutil.h"
+#include "holdprio.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -277,6 +278,7 @@ int cmd_threads(int argc, char **argv)
 	}
 	/* Only the target: no thread is borrowed, each is stopped just to be looked at. */
 	ma_run_deadline_set(o.run_ms);
+	ma_run_priority_raise();
 	if ((rc = ma_live_open(&l, pid)) || (rc = ma_fail_if_exited(pid, ma_list_threads(pid, &ti, &n))))
 		goto out;
 	if (o.tid && (rc = keep_only(ti, &n, o.tid, pid)))
@@ -313,7 +315,7 @@ int cmd_threads(int argc, char **argv)
 		print_text(&l.t, r, n, &ls);
 	ma_livesym_release(&ls);
 out:
-	if (rc)
+	if (rc && (rc = ma_live_fail_if_exec(&l, rc))) /* an exec explains it: say that */
 		ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	free(r);
 	free(ti);

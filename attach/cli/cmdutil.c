@@ -336,9 +336,11 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 			     ma_errmsg());
 		ma_err_clear();
 	}
-	if ((rc2 = ma_live_restore(&l))) {
-		/* A process that exited has nothing to restore: that it exited is the news. */
-		if (rc2 == MA_E_EXITED && ma_process_exited(c->pid)) {
+	if ((rc2 = ma_live_restore(&l)) && !l.exec_seen)
+		rc2 = ma_live_fail_if_exec(&l, rc2);
+	if (rc2) {
+		/* A process that exited (or exec'd) has nothing to restore: that is the news. */
+		if (rc2 == MA_E_EXITED && (ma_process_exited(c->pid) || l.exec_seen)) {
 			if (rc != MA_E_EXITED)
 				ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		} else {

@@ -4,14 +4,14 @@
 # from a directory whose name holds ESC sequences and $(id), beside a copy
 # of libjemalloc.so.2 it maps; its process name and two thread names hold
 # ESC [, an OSC ended by BEL, C1 CSI (in UTF-8 and as a lone byte), DEL,
-# SOH, a tab and bytes that are not UTF-8; a function of it is renamed so in
+# SOH, a tab, a newline and bytes that are not UTF-8; a function of it is renamed so in
 # its symbol table, and a child of it is traced by it.  Root's stats,
 # threads, ps, heap-dump, aggregate (text, --folded, --svg), stacks and a
 # refusal naming the process print no control byte but newline (nor a C1
 # character), show the printable form (\xHH), and --json decodes to the
 # exact names (bytes that are not UTF-8 as U+FFFD).
 . "$(dirname "$0")/../lib.sh"
-plan 23
+plan 24
 
 [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null ||
 	{ fail "needs root and setpriv (util-linux): another user runs the target"; exit 1; }
@@ -19,13 +19,13 @@ plan 23
 # The names, as the target sets them (at most 15 bytes each) ...
 COMM=$'h\e]0;pwn\a\e[31mX'
 T1=$'t1\e[2J\xc2\x9b\x7f\x01\xc3\xa9'
-T2=$'t2\x9b31m\xff\t'
+T2=$'t2\x9b31m\xff\t\nS x' # a newline: /proc's stat and comm are then two lines
 DIRNAME=$'\xc3\xa9\e[31m$(id)\e]0;dir\a'
 SYMBOL=$'park\e[31m\xc2\x9b\e]0;sym\a$(id)' # fixtures/hostile_names.mk renames park_here so
 # ... and as memattach shows them (printable UTF-8 such as the e-acute stays).
 COMM_P='h\x1b]0;pwn\x07\x1b[31mX'
 T1_P='t1\x1b[2J\xc2\x9b\x7f\x01'$'\xc3\xa9'
-T2_P='t2\x9b31m\xff\x09'
+T2_P='t2\x9b31m\xff\x09\x0aS x'
 DIR_P=$'\xc3\xa9''\x1b[31m$(id)\x1b]0;dir\x07'
 SYM_P='park\x1b[31m\xc2\x9b\x1b]0;sym\x07$(id)'
 SYM_FOLDED_P='park\x1b[31m\xc2\x9b\x1b]0:sym\x07$(id)' # ';' is the frame separator there
@@ -159,6 +159,8 @@ run threads threads "$TPID"
 clean "threads: exit 0, no control byte on stdout or stderr" threads
 shows "threads: the thread names in their printable form" threads \
 	"thread $TPID \"$COMM_P\"" "\"$T1_P\"" "\"$T2_P\""
+shows "threads: the thread whose name holds a newline is read whole: its state (S) and wait" threads \
+	"\"$T2_P\" state S, in futex"
 shows "threads: the renamed function and the executable's path in their printable form" threads \
 	"$SYM_P+0x" "($EVIL_P/hostile_names)" "jemalloc in $EVIL_P/libjemalloc.so.2"
 run threads_json threads "$TPID" --json

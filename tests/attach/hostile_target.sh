@@ -16,7 +16,7 @@
 # clients: hostile_exporter.sh.)
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 29
+plan 30
 need_fixtures hostile daemon
 
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
@@ -181,6 +181,11 @@ check "4. nothing was written into root's folder through it ($(ls -A "$TMP/rooto
 "$MA" snapshot "$EPID" -o "$PUB/evesnap" >/dev/null 2>"$TMP/l.err"; rc=$?
 check "4. snapshot into eve's empty folder is refused, the folder left hers (exit $rc: $(stat -c %U "$PUB/evesnap"), $(head -c 200 "$TMP/l.err"))" \
 	eval '[ "$(stat -c %U "$PUB/evesnap")" = ma-eve ] && exit_and_says "$rc" 1 "another user.s folder" "$TMP/l.err"'
+# (outside attack) eve's link to an empty folder was called "not an empty directory"
+"${EVE[@]}" ln -s "$TMP/rootonly" "$PUB/evesnaplink"
+"$MA" snapshot "$EPID" -o "$PUB/evesnaplink" >/dev/null 2>"$TMP/l.err"; rc=$?
+check "4. snapshot onto eve's link to an empty folder: refused as a link not followed, nothing written (exit $rc: $(head -c 200 "$TMP/l.err"))" \
+	eval 'exit_and_says "$rc" 1 "is a symbolic link \(of uid [0-9]+\), which memattach does not follow" "$TMP/l.err" && [ -z "$(ls -A "$TMP/rootonly")" ]'
 "$MA" stats-dump "$EPID" -o "$TMP/rootonly/../s.json" >/dev/null 2>"$TMP/l.err"; rc=$?
 check "4. a path through folders and links of root's own works (exit $rc: $(head -c 200 "$TMP/l.err"))" \
 	[ "$rc" -eq 0 ]

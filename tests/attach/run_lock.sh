@@ -3,10 +3,11 @@
 # /proc/PID/personality.  It names the process, not the program: a run on
 # another process of the same executable never waits; a run that times out
 # names who holds the lock (not advising a longer --timeout when that is not a
-# memattach run: it may never let go); and runs leave no lock file anywhere.
+# memattach run: it may never let go); an export scrape of both reads B
+# though A (listed first) cannot be read; and runs leave no lock file anywhere.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 6
+plan 7
 need_fixtures daemon
 
 rm -f /run/memattach/*.lock /tmp/memattach/*.lock 2>/dev/null
@@ -23,9 +24,15 @@ check "a run on another process of the same executable does not wait (exit $rc: 
 	[ "$rc" -eq 0 ]
 "$MA" stats "$a" --timeout 300 >/dev/null 2>"$TMP/a.err"; rc=$?
 check "a run on the locked process times out naming the holder (exit $rc: $(head -c 300 "$TMP/a.err"))" \
-	exit_and_says "$rc" 1 "run lock of process $a .*held by pid $holder \(flock\), which is no memattach run" "$TMP/a.err"
+	exit_and_says "$rc" 1 "run lock of process $a .*held by pid $holder \(flock\) or a process it forked \(/proc/locks names the one that took it\), which is no memattach run" "$TMP/a.err"
 # A program that holds the lock may never let go: a longer wait is no advice.
 check "... and does not offer a longer --timeout" bash -c "! grep -q -- --timeout '$TMP/a.err'"
+# One scrape of A then B, within a budget shorter than A's wait: the wait
+# for A's lock must not spend B's share (an outside attack saw B "not read:
+# this scrape's budget ... was spent on the targets before it", named "?").
+"$MA" export --pid "$a" --pid "$b" --timeout 3000 --scrape-timeout 1500 --once >"$TMP/om.txt" 2>"$TMP/om.err"
+check "export: a scrape reads B though A's lock is held, B named (A first in the list; $(grep -c . "$TMP/om.err") notes: $(head -c 300 "$TMP/om.err"))" \
+	bash -c "grep -q 'memattach_scrape_success{pid=\"$b\",comm=\"daemon\"} 1' '$TMP/om.txt' && grep -q 'memattach_scrape_success{pid=\"$a\",comm=\"daemon\"} 0' '$TMP/om.txt'"
 kill "$holder"; wait "$holder" 2>/dev/null
 "$MA" stats "$a" --timeout 2000 >/dev/null 2>"$TMP/a.err"; rc=$?
 check "once free, the run goes ahead (exit $rc: $(head -c 200 "$TMP/a.err"))" [ "$rc" -eq 0 ]

@@ -36,15 +36,9 @@ wait "$p2"; rc=$?
 check "the second purge gives up looking at its --timeout (exit $rc: $(head -c 300 "$TMP/p2.err"))" \
 	exit_and_says "$rc" 1 "no thread of process $sp was safe to borrow within 8000 ms .*is in jemalloc" "$TMP/p2.err"
 
-before=$(field LOOPS "$(status)")
-fix_cmd "$sp" "$FIX_FD" "$FIX_OUT" release >/dev/null
-for _ in $(seq 100); do
-	now=$(field LOOPS "$(status)")
-	[ "$now" -gt $((before + 20)) ] && break
-	sleep 0.05
-done
-check "released, the borrowed thread finished the calls and runs its own loop again ($before -> $now rounds)" \
-	[ "$now" -gt $((before + 20)) ]
+slowpurge_release "$sp" "$FIX_FD" "$FIX_OUT"
+check "released, the borrowed thread finished the calls and runs its own loop again ($LOOPS_BEFORE -> $LOOPS_NOW rounds)" \
+	[ "$LOOPS_NOW" -gt $((LOOPS_BEFORE + 20)) ]
 "$MA" stats "$sp" >"$TMP/s2.out" 2>"$TMP/s2.err"; rc=$?
 check "a later run reads the stats (exit $rc: $(head -c 200 "$TMP/s2.err"))" [ "$rc" -eq 0 ]
 check "the process lives on, with nothing of memattach's left in its maps" \

@@ -42,15 +42,9 @@ check "slowpurge: the purge's call was held in the hook when the process was sto
 check "slowpurge: the run ends before its --timeout ($ms ms of $LIMIT_MS), saying the process was stopped under the call (exit $rc: $(unwrapped "$TMP/p.err" | head -c 300))" \
 	eval '[ "$ms" -lt "$LIMIT_MS" ] && exit_and_says "$rc" 1 "process $sp was stopped \(SIGSTOP or Ctrl-Z\) during the run, and memattach.s call in thread $sp had not returned" "$TMP/p.err"'
 kill -CONT "$sp"
-before=$(field LOOPS "$(status)")
-fix_cmd "$sp" "$FIX_FD" "$FIX_OUT" release >/dev/null
-for _ in $(seq 100); do
-	now=$(field LOOPS "$(status)")
-	[ "$now" -gt $((before + 20)) ] && break
-	bsleep 0.05
-done
-check "slowpurge: continued and released, the thread finished the call and runs its own loop again ($before -> $now rounds)" \
-	[ "$now" -gt $((before + 20)) ]
+slowpurge_release "$sp" "$FIX_FD" "$FIX_OUT"
+check "slowpurge: continued and released, the thread finished the call and runs its own loop again ($LOOPS_BEFORE -> $LOOPS_NOW rounds)" \
+	[ "$LOOPS_NOW" -gt $((LOOPS_BEFORE + 20)) ]
 "$MA" stats "$sp" >/dev/null 2>"$TMP/s2.err"; rc=$?
 check "slowpurge: a later run reads the stats; nothing of memattach's left in its maps, no thread traced (exit $rc: $(head -c 200 "$TMP/s2.err"))" \
 	eval '[ "$rc" -eq 0 ] && ! grep -q memattach "/proc/$sp/maps" && [ "$(traced_tasks "$sp")" -eq 0 ]'

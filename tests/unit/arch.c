@@ -373,9 +373,27 @@ static const struct scenario scenarios[] = {
 	{ "trap restarted into the block, nothing waits", -ERESTARTSYS, true, { { 0 } }, 0, false, 1 },
 };
 
+/* Which waits have a timeout: a NULL one waits without (sigwait, an outside attack). */
+static void timed_waits(void)
+{
+	unsigned long long a[6] = { 0x1000, 0, 0, 8, 0, 0 };
+
+	CHECK("rt_sigtimedwait with a NULL timeout (sigwait) waits without one",
+	      !ma_arch_is_timed_wait(128, a));
+	a[2] = 0x2000;
+	CHECK("rt_sigtimedwait with a timeout is timed", ma_arch_is_timed_wait(128, a));
+	a[2] = 0, a[3] = 0;
+	CHECK("semtimedop with a NULL timeout waits without one", !ma_arch_is_timed_wait(220, a));
+	CHECK("io_getevents with a NULL timeout waits without one", !ma_arch_is_timed_wait(208, a));
+	a[4] = 0x3000;
+	CHECK("mq_timedreceive with a timeout is timed", ma_arch_is_timed_wait(243, a));
+	CHECK("nanosleep is always timed", ma_arch_is_timed_wait(35, a));
+}
+
 int main(void)
 {
 	offsets();
+	timed_waits();
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
 		self_restore(&scenarios[i], true, true);
 		self_restore(&scenarios[i], true, false);

@@ -241,6 +241,11 @@ int main(void)
 	CHECK("address maps back to mallctl", t && strcmp(t->name, "mallctl") == 0);
 	CHECK("no such symbol", ma_elf_sym_by_name(&e, "no_such_symbol_xyz") == NULL);
 	CHECK("has build id", e.build_id_len == 20);
+	CHECK("libjemalloc needs libc (DT_NEEDED)", ma_elf_needs(&e, "libc.so"));
+	CHECK("libjemalloc does not need libjemalloc", !ma_elf_needs(&e, "libjemalloc"));
+	ma_elf_release(&e);
+	CHECK("open the daemon fixture", ma_elf_open(&e, "build/fixtures/daemon") == 0);
+	CHECK("the daemon fixture needs libjemalloc (DT_NEEDED)", ma_elf_needs(&e, "libjemalloc"));
 	ma_elf_release(&e);
 	CHECK("non-ELF rejected", ma_elf_open(&e, "/etc/hostname") != 0);
 	CHECK("missing file rejected", ma_elf_open(&e, "/nonexistent/x") != 0);
