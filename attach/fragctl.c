@@ -133,6 +133,8 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
 			ma_err_clear(); /* gone meanwhile, or not stoppable: nothing to see */
 			continue;
 		}
+		if (ma_backtrace_loader_under_agent(t, &bt))
+			continue;
 		if (ma_backtrace_in_loader(t, &bt, &frame))
 			snprintf(why, whylen, "thread %d (%s) is inside the dynamic loader (frame #%zu): a "
 				 "dlopen now would wait for its lock", ti[i].tid, ti[i].name, frame);
@@ -266,8 +268,7 @@ static const char *agent_error(int64_t rc)
 	case MA_AGENT_EIDLE: return "no agent is running (memattach frag start PID)";
 	case MA_AGENT_EPARAM: return "the agent refused its parameters";
 	case MA_AGENT_EQUERY: return "experimental.utilization.batch_query failed";
-	case MA_AGENT_EINFLIGHT: return "wrappers or hooks were still recording after 2 s; run "
-					"frag stop again";
+	case MA_AGENT_EINFLIGHT: return "wrappers or hooks were still recording";
 	case MA_AGENT_ECALL: return "a call of an earlier memattach (killed during it) is still "
 				    "running in the agent; retry in a moment";
 	default: return "unexpected error";
@@ -409,7 +410,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	return 0;
 }
 
-int ma_agent_stop_in(struct ma_session *s)
+int ma_agent_stop_in(struct ma_session *s, bool *inflight)
 {
 	struct ma_agent_view v;
 	int64_t ret;
@@ -421,7 +422,8 @@ int ma_agent_stop_in(struct ma_session *s)
 		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d", s->t->pid);
 	if ((rc = call_agent(s, &v, MA_AGENT_OFF_stop, NULL, 0, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
-	if (ret != MA_AGENT_OK)
+	*inflight = ret == -MA_AGENT_EINFLIGHT;
+	if (ret != MA_AGENT_OK && !*inflight)
 		return ma_fail(MA_E_JEMALLOC, "frag stop: %s", agent_error(ret));
 	return 0;
 }

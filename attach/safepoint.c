@@ -407,6 +407,29 @@ bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace
 	return frame_in_range(bt, t->loader, frame);
 }
 
+/* Is any frame of BT beyond index FROM (outer) in R? */
+static bool frame_beyond_in_range(const struct ma_backtrace *bt, struct ma_range r, size_t from)
+{
+	for (size_t i = from + 1; i < bt->n && r.hi; i++)
+		if (bt->ip[i] - 1 >= r.lo && bt->ip[i] - 1 < r.hi)
+			return true;
+	return false;
+}
+
+bool ma_backtrace_loader_under_agent(const struct ma_target *t, const struct ma_backtrace *bt)
+{
+	size_t agent;
+
+	/* A signal handler inside the call may wait for anything. */
+	if (bt->in_signal_handler || !frame_in_range(bt, t->agent, &agent) || frame_beyond_in_range(bt, t->loader, agent))
+		return false;
+	for (size_t i = agent + 1; i < bt->n; i++)
+		for (size_t k = 0; k < t->ndl_fns; k++)
+			if (bt->ip[i] - 1 >= t->dl_fns[k].lo && bt->ip[i] - 1 < t->dl_fns[k].hi)
+				return false;
+	return true;
+}
+
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen)
 {

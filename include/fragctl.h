@@ -80,8 +80,12 @@ uint32_t ma_agent_mechanism_for(const struct ma_target *t);
  * message if it is already running.
  */
 int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o);
-/* Restore the slots (or remove the hooks) and release the agent's memory. */
-int ma_agent_stop_in(struct ma_session *s);
+/*
+ * Restore the slots (or remove the hooks) and release the agent's memory.
+ * *INFLIGHT set (and 0 returned): nothing records any more, but a wrapper
+ * was still running after a few milliseconds; call again in a later run.
+ */
+int ma_agent_stop_in(struct ma_session *s, bool *inflight);
 /*
  * Query every live sample's slab (GOT: the slots of objects loaded since
  * the last pass are rewritten first) (experimental.utilization.batch_query,

@@ -67,6 +67,13 @@ int ma_unwind(const struct ma_target *t, pid_t tid, const struct user_regs_struc
 /* Walk TID while it runs, blocked in a syscall, to warm the caches ma_unwind uses (no result). */
 void ma_unwind_rehearse(const struct ma_target *t, pid_t tid);
 /* A frame of BT in the dynamic loader's code; *FRAME its index. */
+/*
+ * BT is inside the frag agent, and every frame of the dynamic loader or of
+ * a libc function holding its locks is inside that call (the agent's own
+ * unwinder looking up a frame): such a thread waits for nothing a borrowed
+ * thread can hold, and leaves the loader on its own.
+ */
+bool ma_backtrace_loader_under_agent(const struct ma_target *t, const struct ma_backtrace *bt);
 bool ma_backtrace_in_loader(const struct ma_target *t, const struct ma_backtrace *bt, size_t *frame);
 /* A frame of BT in a libc function that holds the loader's locks (target.h dl_fns). */
 bool ma_backtrace_in_dl_locked(const struct ma_target *t, const struct ma_backtrace *bt,

@@ -50,7 +50,13 @@
 #define EXPORT __attribute__((visibility("default")))
 #define UNWIND_RAW 72 /* raw frames collected: ours, jemalloc's, then the program's */
 #define QUERY_CHUNK 512
-#define STOP_WAIT_NS 2000000000ULL
+/*
+ * How long one stop call waits for the wrappers in flight.  Short: the
+ * thread memattach borrowed is held meanwhile.  On -MA_AGENT_EINFLIGHT the
+ * state stays STOPPING (nothing records any more) and memattach calls
+ * stop again in a later borrow, letting the recording threads run.
+ */
+#define STOP_WAIT_NS 3000000ULL
 
 /* jemalloc 5.3's hooks_t and hook signatures (include/jemalloc/internal/hook.h). */
 typedef void (*hook_alloc_fn)(void *extra, int type, void *result, uintptr_t result_raw,

@@ -261,6 +261,7 @@ struct frag_live {
 	struct ma_flush_result *fr;
 	struct ma_agent_start_opts so; /* start */
 	struct ma_agent_view before, after; /* the agent as found, and after the command */
+	bool inflight; /* stop: wrappers were still recording; stop again */
 	struct ma_frag_data *d; /* report */
 	struct frag_timing *tm; /* report */
 };
@@ -430,8 +431,40 @@ static int do_start(struct frag_args *a)
 
 static int stop_agent(struct ma_session *s, void *ctx)
 {
-	(void)ctx;
-	return ma_agent_stop_in(s);
+	struct frag_live *fl = ctx;
+
+	return ma_agent_stop_in(s, &fl->inflight);
+}
+
+/*
+ * Stop, then, while a wrapper is still recording (the agent waits for it
+ * only a few milliseconds, holding the borrowed thread), stop again in a
+ * new run 20 ms later, for up to STOP_RETRY_MS.  *FIRST gets the agent as
+ * the first run found it.
+ */
+#define STOP_RETRY_MS 10000
+static int stop_until_quiet(struct frag_live *fl, struct ma_agent_view *first, int *nruns)
+{
+	uint64_t t0 = ma_now_ns();
+	int rc, runs = 0;
+
+	do {
+		if (runs)
+			usleep(20000);
+		if (runs && ma_now_ns() - t0 > STOP_RETRY_MS * 1000000ULL)
+			return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "process %d: the agent's wrappers "
+					    "were still recording after %d s (%d tries): nothing "
+					    "records any more; run 'memattach frag stop %d' again to "
+					    "release its tables", fl->a->pid, STOP_RETRY_MS / 1000, runs,
+					    fl->a->pid);
+		fl->inflight = false;
+		if ((rc = run_live(fl, stop_agent, settle_and_read)))
+			return rc;
+		if (!runs++)
+			*first = fl->before;
+	} while (fl->inflight);
+	*nruns = runs;
+	return 0;
 }
 
 static int do_stop(struct frag_args *a)
@@ -439,11 +472,12 @@ static int do_stop(struct frag_args *a)
 	struct ma_flush_result fr = { 0 };
 	const char *cmd = "frag stop";
 	struct frag_live fl = { .cmd = cmd, .a = a, .fr = &fr };
-	const struct ma_agent_view *before = &fl.before, *after = &fl.after;
+	struct ma_agent_view first = { 0 };
+	const struct ma_agent_view *before = &first, *after = &fl.after;
 	char b[32], r[32];
-	int rc;
+	int rc, runs = 0;
 
-	if ((rc = run_live(&fl, stop_agent, settle_and_read)))
+	if ((rc = stop_until_quiet(&fl, &first, &runs)))
 		return rc;
 	if (a->json) {
 		struct ma_json j;
@@ -454,6 +488,7 @@ static int do_stop(struct frag_args *a)
 		ma_json_u64(&j, "released_bytes", before->table_bytes);
 		ma_json_u64(&j, "released_resident_bytes", before->table_resident);
 		ma_json_u64(&j, "samples_dropped", before->live);
+		ma_json_i64(&j, "stop_runs", runs);
 		ma_json_bool(&j, "code_mapped", after->loaded);
 		ma_json_u64(&j, "mappings_left", after->nmaps);
 		ma_json_u64(&j, "mapped_bytes_left", after->mapped);
@@ -466,6 +501,9 @@ static int do_stop(struct frag_args *a)
 		       "hooks removed", ma_fmt_bytes(b, sizeof(b), before->table_bytes),
 		       ma_fmt_bytes(r, sizeof(r), before->table_resident),
 		       (unsigned long long)before->live);
+		if (runs > 1)
+			ma_print_wrapped(2, "a wrapper was still recording: stopped in %d runs, "
+			       "each letting the thread go after a few milliseconds\n", runs);
 		if (after->loaded)
 			ma_print_wrapped(2, "its library stays mapped: %u mappings, %s (code %s); "
 			       "a thread may still be about to enter a wrapper or hook it loaded "

@@ -10,9 +10,14 @@
 # With every allocation sampled: each unwind answers, the worker keeps
 # running, the agent says it recorded libgcc's allocations by their
 # caller alone (unwinder_samples), stop works and the fixture's checks hold.
+# Then a wrapper kept in flight: a signal handler sleeps 1.5 s on the
+# worker inside the agent's walk ('stall').  The agent waits for such a
+# wrapper only a few milliseconds per call, so stop lets its borrowed
+# thread go and calls again (stop_runs > 1), and succeeds only after the
+# sleep ended (the tables are unmapped when nothing is in flight).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 8
+plan 11
 need_fixtures unwalloc
 
 rounds() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" rounds | awk '{ print $2 }'; }
@@ -37,7 +42,14 @@ check "libgcc's own allocations recorded with their caller as the only frame ($n
 	[ "${n:-0}" -gt 0 ]
 "$MA" frag report "$P" >"$TMP/rep" 2>&1; rc=$?
 check "frag report works (exit $rc)" [ "$rc" -eq 0 ]
-"$MA" frag stop "$P" >/dev/null 2>"$TMP/e"; rc=$?
+ans=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" "stall 1500")
+check "a signal handler sleeps on the worker inside the agent's walk ($ans)" grep -q '^STALLING' <<<"$ans"
+"$MA" frag stop "$P" --json >"$TMP/stop.json" 2>"$TMP/e"; rc=$?
 check "frag stop works (exit $rc: $(head -1 "$TMP/e"))" [ "$rc" -eq 0 ]
+runs=$(json_get "$TMP/stop.json" stop_runs)
+check "stop let its thread go while the wrapper was in flight, and called again ($runs runs)" \
+	[ "${runs:-0}" -gt 1 ]
+ans=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" stalled)
+check "the stop succeeded only after the wrapper's sleep ended ($ans)" [ "$ans" = "STALL hit=1 done=1" ]
 fix_quit "$P" "$FIX_FD"; rc=$?
 check "unwalloc exits with a good verdict (status $rc)" [ "$rc" -eq 0 ]
