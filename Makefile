@@ -91,6 +91,7 @@ include $(sort $(wildcard fixtures/*.mk))
 
 test: deps
 	$(MAKE) all fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
+	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
 
 demo: deps

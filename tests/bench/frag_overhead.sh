@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
 # tests/bench/frag_overhead.sh - what `memattach frag` costs a program that
-# allocates flat out, side by side in one run:
+# allocates flat out, side by side in one run, on build/fixtures/fragbench
+# -t THREADS (malloc/free of 8 B..4 KiB, a ring of 1000 live objects per
+# thread).  ROUNDS rounds, each in fresh processes, one after the other so
+# the machine's drift hits every row alike:
 #   1. no agent
-#   2. after `memattach frag start PID --shift 8` (1 allocation in 256 sampled)
-#   3. after `frag stop` + `frag start PID --shift 0` (every allocation recorded)
-#   4. after `frag stop` (hooks removed: should be back to 1)
-#   5. no agent again, in a fresh process (how much the machine drifted)
-#   6. the same program started under heaptrack (LD_PRELOAD, every call traced)
-# on build/fixtures/fragbench -t THREADS (malloc/free of 8 B..4 KiB, a ring of
-# 1000 live objects per thread).  Each row: the median of RUNS runs of RUN_MS
-# ms (`run MS` -> `RATE <malloc+free pairs per second>`), after a 1 s warm-up
-# run.  The target checks its objects on every free and at the end (verdict);
-# a bad verdict or a failed step exits 1.
+#   2. after `memattach frag start PID` (the default shift, 8: 1 allocation
+#      in 256 sampled)
+#   3. after `frag stop` (slots restored: should be back to 1)
+#   4. the same program started under heaptrack (LD_PRELOAD, every call
+#      traced)
+# and once, last: `frag start --shift 0` (every allocation recorded).
+# Each row: the median over the rounds of one RUN_MS ms run (`run MS` ->
+# `RATE <malloc+free pairs per second>`), each process after a 1 s warm-up
+# run.  The target checks its objects on every free and at the end
+# (verdict); a bad verdict or a failed step exits 1.
 #
-#   THREADS (2) RUN_MS (3000) RUNS (3)
-#   SKIP_AGENT=1  rows 2-4 skipped (only the no-agent and heaptrack rows)
-#   SKIP_HEAPTRACK=1  row 5 skipped (also skipped, with a note, when
+#   THREADS (2) RUN_MS (2000) ROUNDS (5)
+#   SKIP_HEAPTRACK=1  row 4 skipped (also skipped, with a note, when
 #                 heaptrack is not installed: apt-get install heaptrack)
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MA=${MA_BIN:-$ROOT/build/memattach}
 BENCH=$ROOT/build/fixtures/fragbench
 THREADS=${THREADS:-2}
-RUN_MS=${RUN_MS:-3000}
-RUNS=${RUNS:-3}
-SKIP_AGENT=${SKIP_AGENT:-0}
+RUN_MS=${RUN_MS:-2000}
+ROUNDS=${ROUNDS:-5}
 SKIP_HEAPTRACK=${SKIP_HEAPTRACK:-0}
 TMP=$(mktemp -d)
 LPID= # what we launched (fragbench, or the heaptrack script)
@@ -85,19 +86,15 @@ send() {
 	fail "no answer to '$1' within $3 s"
 }
 
-# measure: warm-up run, then RUNS runs; sets RATE to the median.
-RATE=
-measure() {
-	local t=$((RUN_MS / 1000 * 20 + 60)) rates="" r
-	send "run 1000" '^RATE ' 120 >/dev/null
-	for _ in $(seq "$RUNS"); do
-		r=$(send "run $RUN_MS" '^RATE ' "$t" | awk '{ print $2 }')
-		[ -n "$r" ] || fail "no RATE"
-		rates="$rates $r"
-	done
-	echo "frag_overhead: $CONF: runs$rates" >&2
-	RATE=$(printf '%s\n' $rates | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+# warm: the 1 s warm-up run of a new process.  one_run: one RUN_MS run; prints its rate.
+warm() { send "run 1000" '^RATE ' 120 >/dev/null; }
+one_run() {
+	local r
+	r=$(send "run $RUN_MS" '^RATE ' $((RUN_MS / 1000 * 20 + 60)) | awk '{ print $2 }')
+	[ -n "$r" ] || fail "no RATE"
+	echo "$r"
 }
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 BASE=
 row() {
@@ -125,56 +122,45 @@ finish() {
 	LPID= TPID=
 }
 
-printf '| configuration (fragbench -t %s) | ops/s | slowdown vs no agent |\n' "$THREADS"
+printf '| configuration (fragbench -t %s, median of %s rounds) | ops/s | slowdown vs no agent |\n' "$THREADS" "$ROUNDS"
 printf '|---|---:|---:|\n'
 
-start plain "$BENCH" -t "$THREADS"
-CONF="no agent"
-measure
-BASE=$RATE
-row "$CONF" "$BASE"
-if [ "$SKIP_AGENT" = 1 ]; then
-	skip_row "memattach frag start --shift 8" "skipped"
-	skip_row "memattach frag start --shift 0" "skipped"
-	skip_row "after memattach frag stop" "skipped"
-else
-	CONF="memattach frag start --shift 8"
-	ma start "$TPID" --shift 8
-	measure
-	row "$CONF" "$RATE"
-	CONF="memattach frag start --shift 0"
+HT=1
+if [ "${SKIP_HEAPTRACK:-0}" = 1 ]; then HT=skipped
+elif ! command -v heaptrack >/dev/null; then HT="not installed (apt-get install heaptrack)"; fi
+plain=() agent=() after=() ht=()
+for round in $(seq "$ROUNDS"); do
+	start "plain$round" "$BENCH" -t "$THREADS"
+	warm
+	plain+=("$(one_run)")
+	ma start "$TPID"
+	agent+=("$(one_run)")
 	ma stop "$TPID"
-	ma start "$TPID" --shift 0
-	measure
-	row "$CONF" "$RATE"
-	CONF="after memattach frag stop"
-	ma stop "$TPID"
-	measure
-	row "$CONF" "$RATE"
-fi
-finish "fragbench"
+	after+=("$(one_run)")
+	finish "fragbench, round $round"
+	if [ "$HT" = 1 ]; then
+		# heaptrack runs fragbench as its child (LD_PRELOAD), which inherits
+		# the fifo as stdin and prints READY with its own pid.
+		start "heaptrack$round" heaptrack -o "$TMP/ht$round" "$BENCH" -t "$THREADS"
+		grep -q libheaptrack "/proc/$TPID/maps" 2>/dev/null ||
+			fail "heaptrack: pid $TPID has no libheaptrack mapped"
+		warm
+		ht+=("$(one_run)")
+		finish "fragbench under heaptrack, round $round"
+		ls "$TMP"/ht"$round".* >/dev/null 2>&1 || fail "heaptrack wrote no data file"
+	fi
+	echo "frag_overhead: round $round: no agent ${plain[-1]}, frag start ${agent[-1]}," \
+		"after stop ${after[-1]}${ht:+, heaptrack ${ht[-1]}}" >&2
+done
+BASE=$(median "${plain[@]}")
+row "no agent" "$BASE"
+row "memattach frag start (default --shift 8)" "$(median "${agent[@]}")"
+row "after memattach frag stop" "$(median "${after[@]}")"
+if [ "$HT" = 1 ]; then row "heaptrack" "$(median "${ht[@]}")"; else skip_row "heaptrack" "$HT"; fi
 
-# The machine's drift over the run: the no-agent figure again, last, in a
-# fresh process (the after-stop row is judged against both).
-start plain2 "$BENCH" -t "$THREADS"
-CONF="no agent again (fresh process, after the rows above)"
-measure
-row "$CONF" "$RATE"
-finish "fragbench (again)"
-
-CONF="heaptrack"
-if [ "$SKIP_HEAPTRACK" = 1 ]; then
-	skip_row "$CONF" "skipped"
-elif ! command -v heaptrack >/dev/null; then
-	skip_row "$CONF" "not installed (apt-get install heaptrack)"
-else
-	# heaptrack runs fragbench as its child (LD_PRELOAD), which inherits the
-	# fifo as stdin and prints READY with its own pid.
-	start heaptrack heaptrack -o "$TMP/ht" "$BENCH" -t "$THREADS"
-	grep -q libheaptrack "/proc/$TPID/maps" 2>/dev/null ||
-		fail "heaptrack: pid $TPID has no libheaptrack mapped"
-	measure
-	row "$CONF" "$RATE"
-	finish "fragbench under heaptrack"
-	ls "$TMP"/ht.* >/dev/null 2>&1 || fail "heaptrack wrote no data file"
-fi
+start shift0 "$BENCH" -t "$THREADS"
+warm
+ma start "$TPID" --shift 0
+row "memattach frag start --shift 0 (every allocation unwound; one run)" "$(one_run)"
+ma stop "$TPID"
+finish "fragbench --shift 0"
