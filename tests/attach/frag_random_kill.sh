@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# memattach frag start / report / stop SIGKILLed at a random instant, RUNS
+# times (default 1,000), in turn on two self-checking targets that allocate
+# all the time:
+#   daemon     (-t 4: workers allocating and checking their objects)
+#   fragchurn  (detached threads created and ended without pause, each one
+#              malloc+free, plus two allocating workers)
+# Each run is killed at a uniformly random instant of its normal length
+# (safety_tool killat; the window per target and command is the median of
+# 3 normal runs, at least 5 ms).  start picks a random --shift (0-10), so
+# a kill lands in every kind of agent state: loading, patching the GOT
+# slots, recording, reading samples, restoring, waiting for wrappers.  A
+# command after a killed one may be refused (exit 1: already running, no
+# agent, a killed call still running in the agent); exit 0, 1 or the kill
+# are the only outcomes allowed.  After every run the target must be alive.
+# At the end, per target: frag stop then start then stop work, nothing
+# is stopped or traced, the verdict is ok, the target still progresses.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../safety_lib.sh"
+plan 16
+need_fixtures daemon fragchurn safety_tool
+RUNS=${RUNS:-1000}
+CMDS=(start report stop)
+NAMES=(daemon fragchurn)
+declare -A ARGS_OF=([daemon]="-t 4" [fragchurn]="")
+declare -A PID FD OUT DIR C0 DEATHS
+
+start() { # start NAME
+	# shellcheck disable=SC2086
+	fix_start "$1" ${ARGS_OF[$1]} || return 1
+	PID[$1]=$FIX_PID FD[$1]=$FIX_FD OUT[$1]=$FIX_OUT DIR[$1]=$(dirname "$FIX_OUT")
+}
+
+cmd_args() { # cmd_args NAME CMD -> A
+	case $2 in
+	start) A=(frag start "${PID[$1]}" --shift $((RANDOM % 11))) ;;
+	report) A=(frag report "${PID[$1]}" --no-flush --top 5) ;;
+	stop) A=(frag stop "${PID[$1]}") ;;
+	esac
+}
+
+for n in "${NAMES[@]}"; do
+	start "$n" || { fail "$n: start"; exit 1; }
+	v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" checks)
+	DEATHS[$n]=0
+done
+
+# the kill window of each target and command: the median of 3 normal runs
+declare -A WIN
+for n in "${NAMES[@]}"; do
+	for c in "${CMDS[@]}" "${CMDS[@]}" "${CMDS[@]}"; do
+		cmd_args "$n" "$c"
+		e=$("$TOOL" killat -v 60000000 60000000 "$MA" "${A[@]}" 2>&1 >/dev/null | sed -n 's/.*elapsed_us=\([0-9]*\).*/\1/p' | tail -1)
+		WIN[$n,$c]="${WIN[$n,$c]:-} ${e:-0}"
+	done
+	for c in "${CMDS[@]}"; do
+		w=$(printf '%s\n' ${WIN[$n,$c]} | sort -n | sed -n 2p)
+		[ "$w" -lt 5000 ] && w=5000
+		WIN[$n,$c]=$w
+	done
+done
+echo "# kill windows (us): $(for n in "${NAMES[@]}"; do for c in "${CMDS[@]}"; do echo -n "$n/$c=${WIN[$n,$c]} "; done; done)"
+
+killed=0 finished=0 failed=0 other=0 deaths=0
+: >"$TMP/failed.txt"; : >"$TMP/other.txt"; : >"$TMP/deaths.txt"
+declare -A LAST
+for i in $(seq 0 $((RUNS - 1))); do
+	n=${NAMES[$((i % 2))]} c=${CMDS[$((i / 2 % 3))]}
+	cmd_args "$n" "$c"
+	{ "$TOOL" killat 0 "${WIN[$n,$c]}" "$MA" "${A[@]}" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+	rc=$?
+	case $rc in
+	137) killed=$((killed + 1)) ;;
+	0) finished=$((finished + 1)) ;;
+	1) failed=$((failed + 1)); echo "$c: $(head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-150)" >>"$TMP/failed.txt" ;;
+	*) other=$((other + 1)); echo "$n $c: exit $rc: $(head -1 "$TMP/run.err" | cut -c1-150)" >>"$TMP/other.txt" ;;
+	esac
+	if ! alive "${PID[$n]}"; then
+		fixture_died "${PID[$n]}" "${DIR[$n]}"
+		deaths=$((deaths + 1)) DEATHS[$n]=$((DEATHS[$n] + 1))
+		echo "run $i: $n died ($DIED_WHY) after '${A[*]}' exit $rc, previous run on it '${LAST[$n]:-none}'" >>"$TMP/deaths.txt"
+		f=${FD[$n]}; exec {f}>&-
+		start "$n" || { fail "$n: restart"; exit 1; }
+		v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" checks)
+	fi
+	LAST[$n]="${A[*]}' exit '$rc"
+done
+echo "# $RUNS runs, each killed at a random instant of its run: $killed killed, $finished finished first, $failed exit 1, $other other; $(elapsed) s"
+[ -s "$TMP/failed.txt" ] && echo "# exit 1 messages: $(top_lines "$TMP/failed.txt" 4)"
+check "$RUNS randomly killed frag runs: memattach exited 0, 1 or by the kill every time ($other other: $(top_lines "$TMP/other.txt" 2))" [ "$other" -eq 0 ]
+check "$RUNS randomly killed frag runs: $killed killed mid-run, $finished finished first (the kill landed before the end in most runs)" [ "$killed" -gt $((RUNS / 2)) ]
+check "$RUNS randomly killed frag runs: $deaths target deaths (daemon ${DEATHS[daemon]}, fragchurn ${DEATHS[fragchurn]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
+
+bsleep 0.5
+for n in "${NAMES[@]}"; do
+	pid=${PID[$n]}
+	if ! alive "$pid"; then
+		fixture_died "$pid" "${DIR[$n]}"
+		fail "$n: dead at the end: $DIED_WHY"
+		continue
+	fi
+	# a killed stop or start may have left the agent running: stop it first
+	"$MA" frag stop "$pid" >/dev/null 2>"$TMP/s0.err"
+	"$MA" frag start "$pid" >/dev/null 2>"$TMP/s1.err"; r1=$?
+	"$MA" frag report "$pid" --no-flush >/dev/null 2>"$TMP/s2.err"; r2=$?
+	"$MA" frag stop "$pid" >/dev/null 2>"$TMP/s3.err"; r3=$?
+	check "$n: frag start / report / stop work afterwards ($r1 $r2 $r3: $(cat "$TMP/s1.err" "$TMP/s2.err" "$TMP/s3.err" | head -2 | tr '\n' ' '))" \
+		[ "$r1$r2$r3" = 000 ]
+	s=$(stopped_tasks "$pid") t=$(traced_tasks "$pid")
+	check "$n: alive at the end, $s threads stopped, $t traced" [ "$s" -eq 0 -a "$t" -eq 0 ]
+	v=$(fix_cmd "$pid" "${FD[$n]}" "${OUT[$n]}" verdict)
+	check "$n: verdict ok ($v)" verdict_ok "$v"
+	c1=$(vfield "$v" checks)
+	check "$n: still progressing (checks ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
+	"$MA" stats "$pid" >/dev/null 2>"$TMP/after.err"; rc=$?
+	check "$n: memattach stats works afterwards (exit $rc$([ $rc -ne 0 ] && echo ": $(head -1 "$TMP/after.err")"))" [ "$rc" -eq 0 ]
+	fix_quit "$pid" "${FD[$n]}"; rc=$?
+	check "$n: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+done
+echo "# frag stop left: $(cat "$TMP/s3.err" | head -1)"
+report_time
