@@ -2,6 +2,7 @@
  * jectl.c - mallctl calls in the target: names and buffers go to the
  * session's scratch area, results come back with one read.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -10,6 +11,21 @@
 #include "bins.h"
 #include "jectl.h"
 #include "ma_error.h"
+
+/*
+ * A mallctl NAME refused with ERR.  ENOENT: this jemalloc does not know the
+ * name (built without it, --disable-stats, or a version that lacks it);
+ * memattach never decides by version string, so that is what it says.
+ */
+static int mallctl_refused(const struct ma_session *s, const char *name, int err)
+{
+	if (err == ENOENT)
+		return ma_fail(MA_E_JEMALLOC, "the jemalloc in process %d does not know mallctl \"%s\" "
+			       "(built without it, e.g. --disable-stats, or a version without that "
+			       "name): this command needs it", s->t->pid, name);
+	return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s", name, strerror(err));
+}
+
 
 /* Layout of one request in scratch: [oldlen u64][out buf][name]. */
 static int mallctl_raw(struct ma_session *s, const char *name, void *out, size_t outlen,
@@ -49,7 +65,7 @@ static int mallctl_raw(struct ma_session *s, const char *name, void *out, size_t
 	if (rc)
 		return rc;
 	if ((int)ret != 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s", name, strerror((int)ret));
+		return mallctl_refused(s, name, (int)ret);
 	if (out) {
 		if ((rc = ma_mem_read(s->t->proc_pid, base, buf, 8 + outlen)))
 			return rc;
@@ -114,8 +130,7 @@ int ma_mallctl_nametomib(struct ma_session *s, const char *name, size_t *mib, si
 	if (rc)
 		return rc;
 	if ((int)ret != 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctlnametomib(\"%s\") failed: %s", name,
-			       strerror((int)ret));
+		return mallctl_refused(s, name, (int)ret);
 	if ((rc = ma_mem_read(s->t->proc_pid, a_len, &len64, 8)))
 		return rc;
 	if (len64 > cap)
@@ -286,8 +301,7 @@ int ma_ctl_batch_result(struct ma_ctl_batch *b, int i, void *out, size_t outlen)
 	it = &b->items[i];
 	memcpy(&e, b->img + it->entry_off, sizeof(e));
 	if ((int)e.ret != 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s",
-			       it->name ? it->name : "(by mib)", strerror((int)e.ret));
+		return mallctl_refused(b->s, it->name ? it->name : "(by mib)", (int)e.ret);
 	if (!out)
 		return 0;
 	memcpy(&len, b->img + it->len_off, 8);
@@ -429,7 +443,7 @@ int ma_mallctl_write_cstr(struct ma_session *s, const char *name, const char *va
 	if (rc)
 		return rc;
 	if ((int)ret != 0)
-		return ma_fail(MA_E_JEMALLOC, "mallctl(\"%s\") failed: %s", name, strerror((int)ret));
+		return mallctl_refused(s, name, (int)ret);
 	return 0;
 }
 

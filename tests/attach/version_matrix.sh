@@ -68,6 +68,8 @@ for v in "${versions[@]}"; do
 		n=$((n + 1))
 	fi
 done
+NOSTATS_CHECKS=4
+n=$((n + NOSTATS_CHECKS))
 plan "$n"
 
 py() { python3 -c "$@"; }
@@ -148,7 +150,8 @@ heap_dump_check() {
 	rm -f "$TMP/d.heap"
 	"$MA" heap-dump "$2" -o "$TMP/d.heap" >"$TMP/hd.out" 2>"$TMP/hd.err"; rc=$?
 	if [ -z "$3" ]; then
-		grep -q "restart it with MALLOC_CONF=prof:true" "$TMP/hd.err"; st=$?
+		# the message is wrapped to the terminal's width: read it as one line
+		tr '\n' ' ' <"$TMP/hd.err" | tr -s ' ' | grep -q "restart it with MALLOC_CONF=prof:true"; st=$?
 		check "$1: heap-dump refused: exit 1, the restart instruction, no file ($(err "$TMP/hd.err"))" \
 			ok "$([ $rc = 1 ]; echo $?)" $st "$([ ! -e "$TMP/d.heap" ]; echo $?)"
 		return
@@ -266,3 +269,28 @@ for v in "${versions[@]}"; do
 	frag_bins "$v"
 	frag_harness "$v"
 done
+
+# A jemalloc without names memattach needs (--disable-stats): stats and bins
+# refuse, naming the name this jemalloc does not know; the target is unharmed.
+nostats() {
+	local rc1 rc2 out pid
+	if ! [ -f "$JE_BUILD/nostats/built" ] ||
+		! LD_LIBRARY_PATH=$JE_BUILD/nostats/lib fix_start daemon -q -t 3; then
+		for i in $(seq "$NOSTATS_CHECKS"); do fail "--disable-stats build: missing or the daemon did not start (check $i)"; done
+		return
+	fi
+	pid=$FIX_PID
+	maps_only nostats "$pid"
+	check "--disable-stats: the daemon maps that build ($(tr '\n' ' ' <"$TMP/maps"))" maps_only nostats "$pid"
+	"$MA" stats "$pid" >/dev/null 2>"$TMP/ns1.err"; rc1=$?
+	"$MA" bins "$pid" >/dev/null 2>"$TMP/ns2.err"; rc2=$?
+	check "--disable-stats: stats refused, exit 1, naming the stats mallctl this jemalloc does not know ($(err "$TMP/ns1.err"))" \
+		ok "$([ $rc1 = 1 ]; echo $?)" "$(tr '\n' ' ' <"$TMP/ns1.err" | tr -s ' ' | grep -Eq 'stats\.[a-z.]+.*(stats disabled|does not know)|does not know mallctl "stats\.'; echo $?)"
+	check "--disable-stats: bins refused the same way ($(err "$TMP/ns2.err"))" \
+		ok "$([ $rc2 = 1 ]; echo $?)" "$(tr '\n' ' ' <"$TMP/ns2.err" | tr -s ' ' | grep -Eq 'stats\.[a-z.]+.*(stats disabled|does not know)|does not know mallctl "stats\.'; echo $?)"
+	out=$(fix_cmd "$pid" "$FIX_FD" "$FIX_OUT" verdict)
+	fix_quit "$pid" "$FIX_FD"; rc1=$?
+	check "--disable-stats: daemon verdict ok, clean exit ($out, status $rc1)" \
+		ok $rc1 "$([[ $out == "VERDICT ok"* ]]; echo $?)"
+}
+nostats
