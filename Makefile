@@ -80,6 +80,17 @@ $(B)/attach/fragctl.o: CFLAGS += -I$(B)/agent
 $(B)/memattach: $(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The test build: the same objects, but those that read the test hooks
+# (include/testhooks.h) compiled with them.  The tests run it where they
+# need a hook; the shipped build/memattach has none.
+TESTHOOK_SRC := attach/steps.c attach/safepoint.c attach/remote_call.c attach/cli/main.c analysis/input.c
+TESTHOOK_OBJ := $(TESTHOOK_SRC:%.c=$(B)/testbuild/%.o)
+$(B)/testbuild/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DMEMATTACH_TEST_BUILD -c -o $@ $<
+$(B)/memattach-test: $(filter-out $(TESTHOOK_SRC:%.c=$(B)/%.o),$(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)) $(TESTHOOK_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/unit/%: tests/unit/%.c $(CORE_OBJ) $(ANALYSIS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(CORE_OBJ) $(ANALYSIS_OBJ) $(LDLIBS)
@@ -90,7 +101,7 @@ fixtures:
 include $(sort $(wildcard fixtures/*.mk))
 
 test: deps
-	$(MAKE) all fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
+	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
 	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
 
@@ -119,7 +130,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/memattach $(DESTDIR)$(MANDIR)/memattach.1 \
 	  $(DESTDIR)$(COMPDIR)/memattach
 
--include $(ANALYSIS_OBJ:.o=.d) $(CORE_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(ANALYSIS_OBJ:.o=.d) $(CORE_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTHOOK_OBJ:.o=.d)
 
 # libFuzzer target for the heap dump parser (needs clang):
 #   make fuzz && build/fuzz/heapprof -max_total_time=600 build/fuzz/corpus fixtures/dumps

@@ -19,6 +19,7 @@
 #include "format.h"
 #include "input.h"
 #include "ma_error.h"
+#include "testhooks.h"
 
 static const char empty[] = "";
 
@@ -57,7 +58,7 @@ static int read_stream(struct ma_input *in, int fd, const char *path, const char
 {
 	size_t cap = 0, len = 0;
 	char *buf = NULL, sz[32];
-	const char *t = getenv("MEMATTACH_TEST_PIPE_STALL_S"); /* tests: a shorter wait */
+	const char *t = ma_test_env("PIPE_STALL_S"); /* tests: a shorter wait */
 	int stall_s = t && atoi(t) > 0 ? atoi(t) : MA_PIPE_STALL_S;
 
 	if (max > MA_MAX_PIPE)

@@ -44,6 +44,7 @@
 #include "safepoint.h"
 #include "seccomp.h"
 #include "steps.h"
+#include "testhooks.h"
 
 #define PAGE 4096UL
 #define DEFAULT_DATA (1UL << 20)
@@ -145,7 +146,7 @@ void ma_install_signal_guards(void)
  */
 static void test_kill_point(const char *where)
 {
-	const char *want = getenv("MEMATTACH_TEST_KILL_AT");
+	const char *want = ma_test_env("KILL_AT");
 
 	if (want && strcmp(want, where) == 0)
 		kill(getpid(), SIGKILL);
@@ -2466,7 +2467,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	rc = ma_mem_write(s->t->proc_pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
-	if (getenv("MEMATTACH_TEST_FAULT") && *getenv("MEMATTACH_TEST_FAULT"))
+	if (ma_test_env("FAULT") && *ma_test_env("FAULT"))
 		fn = 16; /* tests only: a call that faults at once */
 	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
 	if ((rc = set_regs_blocked(s, &r)))

@@ -22,6 +22,7 @@
 #include "runclock.h"
 #include "safepoint.h"
 #include "unwtable.h"
+#include "testhooks.h"
 
 static unw_addr_space_t addr_space;
 static unw_accessors_t fast_accessors;
@@ -121,7 +122,7 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
 /* MEMATTACH_TEST_LIBUNWIND_TABLES=1: libunwind's own lookup only (the test compares both). */
 static bool libunwind_tables_only(void)
 {
-	const char *e = getenv("MEMATTACH_TEST_LIBUNWIND_TABLES");
+	const char *e = ma_test_env("LIBUNWIND_TABLES");
 
 	return e && *e == '1';
 }
@@ -450,7 +451,7 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 		return false;
 	}
 	/* Tests only: MEMATTACH_TEST_IGNORE_FORK=1 lets a thread inside fork() through. */
-	bool check_fork = !(getenv("MEMATTACH_TEST_IGNORE_FORK") && *getenv("MEMATTACH_TEST_IGNORE_FORK") == '1');
+	bool check_fork = !(ma_test_env("IGNORE_FORK") && *ma_test_env("IGNORE_FORK") == '1');
 
 	if (check_fork && frame_in_range(bt, t->fork_fn, &frame)) {
 		snprintf(why, whylen, "frame #%zu (0x%llx) is in fork(): between the atfork handlers "

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "steps.h"
+#include "testhooks.h"
 
 static unsigned long nsteps;
 static unsigned long kill_after; /* 0: never */
@@ -72,10 +73,10 @@ static void print_steps(void)
 
 static void configure(void)
 {
-	const char *k = getenv("MEMATTACH_TEST_KILL_AFTER_STEP");
-	const char *p = getenv("MEMATTACH_TEST_STEPS");
+	const char *k = ma_test_env("KILL_AFTER_STEP");
+	const char *p = ma_test_env("STEPS");
 
-	const char *c = getenv("MEMATTACH_TEST_STEPS_CHANGES");
+	const char *c = ma_test_env("STEPS_CHANGES");
 
 	configured = true;
 	changes_only = c && *c == '1';

@@ -2,6 +2,9 @@
 # pass/fail/skip.  tests/run.sh counts the PASS/FAIL/SKIP lines.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MA=${MA_BIN:-"$ROOT/build/memattach"}
+# The test build (the same code, plus the MEMATTACH_TEST_* hooks): for the
+# checks that need a hook; every other check runs the shipped binary.
+MA_T=${MA_TEST_BIN:-"$ROOT/build/memattach-test"}
 FIX="$ROOT/build/fixtures"
 TMP=$(mktemp -d /tmp/matest.XXXXXX)
 _children=()

@@ -100,7 +100,7 @@ fd_list() {
 # count at the point the run named LABEL (empty if it never got there).
 steps_of() {
 	local err=$TMP/steps.err
-	MEMATTACH_TEST_STEPS=1 "$MA" "$@" >/dev/null 2>"$err"
+	MEMATTACH_TEST_STEPS=1 "$MA_T" "$@" >/dev/null 2>"$err"
 	STEPS_RC=$?
 	STEPS_N=$(sed -n 's/^memattach-test: steps=\([0-9]*\)$/\1/p' "$err" | tail -1)
 }

@@ -12,6 +12,7 @@
 #include "format.h"
 #include "target.h"
 #include "unwtable.h"
+#include "testhooks.h"
 
 struct command {
 	const char *name;
@@ -62,7 +63,7 @@ static void print_work(void)
 {
 	const struct ma_elf_work *w;
 	size_t n = ma_elf_work_list(&w);
-	const char *e = getenv("MEMATTACH_TEST_WORK");
+	const char *e = ma_test_env("WORK");
 
 	if (!e || *e != '1')
 		return;

@@ -71,9 +71,9 @@ one_variant() { # PROG BIG_OBJECT_BASENAME
 		fi
 		pid=$FIX_PID
 		obj=$(awk -v b="/$big" '$6 ~ b"$" {print $6; exit}' /proc/"$pid"/maps)
-		MEMATTACH_TEST_WORK=1 "$MA" threads "$pid" --json >"$TMP/t_$size.json" 2>"$TMP/t_$size.err"
+		MEMATTACH_TEST_WORK=1 "$MA_T" threads "$pid" --json >"$TMP/t_$size.json" 2>"$TMP/t_$size.err"
 		rc1=$?
-		MEMATTACH_TEST_WORK=1 "$MA" stats "$pid" --json >"$TMP/s_$size.json" 2>"$TMP/s_$size.err"
+		MEMATTACH_TEST_WORK=1 "$MA_T" stats "$pid" --json >"$TMP/s_$size.json" 2>"$TMP/s_$size.err"
 		rc2=$?
 		n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["threads"]))' "$TMP/t_$size.json" 2>/dev/null)
 		echo "# $prog -$size: $n threads, $(grep -c . "$TMP/t_$size.err") work lines; $big: threads $(grep " $obj " "$TMP/t_$size.err" | cut -d' ' -f4-)"

@@ -11,7 +11,7 @@ CYCLES=${CYCLES:-20}
 fault_cycles() { # fault_cycles PID TID: how many runs failed with a contained fault
 	local n=0
 	for _ in $(seq "$CYCLES"); do
-		MEMATTACH_TEST_FAULT=1 "$MA" stats "$1" --tid "$2" >/dev/null 2>"$TMP/err"
+		MEMATTACH_TEST_FAULT=1 "$MA_T" stats "$1" --tid "$2" >/dev/null 2>"$TMP/err"
 		[ $? -eq 1 ] && says "faulted .*signal 11.*restored" "$TMP/err" && n=$((n + 1))
 	done
 	echo "$n"

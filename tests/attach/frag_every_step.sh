@@ -100,7 +100,7 @@ sweep() {
 	for k in "${KS[@]}"; do
 		# (the previous kill's settle already left it so when AFTER = BEFORE)
 		[ "$after" = "$before" ] || settle "$before" || unsettled=$((unsettled + 1))
-		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA" frag "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA_T" frag "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
 		rc=$?
 		[ "$rc" -eq 137 ] && killed=$((killed + 1))
 		bsleep 0.002

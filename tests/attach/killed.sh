@@ -14,7 +14,7 @@ kill_cycles() { # kill_cycles PID TID WHERE: CYCLES runs that die at WHERE
 	# stats keeps its scratch on the thread's stack: no syscall to die after
 	[ "$3" = syscall ] && cmd=bins
 	for _ in $(seq "$CYCLES"); do
-		env "${env[@]}" "$MA" $cmd "$1" --tid "$2" >/dev/null 2>&1
+		env "${env[@]}" "$MA_T" $cmd "$1" --tid "$2" >/dev/null 2>&1
 		[ $? -eq 137 ] && n=$((n + 1))
 	done
 	echo "$n"

@@ -114,7 +114,7 @@ sweep() {
 			[ "${#deaths[@]}" -ge "$MAX_DEATHS" ] && break
 		fi
 		expand "$tpl"
-		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA" "${ARGS[@]}" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA_T" "${ARGS[@]}" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
 		rc=$?
 		prev=$k ndone=$((ndone + 1))
 		[ "$rc" -eq 137 ] && killed=$((killed + 1))

@@ -68,7 +68,7 @@ for v in "${VARIANTS[@]}"; do
 			start_variant "$v" || { row+=" $c=no-target"; vbad=1; continue; }
 		fi
 		cmd_args "$c"
-		env "${E[@]}" timeout -s KILL 30 "$MA" "${A[@]}" >/dev/null 2>"$TMP/run.err"; rc=$?
+		env "${E[@]}" timeout -s KILL 30 "$MA_T" "${A[@]}" >/dev/null 2>"$TMP/run.err"; rc=$?
 		msg=$(head -1 "$TMP/run.err" | cut -c1-140)
 		bsleep 0.1
 		if ! alive "$pid"; then

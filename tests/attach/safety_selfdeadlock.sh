@@ -17,7 +17,7 @@ forkloop_start 1 || { fail "selfdeadlock: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 ok=0 given_up=0 hangs=0 other=0
 for i in $(seq "$RUNS"); do
-	MEMATTACH_TEST_IGNORE_FORK=1 timeout -s KILL 10 "$MA" stats "$pid" --tid "$pid" >/dev/null 2>"$TMP/run.err"
+	MEMATTACH_TEST_IGNORE_FORK=1 timeout -s KILL 10 "$MA_T" stats "$pid" --tid "$pid" >/dev/null 2>"$TMP/run.err"
 	rc=$?
 	if [ $rc -eq 0 ]; then ok=$((ok + 1))
 	elif [ $rc -eq 137 ]; then hangs=$((hangs + 1)); break

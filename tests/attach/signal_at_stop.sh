@@ -24,7 +24,7 @@ tid=$(tid_of "$pid" sig_rx)
 killed=0
 for k in 3 4; do
 	for _ in $(seq "$RUNS"); do
-		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA" stats "$pid" --tid "$tid" >/dev/null 2>&1; } 2>/dev/null
+		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA_T" stats "$pid" --tid "$tid" >/dev/null 2>&1; } 2>/dev/null
 		[ $? -eq 137 ] && killed=$((killed + 1))
 	done
 done

@@ -53,7 +53,7 @@ PY
 # stacks as libunwind's own lookup (which maps each object's file): the
 # threads in steady waits (main in pthread_join, ctl in read) compared.
 "$MA" threads "$pid" --json >"$TMP/own.json" 2>/dev/null
-MEMATTACH_TEST_LIBUNWIND_TABLES=1 "$MA" threads "$pid" --json >"$TMP/lib.json" 2>/dev/null
+MEMATTACH_TEST_LIBUNWIND_TABLES=1 "$MA_T" threads "$pid" --json >"$TMP/lib.json" 2>/dev/null
 check "stacks from the in-memory tables equal libunwind's own (main and ctl threads)" python3 - "$TMP/own.json" "$TMP/lib.json" <<'PY'
 import json, sys
 def stacks(p):

@@ -76,7 +76,7 @@ run_bounded "bins --stats with 100,000 bins" 1 "lists 100000 bins; jemalloc has 
 mkfifo "$TMP/stall"
 (printf 'heap_v2/524288\n'; sleep 30) >"$TMP/stall" & track $!
 MEMATTACH_TEST_PIPE_STALL_S=2 run_bounded "a pipe whose writer stalls: given up" 1 \
-	"its writer sent nothing for 2 s" "$MA" aggregate "$TMP/stall"
+	"its writer sent nothing for 2 s" "$MA_T" aggregate "$TMP/stall"
 mkfifo "$TMP/endless"
 { head -c 400M /dev/zero | tr '\0' ' ' >"$TMP/endless"; } 2>/dev/null & track $!
 MAXMB=300 run_bounded "an endless stats JSON through a pipe: stops at 256 MiB" 1 \
