@@ -7,12 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent_abi.h"
 #include "commands.h"
 #include "elfsyms.h"
 #include "format.h"
 #include "target.h"
 #include "unwtable.h"
 #include "testhooks.h"
+
+/* The release: bumped with each change users see in the commands or outputs. */
+#define MA_VERSION "0.9.0"
 
 struct command {
 	const char *name;
@@ -46,14 +50,11 @@ static void usage(FILE *f)
 		   "saved heap dumps and stats files.\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, "\n'memattach COMMAND --help' describes one command.\n"
+	fprintf(f, "\n'memattach COMMAND --help' (or 'memattach help COMMAND') describes one "
+		   "command;\n'memattach --version' prints the version.\n"
 		   "exit status: 0 success, 1 the operation failed, 2 usage error\n");
 }
 
-/*
- * A command's output must reach its reader: a full disk or a closed pipe
- * on stdout is a failure (exit 1), not a success with nothing written.
- */
 /*
  * MEMATTACH_TEST_WORK=1: what the run read of the target's files, on
  * stderr -- for the tests that per-binary work is done once per run, not
@@ -75,6 +76,10 @@ static void print_work(void)
 	fprintf(stderr, "memattach-test: maps read=%lu\n", ma_target_maps_read());
 }
 
+/*
+ * A command's output must reach its reader: a full disk or a closed pipe
+ * on stdout is a failure (exit 1), not a success with nothing written.
+ */
 static int finish(const char *cmd, int rc)
 {
 	print_work();
@@ -99,6 +104,10 @@ int main(int argc, char **argv)
 	}
 	if (ma_is_help(argv[1]) || (strcmp(argv[1], "help") == 0 && argc < 3)) {
 		usage(stdout);
+		return finish("memattach", MA_EXIT_OK);
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("memattach %s (frag agent ABI %d)\n", MA_VERSION, MA_AGENT_VERSION);
 		return finish("memattach", MA_EXIT_OK);
 	}
 	if (strcmp(argv[1], "help") == 0) {

@@ -3,7 +3,7 @@
 # lines when longer than the terminal) and the documented exit status: 1
 # when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
-plan 45
+plan 46
 
 # expect NAME STATUS PATTERN CMD...: exit status and one stderr message matching PATTERN.
 expect() {
@@ -111,6 +111,9 @@ check "ps --json >/dev/full exits 1 saying so (exit $rc: $(head -c 120 "$TMP/ful
 "$MA" help stats >"$TMP/hs" 2>&1; rc=$?
 check "help stats prints stats's own help (exit $rc)" \
 	bash -c "[ $rc -eq 0 ] && head -1 '$TMP/hs' | grep -q '^usage: memattach stats'"
+"$MA" --version >"$TMP/v" 2>&1; rc=$?
+check "--version prints the release and the agent ABI (exit $rc: $(head -1 "$TMP/v"))" \
+	grep -Eq '^memattach [0-9]+\.[0-9]+\.[0-9]+ \(frag agent ABI [0-9]+\)$' "$TMP/v"
 "$MA" help nosuch >/dev/null 2>"$TMP/hn"; rc=$?
 check "help of an unknown command is a usage error (exit $rc)" \
 	exit_and_says "$rc" 2 "unknown command" "$TMP/hn"
