@@ -17,7 +17,7 @@
 # is stopped or traced, the verdict is ok, the target still progresses.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 16
+plan 15
 need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-1000}
 CMDS=(start report stop)
