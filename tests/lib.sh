@@ -199,3 +199,18 @@ ma_commands() { "$MA" --help | awk '/^commands:/ { f = 1; next } f && /^  [a-z]/
 ma_subcommands() {
 	"$MA" "$1" --help | sed -n "s/^\(usage:\)\{0,1\} *memattach $1 \([a-z][a-z-]*\)\( .*\)\{0,1\}$/\2/p" | sort -u
 }
+
+# harness CMD: send a build command to the running fragharness (FIX_PID,
+# FIX_FD, FIX_OUT), wait for its BUILT line; its TRUTH goes to $TMP/truth.json
+harness() {
+	local n
+	n=$(grep -c '^BUILT' "$FIX_OUT")
+	echo "$1" >&"$FIX_FD"
+	for _ in $(seq 600); do
+		[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ] && break
+		kill -0 "$FIX_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	grep '^TRUTH ' "$FIX_OUT" | tail -1 | cut -d' ' -f2- >"$TMP/truth.json"
+	[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ]
+}

@@ -20,19 +20,6 @@ py() { python3 -c "$@"; }
 fix_start fragharness || { fail "fragharness did not start"; exit 1; }
 P=$FIX_PID
 
-# harness CMD: send a build command, wait for BUILT; TRUTH in $TMP/truth.json
-harness() {
-	local n
-	n=$(grep -c '^BUILT' "$FIX_OUT")
-	echo "$1" >&"$FIX_FD"
-	for _ in $(seq 600); do
-		[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ] && break
-		kill -0 "$P" 2>/dev/null || break
-		sleep 0.1
-	done
-	grep '^TRUTH ' "$FIX_OUT" | tail -1 | cut -d' ' -f2- >"$TMP/truth.json"
-	[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ]
-}
 teardown() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" teardown | grep -q '^OK'; }
 report() { "$MA" frag report "$P" --json --top 0 "$@" >"$TMP/r.json" 2>"$TMP/r.err"; }
 

@@ -198,19 +198,6 @@ print(", ".join("%d B: %s, built %s" % x for x in r)); sys.exit(any(x[1] != x[2]
 		"$1" "$TMP/ftruth.json" "$2" 2>&1
 }
 
-# harness CMD: send a build command to fragharness, wait for BUILT; TRUTH in $TMP/truth.json
-harness() {
-	local n
-	n=$(grep -c '^BUILT' "$FIX_OUT")
-	echo "$1" >&"$FIX_FD"
-	for _ in $(seq 600); do
-		[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ] && break
-		kill -0 "$FIX_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	grep '^TRUTH ' "$FIX_OUT" | tail -1 | cut -d' ' -f2- >"$TMP/truth.json"
-	[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ]
-}
 
 # frag_harness V: frag at rate 1 (HARNESS_CHECKS checks).
 frag_harness() {
