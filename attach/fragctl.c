@@ -355,6 +355,13 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	int64_t ret;
 	int rc;
 
+	if (ma_agent_mechanism_for(s->t) == MA_AGENT_MECH_HOOKS && !o->allow_hooks)
+		return ma_fail(MA_E_JEMALLOC, "jemalloc is linked statically into process %d (its callers "
+			       "call it directly: no GOT slot to rewrite), so frag could only sample "
+			       "through jemalloc's experimental hooks, whose install and removal crash "
+			       "programs that create and end threads continuously (a jemalloc 5.3 bug); "
+			       "nothing was loaded. 'memattach frag start %d --hooks' accepts that risk",
+			       s->t->pid, s->t->pid);
 	if ((rc = current_agent(s, &v)))
 		return rc;
 	if (v.ctl.state == MA_AGENT_STOPPING)
@@ -362,7 +369,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 			       "running when it was stopped); run memattach frag stop %d again",
 			       s->t->pid, s->t->pid);
 	if (v.ctl.state == MA_AGENT_RUNNING)
-		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s, "
+		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s mode, "
 			       "%llu samples); memattach frag stop %d first", s->t->pid,
 			       v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift",
 			       (unsigned long long)v.live, s->t->pid);

@@ -64,6 +64,7 @@ struct ma_agent_start_opts {
 	uint64_t capacity; /* bound of sample slots, a power of two (the table grows to it) */
 	uint64_t max_samples; /* samples held at most (--max-samples) */
 	uint64_t stack_cap, frame_cap;
+	bool allow_hooks; /* --hooks: jemalloc linked statically may be sampled through its hooks */
 };
 
 /*

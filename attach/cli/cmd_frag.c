@@ -27,7 +27,7 @@
 #include "safepoint.h"
 
 static const char usage_text[] =
-	"usage: memattach frag start PID [--shift N | --focus SIZE] [--max-samples N] [--json]\n"
+	"usage: memattach frag start PID [--shift N | --focus SIZE] [--max-samples N] [--hooks] [--json]\n"
 	"       memattach frag report (PID | --from FILE) [--top N] [--json] [-o FILE]\n"
 	"                             [--no-flush] [--skip REGEX]...\n"
 	"       memattach frag status PID [--json]\n"
@@ -37,8 +37,9 @@ static const char usage_text[] =
 	"regions in partly used slabs) to the allocation sites whose surviving\n"
 	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
 	"small agent into the process (dlopen of a memfd; nothing on disk) that\n"
-	"points the GOT slots of the allocation functions at its wrappers (jemalloc's\n"
-	"hooks where jemalloc is linked statically) and samples live allocations with their\n"
+	"points the GOT slots of the allocation functions at its wrappers (where\n"
+	"jemalloc is linked statically, only with --hooks: jemalloc's hooks, which\n"
+	"crash programs whose threads come and go) and samples live allocations with their\n"
 	"stacks; 'report' asks jemalloc (experimental.utilization.batch_query) how\n"
 	"full each sampled object's slab is and estimates, per stack, the waste its\n"
 	"survivors pin; 'stop' restores the slots and frees the agent's memory.\n"
@@ -84,7 +85,7 @@ struct frag_args {
 	const char *sub;
 	pid_t pid;
 	const char *from, *out;
-	bool json, no_flush, have_shift, have_focus;
+	bool json, no_flush, have_shift, have_focus, hooks;
 	long shift, focus, top, max_samples;
 	struct ma_session_opts o;
 	regex_t skip[MAX_SKIP];
@@ -125,6 +126,42 @@ static int mark_skipped(const struct frag_args *a, struct ma_frag_data *d)
 		for (size_t k = 0; k < a->nskip && !d->frame_skip[i]; k++)
 			d->frame_skip[i] = d->frame_name[i] &&
 					   regexec(&a->skip[k], d->frame_name[i], 0, NULL, 0) == 0;
+	return 0;
+}
+
+/* The options of the frag subcommands, what their value must be, and which subcommand takes them. */
+static const struct frag_opt {
+	const char *name, *sub, *value;
+} frag_opts[] = {
+	{ "--shift", "start", "N, 0 to 20" },
+	{ "--focus", "start", "SIZE, a small size class in bytes" },
+	{ "--max-samples", "start", "N, 1 or more" },
+	{ "--hooks", "start", NULL },
+	{ "--from", "report", "FILE" },
+	{ "-o", "report", "FILE" },
+	{ "--top", "report", "N, 0 (all) or more" },
+	{ "--no-flush", "report", NULL },
+	{ "--skip", "report", "REGEX" },
+};
+
+/*
+ * ARGV[I] is a frag option this subcommand did not accept: say why (another
+ * subcommand's option, or a bad or missing value).  0 if it is none of them.
+ */
+static int frag_option_error(const char *sub, int argc, char **argv, int i)
+{
+	for (size_t k = 0; k < sizeof(frag_opts) / sizeof(frag_opts[0]); k++) {
+		const struct frag_opt *o = &frag_opts[k];
+
+		if (strcmp(argv[i], o->name) != 0)
+			continue;
+		if (strcmp(sub, o->sub) != 0)
+			return ma_usage_error("frag", "frag %s does not take %s (an option of frag %s)",
+					      sub, o->name, o->sub);
+		if (i + 1 >= argc)
+			return ma_usage_error("frag", "%s needs a value: %s", o->name, o->value);
+		return ma_usage_error("frag", "%s '%s': expected %s", o->name, argv[i + 1], o->value);
+	}
 	return 0;
 }
 
@@ -175,10 +212,14 @@ static int parse_args(int argc, char **argv, struct frag_args *a)
 
 			if (rc)
 				return rc;
+		} else if (start && strcmp(s, "--hooks") == 0) {
+			a->hooks = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
 			continue;
 		} else {
-			return ma_pid_arg_error(cmd, usage_text, argc, argv, i, a->pid);
+			int rc = frag_option_error(a->sub, argc, argv, i);
+
+			return rc ? rc : ma_pid_arg_error(cmd, usage_text, argc, argv, i, a->pid);
 		}
 	}
 	if (a->have_shift && a->have_focus)
@@ -359,6 +400,7 @@ static int start_agent(struct ma_session *s, void *ctx)
 	fl->so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
 	fl->so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
 	fl->so.max_samples = max_samples(a);
+	fl->so.allow_hooks = a->hooks;
 	fl->so.capacity = choose_capacity(fl->so.max_samples);
 	fl->so.stack_cap = STACK_CAP;
 	fl->so.frame_cap = FRAME_CAP;

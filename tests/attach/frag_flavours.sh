@@ -2,7 +2,10 @@
 # frag on every jemalloc flavour: shared (daemon), static (daemon_static),
 # static _rjem_-prefixed (daemon_prefixed), C++ (daemon_cxx) and Rust
 # (daemon_rust).  Each daemon churns and checks its heap; per flavour:
-# start works, the report has samples whose stacks name the daemon's own
+# where jemalloc is linked statically (no GOT slot: only jemalloc's hooks,
+# which crash thread-churning programs), start without --hooks is refused
+# at once naming --hooks, with nothing loaded, and start --hooks works;
+# elsewhere start works, the report has samples whose stacks name the daemon's own
 # worker function (not jemalloc's frames: the allocator's frames are cut),
 # its attributed waste (an estimate, from ~1000 samples of a heap that
 # churns between the query and the bins read) is not above 1.5x the process's
@@ -13,14 +16,22 @@
 # descriptors and mapping count do not grow, and the agent is loaded once.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 35
+plan 38
 need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
 
 for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
 	fix_start "$f" -t 2 || { fail "$f: start"; continue; }
 	P=$FIX_PID
-	"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
-	check "$f: frag start --shift 2 ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
+	hooks=()
+	if ! ldd "$FIX/$f" | grep -q libjemalloc; then
+		"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
+		loaded=$(grep -c memattach-agent "/proc/$P/maps")
+		check "$f (static jemalloc): frag start refused without --hooks, nothing loaded (exit $rc, $loaded agent mappings: $(unwrapped "$TMP/s.out" | head -1 | cut -c1-200))" \
+			eval '[ "$rc" -eq 1 ] && [ "$loaded" -eq 0 ] && unwrapped "$TMP/s.out" | grep -q "linked statically.*--hooks. accepts that risk"'
+		hooks=(--hooks)
+	fi
+	"$MA" frag start "$P" --shift 2 "${hooks[@]}" >"$TMP/s.out" 2>&1; rc=$?
+	check "$f: frag start --shift 2 ${hooks[*]} ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
 	bsleep 0.5
 	"$MA" frag report "$P" --json >"$TMP/r.json" 2>"$TMP/r.err"
 	out=$(python3 -c 'import json,sys,re

@@ -3,7 +3,7 @@
 # lines when longer than the terminal) and the documented exit status: 1
 # when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
-plan 46
+plan 51
 
 # expect NAME STATUS PATTERN CMD...: exit status and one stderr message matching PATTERN.
 expect() {
@@ -28,6 +28,14 @@ expect "stats with a pid beyond int" 2 "'99999999999999999999' is not a process 
 expect "export --once with a bad --listen" 2 "--listen 'garbage': expected HOST:PORT" \
 	"$MA" export --pid 1 --listen garbage --once
 expect "watch with a non-numeric pid" 2 "'x1' is not a process id" "$MA" watch x1
+# frag options: another subcommand's option, or a value out of range, is named as such
+expect "frag report with start's --shift" 2 "frag report does not take --shift \(an option of frag start\)" \
+	"$MA" frag report 1 --shift 0
+expect "frag status with report's --top" 2 "frag status does not take --top \(an option of frag report\)" \
+	"$MA" frag status 1 --top 3
+expect "frag start --shift out of range" 2 "--shift '99': expected N, 0 to 20" "$MA" frag start 1 --shift 99
+expect "frag start --max-samples 0" 2 "--max-samples '0': expected N, 1 or more" "$MA" frag start 1 --max-samples 0
+expect "frag start --focus without a value" 2 "--focus needs a value" "$MA" frag start 1 --focus
 expect "stats with an unknown option" 2 "unknown option '--bogus'" "$MA" stats 1 --bogus
 # A bad value names the option, the value and what it wants.
 expect "stats --timeout abc" 2 "--timeout 'abc': expected milliseconds, 0 to 600000" \
