@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # frag start / report / stop while the target forks, execs, loads and
-# unloads libraries, or takes a signal storm.  CYCLES (default 40) cycles
+# unloads libraries, or takes a signal storm.  CYCLES (default 20) cycles
 # per target, each start with a random --shift (0-10):
 #   forkloop -m  the main thread forks without pause; each child mallocs,
 #                checks and frees an object through the (rewritten) GOT
@@ -22,9 +22,9 @@
 # made; storm: 0 lost signals); nothing is left stopped or traced.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../safety_lib.sh"
-plan 17
+plan 18
 need_fixtures forkloop fragchurn libfragplug.so storm execd
-CYCLES=${CYCLES:-40}
+CYCLES=${CYCLES:-20}
 
 # cycles PID N: N start/report/stop cycles; sets OTHER (exit codes but 0 and 1), OK, FIRST_OTHER
 cycles() {
