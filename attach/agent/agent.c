@@ -203,17 +203,26 @@ struct unwind_buf {
 	unsigned n;
 };
 
+/* A pc, and the executable segment that holds it (found by find_code). */
+struct code_query {
+	uint64_t pc, lo, hi;
+};
+
 static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	uint64_t pc = *(uint64_t *)arg;
+	struct code_query *q = arg;
 
 	(void)size;
 	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
 
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && pc >= lo && pc - lo < ph->p_memsz)
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && q->pc >= lo &&
+		    q->pc - lo < ph->p_memsz) {
+			q->lo = lo;
+			q->hi = lo + ph->p_memsz;
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -221,7 +230,9 @@ static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
 /* Is PC in the code of a loaded object (not JIT code in anonymous memory)? */
 static bool in_loaded_code(uint64_t pc)
 {
-	return dl_iterate_phdr(find_code, &pc) != 0;
+	struct code_query q = { pc, 0, 0 };
+
+	return dl_iterate_phdr(find_code, &q) != 0;
 }
 
 /*
@@ -370,30 +381,14 @@ static bool grow(struct ma_agent_ctl *c, struct stripe *s)
  */
 static uint64_t unwinder_lo, unwinder_hi;
 
-static int find_unwinder(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	uint64_t pc = *(uint64_t *)arg;
-
-	(void)size;
-	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && pc >= lo && pc - lo < ph->p_memsz) {
-			unwinder_lo = lo;
-			unwinder_hi = lo + ph->p_memsz;
-			return 1;
-		}
-	}
-	return 0;
-}
-
 static void learn_unwinder(void)
 {
-	uint64_t pc = (uint64_t)(uintptr_t)&_Unwind_Backtrace;
+	struct code_query q = { (uint64_t)(uintptr_t)&_Unwind_Backtrace, 0, 0 };
 
-	if (!unwinder_hi)
-		dl_iterate_phdr(find_unwinder, &pc);
+	if (!unwinder_hi && dl_iterate_phdr(find_code, &q)) {
+		unwinder_lo = q.lo;
+		unwinder_hi = q.hi;
+	}
 }
 
 /* CALLER: the return address of the allocation call (0 if unknown: jemalloc's hooks). */
