@@ -12,11 +12,19 @@ cd "$(dirname "$0")/.." || exit 2
 passed=0 failed=0 skipped=0
 only=${1:-}
 
+# CPU seconds (user + system) of this shell's waited-for children so far.
+children_cpu_s() {
+	local f
+	read -ra f </proc/$$/stat
+	echo $(((f[15] + f[16]) / $(getconf CLK_TCK)))
+}
+
 run_one() {
 	local name=$1; shift
-	local out rc p f s planned t0=$SECONDS secs
+	local out rc p f s planned t0=$SECONDS secs cpu0 cpu
+	cpu0=$(children_cpu_s)
 	out=$(timeout 900 "$@" 2>&1); rc=$?
-	secs=$((SECONDS - t0))
+	secs=$((SECONDS - t0)) cpu=$(($(children_cpu_s) - cpu0))
 	p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^SKIP ' <<<"$out")
 	planned=$(sed -n 's/^PLAN \([0-9][0-9]*\)$/\1/p' <<<"$out" | head -1)
 	if [[ $name != unit/* ]]; then
@@ -31,9 +39,9 @@ run_one() {
 	if [ $((p + f + s)) -eq 0 ]; then f=1; out+=$'\n'"FAIL $name reported no checks"; fi
 	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 	if [ "$f" -gt 0 ]; then
-		echo "--- $name: $p passed, $f failed (${secs} s)"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
+		echo "--- $name: $p passed, $f failed (${secs} s, cpu ${cpu} s)"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
 	else
-		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped (${secs} s)"; else echo "--- $name: $p passed (${secs} s)"; fi
+		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped (${secs} s, cpu ${cpu} s)"; else echo "--- $name: $p passed (${secs} s, cpu ${cpu} s)"; fi
 		grep '^SKIP ' <<<"$out" | sed 's/^/    /'
 	fi
 }
