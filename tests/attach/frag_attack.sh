@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regressions from the outside attack on frag (README, frag):
+# Regressions from the outside attack on frag (attach/cli/README.md, frag):
 # 1. A thread running the agent's hook is not safe to borrow.  fragbench's
 #    worker allocates flat out under --shift 0 (every allocation enters the
 #    agent); 20 reports borrow that very thread (--tid): each must succeed

@@ -2,7 +2,7 @@
 # A hostile target cannot turn root's memattach against the machine.
 #
 # An unprivileged user, ma-eve, owns the targets and the folders root
-# writes into, and attacks (docs: tests/README.md, "Threat model"):
+# writes into, and attacks (attach/README.md, "Threat model"):
 #  1. her target dup2s an O_PATH descriptor of a root-only file over the
 #     heap-dump memfd once jemalloc wrote it: the secret must not come out;
 #  2. the same swap on the frag agent's memfd: root's file must not change;

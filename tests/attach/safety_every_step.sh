@@ -128,7 +128,7 @@ sweep() {
 		if ! alive "$T_PID"; then
 			# (its exit status does not matter: the target is gone)
 			target_died "step $k" || return
-			# The one window ptrace leaves (README, Safety 4): killed between
+			# The one window ptrace leaves (attach/README.md, Safety 4): killed between
 			# the stop and the first register write, an EINTR-ending wait
 			# gets its EINTR.  Allowed only there, and counted.
 			if [ "$k" -le "${EINTR_WINDOW:-0}" ] && grep -q "Interrupted system call" <<<"${deaths[-1]}"; then
@@ -169,7 +169,7 @@ sweep() {
 	v1=$(fix_cmd "$T_PID" "$T_FD" "$T_OUT" verdict); c1=$(vfield "$v1" "$PROGRESS")
 	check "$label: verdict after the kills ok ($v1)" verdict_ok "$v1"
 	# sigs: a handler shown any context but the read's (or the trap's, counted apart) fails the verdict
-	[ "$T_NAME" = sigs ] && echo "# $label: handlers shown memattach's trap context (README Limits: the one-request window): $(vfield "$v1" trap_context); any other context: $(vfield "$v1" bad_context)"
+	[ "$T_NAME" = sigs ] && echo "# $label: handlers shown memattach's trap context (README.md Limits: the one-request window): $(vfield "$v1" trap_context); any other context: $(vfield "$v1" bad_context)"
 	check "$label: target still progressing ($PROGRESS ${c0:-?} -> ${c1:-?})" [ "${c1:-0}" -gt "${c0:-0}" ]
 	expand "$tpl"
 	"$MA" "${ARGS[@]}" >/dev/null 2>"$TMP/after.err"; rc=$?

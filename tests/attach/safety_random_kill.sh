@@ -101,7 +101,7 @@ for i in $(seq 0 $((RUNS - 1))); do
 	bsleep 0.002
 	if ! alive "${PID[$n]}"; then
 		fixture_died "${PID[$n]}" "${DIR[$n]}"
-		# The window ptrace leaves (README, Safety 4, and the every-step
+		# The window ptrace leaves (attach/README.md, Safety 4, and the every-step
 		# test): killed between the stop of a thread in epoll_wait (sc_epoll
 		# when borrowed, sc_idle when bins --flush-tcache flushes it) and
 		# the first register write, that epoll_wait gets its EINTR.  Counted
@@ -143,7 +143,7 @@ for n in "${NAMES[@]}"; do
 	v=$(fix_cmd "$pid" "${FD[$n]}" "${OUT[$n]}" verdict)
 	check "$n: verdict ok ($v)" verdict_ok "$v"
 	# sigs' verdict is bad if a handler saw a context neither the read's nor the trap's
-	[ "$n" = sigs ] && echo "# sigs: handlers shown memattach's trap context (README Limits: the one-request window): $(vfield "$v" trap_context); any other context: $(vfield "$v" bad_context)"
+	[ "$n" = sigs ] && echo "# sigs: handlers shown memattach's trap context (README.md Limits: the one-request window): $(vfield "$v" trap_context); any other context: $(vfield "$v" bad_context)"
 	[ "$n" = regs ] && check "regs: no register changed ($(vfield "$v" mismatches) mismatches)" grep -q ' mismatches=0' <<<"$v"
 	c1=$(vfield "$v" "${PROGRESS_OF[$n]}")
 	check "$n: still progressing (${PROGRESS_OF[$n]} ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
