@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/run.sh - run every test and print "N passed, N failed".
+# tests/run.sh [FILTER] - run every test and print "N passed, N failed".
 #
 # A test is a built unit test (build/tests/unit/*) or a shell script
 # (tests/cli/*.sh, tests/attach/*.sh).  Each prints one line per check:
@@ -8,23 +8,49 @@
 # that prints nothing at all.  A shell test declares how many checks it
 # runs ("PLAN N", tests/lib.sh's plan): running another number, or
 # declaring none, is one more failure.
+#
+# Tests run MA_TEST_JOBS at a time (default: the number of CPUs, at most
+# 2): most of a live test's time is spent waiting on its fixtures, and
+# every test is written to pass on a loaded machine.  The longest tests
+# start first (the times of the last run, build/test-times, or the list
+# below on a fresh checkout), so the run ends with short ones.  Each
+# test's report is printed when it ends.  A test that must not share the
+# machine is listed in SOLO: it runs alone.
 cd "$(dirname "$0")/.." || exit 2
-passed=0 failed=0 skipped=0
 only=${1:-}
+jobs=${MA_TEST_JOBS:-$(nproc)}
+[ "$jobs" -gt 2 ] 2>/dev/null && [ -z "${MA_TEST_JOBS:-}" ] && jobs=2
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+results=build/test-results
+times_file=build/test-times
+rm -rf "$results" && mkdir -p "$results" || exit 2
 
-# CPU seconds (user + system) of this shell's waited-for children so far.
+# The longest tests of a run on this machine, in order (a fresh checkout
+# has no build/test-times yet).
+LONG="attach/frag_random_kill.sh attach/safety_fork.sh attach/frag_churn.sh
+attach/stop_midrun.sh attach/safety_random_kill.sh attach/safety_every_step.sh
+attach/stress.sh attach/frag_every_step.sh attach/safety_ptrace_errors.sh
+attach/valgrind.sh attach/frag_storms.sh attach/safety_seccomp.sh"
+# Waits for the background jemalloc builds (fixtures/jemalloc.mk): last.
+LAST="attach/version_matrix.sh"
+SOLO=""
+
+# CPU seconds (user + system) of the waited-for children of shell PID so far.
 children_cpu_s() {
 	local f
-	read -ra f </proc/$$/stat
+	read -ra f <"/proc/$1/stat"
 	echo $(((f[15] + f[16]) / $(getconf CLK_TCK)))
 }
 
+# run_one NAME CMD...: run one test; its report goes to $results/ID.report,
+# its counts ("passed failed skipped seconds") to $results/ID.counts.
 run_one() {
 	local name=$1; shift
-	local out rc p f s planned t0=$SECONDS secs cpu0 cpu
-	cpu0=$(children_cpu_s)
+	local id=${name//\//_}
+	local out rc p f s planned t0=$SECONDS secs cpu0 cpu me=$BASHPID
+	cpu0=$(children_cpu_s "$me")
 	out=$(timeout 900 "$@" 2>&1); rc=$?
-	secs=$((SECONDS - t0)) cpu=$(($(children_cpu_s) - cpu0))
+	secs=$((SECONDS - t0)) cpu=$(($(children_cpu_s "$me") - cpu0))
 	p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^SKIP ' <<<"$out")
 	planned=$(sed -n 's/^PLAN \([0-9][0-9]*\)$/\1/p' <<<"$out" | head -1)
 	if [[ $name != unit/* ]]; then
@@ -37,25 +63,72 @@ run_one() {
 	fi
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name exited with status $rc"; fi
 	if [ $((p + f + s)) -eq 0 ]; then f=1; out+=$'\n'"FAIL $name reported no checks"; fi
-	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-	if [ "$f" -gt 0 ]; then
-		echo "--- $name: $p passed, $f failed (${secs} s, cpu ${cpu} s)"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
-	else
-		if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped (${secs} s, cpu ${cpu} s)"; else echo "--- $name: $p passed (${secs} s, cpu ${cpu} s)"; fi
-		grep '^SKIP ' <<<"$out" | sed 's/^/    /'
-	fi
+	{
+		if [ "$f" -gt 0 ]; then
+			echo "--- $name: $p passed, $f failed (${secs} s, cpu ${cpu} s)"; grep -v '^PASS ' <<<"$out" | sed 's/^/    /'
+		else
+			if [ "$s" -gt 0 ]; then echo "--- $name: $p passed, $s skipped (${secs} s, cpu ${cpu} s)"; else echo "--- $name: $p passed (${secs} s, cpu ${cpu} s)"; fi
+			grep '^SKIP ' <<<"$out" | sed 's/^/    /'
+		fi
+	} >"$results/$id.report"
+	echo "$p $f $s $secs" >"$results/$id.counts.tmp" && mv "$results/$id.counts.tmp" "$results/$id.counts"
 }
 
-for t in build/tests/unit/*; do
-	[ -x "$t" ] || continue
-	[ -n "$only" ] && [[ "$t" != *"$only"* ]] && continue
-	run_one "unit/$(basename "$t")" "$t"
+# The tests as "NAME<TAB>COMMAND", in the order they should start.
+list_tests() {
+	local t
+	for t in build/tests/unit/*; do [ -x "$t" ] && printf 'unit/%s\t%s\n' "${t##*/}" "$t"; done
+	for t in tests/cli/*.sh tests/attach/*.sh; do [ -f "$t" ] && printf '%s\tbash %s\n' "${t#tests/}" "$t"; done
+}
+# Longest first: seconds from the last run, else the LONG list's rank.
+order_tests() {
+	awk -F'\t' -v long="$LONG" -v last="$LAST" -v times="$times_file" '
+		BEGIN {
+			n = split(long, l, /[ \n]+/); for (i = 1; i <= n; i++) if (l[i] != "") rank[l[i]] = 100000 - i
+			while ((getline line < times) > 0) { split(line, a, " "); secs[a[1]] = a[2] + 0; have = 1 }
+		}
+		{
+			w = have ? ($1 in secs ? secs[$1] : 1) : ($1 in rank ? rank[$1] : 0)
+			if ($1 == last) w = -1
+			printf "%d\t%d\t%s\n", w, NR, $0
+		}' | sort -t$'\t' -k1,1nr -k2,2n | cut -f3-
+}
+
+printed=" "
+print_finished() {
+	local c id
+	for c in "$results"/*.counts; do
+		[ -e "$c" ] || continue
+		id=${c##*/}; id=${id%.counts}
+		[[ $printed == *" $id "* ]] && continue
+		cat "$results/$id.report"; printed+="$id "
+	done
+}
+
+running=0
+while IFS=$'\t' read -r name cmd; do
+	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && continue
+	solo=0; [[ " $SOLO " == *" $name "* ]] && solo=1
+	limit=$jobs; [ "$solo" = 1 ] && limit=1
+	while [ "$running" -ge "$limit" ]; do wait -n; running=$((running - 1)); print_finished; done
+	# shellcheck disable=SC2086  # CMD is "bash FILE" or a path
+	run_one "$name" $cmd &
+	running=$((running + 1))
+	if [ "$solo" = 1 ]; then wait; running=0; print_finished; fi
+done < <(list_tests | order_tests)
+wait
+print_finished
+
+passed=0 failed=0 skipped=0
+: >"$times_file.tmp"
+for c in "$results"/*.counts; do
+	[ -e "$c" ] || continue
+	read -r p f s secs <"$c"
+	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+	id=${c##*/}; id=${id%.counts}
+	printf '%s %s\n' "$(sed -n '1s/^--- \([^:]*\):.*/\1/p' "$results/$id.report")" "$secs" >>"$times_file.tmp"
 done
-for t in tests/cli/*.sh tests/attach/*.sh; do
-	[ -f "$t" ] || continue
-	[ -n "$only" ] && [[ "$t" != *"$only"* ]] && continue
-	run_one "${t#tests/}" bash "$t"
-done
+[ -z "$only" ] && mv "$times_file.tmp" "$times_file" || rm -f "$times_file.tmp"
 if [ "$skipped" -gt 0 ]; then
 	echo "$passed passed, $failed failed, $skipped skipped"
 else
