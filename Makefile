@@ -6,7 +6,11 @@
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Iattach/cli -MMD -MP
+# The architecture: its code in attach/arch_$(ARCH).c, its constants in
+# include/arch_$(ARCH).h (arch.h includes it); a port adds those two files.
+ARCH    ?= $(shell uname -m)
+ARCH_DEF := -DMA_ARCH_HEADER='"arch_$(ARCH).h"'
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Iattach/cli -MMD -MP $(ARCH_DEF)
 LDLIBS  += -lunwind-ptrace -lunwind-generic -lunwind -ldw -lelf -liberty -lz -lm
 
 B := build
@@ -22,7 +26,7 @@ BENCH_PACKAGES := lldb
 # Three layers: the ptrace core (attach/), the commands (attach/cli/, the
 # only code that prints), the analysis core (analysis/, no process access).
 ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
-CORE_SRC     := $(sort $(wildcard attach/*.c))
+CORE_SRC     := $(sort $(filter-out attach/arch_%.c,$(wildcard attach/*.c)) attach/arch_$(ARCH).c)
 CLI_SRC      := $(sort $(wildcard attach/cli/*.c))
 ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
 CORE_OBJ     := $(CORE_SRC:%.c=$(B)/%.o) $(B)/agent/agent_blob.o
@@ -62,9 +66,9 @@ $(B)/%.o: %.c
 # entry points as a generated header.  It needs nothing but libc and
 # libgcc_s (which Debian's libjemalloc already links) and never calls malloc.
 AGENT_SO := $(B)/agent/memattach-agent.so
-$(AGENT_SO): attach/agent/agent.c include/agent_abi.h
+$(AGENT_SO): attach/agent/agent.c include/agent_abi.h include/arch_$(ARCH).h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \
+	$(CC) -std=c11 -D_GNU_SOURCE $(ARCH_DEF) -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \
 	  -shared -s -Wl,-z,now -Wl,--no-undefined -o $@ $< -lgcc_s
 $(B)/agent/agent_syms.h: $(AGENT_SO)
 	nm -D --defined-only $< | awk '$$3 ~ /^ma_agent_/ { sub(/^ma_agent_/, "", $$3); \

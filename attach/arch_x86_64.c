@@ -193,6 +193,32 @@ void ma_arch_replace_syscall(struct user_regs_struct *r, long nr, const uint64_t
 uint64_t ma_arch_ip(const struct user_regs_struct *r) { return r->rip; }
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r) { return r->fs_base; }
 uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r) { return r->rsp; }
+void ma_arch_set_ip(struct user_regs_struct *r, uint64_t ip) { r->rip = ip; }
+void ma_arch_set_stack_pointer(struct user_regs_struct *r, uint64_t sp) { r->rsp = sp; }
+void ma_arch_set_syscall_nr(struct user_regs_struct *r, long nr) { r->orig_rax = (unsigned long long)nr; }
+bool ma_arch_is_vfork(long nr) { return nr == SYS_vfork; }
+
+void ma_arch_syscall_info(const struct user_regs_struct *r, struct __ptrace_syscall_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	/* At a syscall's entry the kernel has put -ENOSYS in rax. */
+	info->op = r->rax == (unsigned long long)-ENOSYS ? PTRACE_SYSCALL_INFO_ENTRY
+							 : PTRACE_SYSCALL_INFO_EXIT;
+	info->arch = MA_ARCH_AUDIT;
+	info->instruction_pointer = r->rip;
+	info->stack_pointer = r->rsp;
+	info->entry.nr = r->orig_rax;
+	info->entry.args[0] = r->rdi;
+	info->entry.args[1] = r->rsi;
+	info->entry.args[2] = r->rdx;
+	info->entry.args[3] = r->r10;
+	info->entry.args[4] = r->r8;
+	info->entry.args[5] = r->r9;
+	if (info->op == PTRACE_SYSCALL_INFO_EXIT) {
+		info->exit.rval = (int64_t)r->rax;
+		info->exit.is_error = (int64_t)r->rax < 0 && (int64_t)r->rax >= -4095;
+	}
+}
 
 bool ma_arch_dwarf_reg(const struct user_regs_struct *r, int regno, uint64_t *val)
 {

@@ -1,7 +1,7 @@
 /*
  * remote_call.c - borrow one thread, call functions in it, give it back.
  *
- * The only file that drives ptrace stops (arch_x86_64.c reads and writes
+ * The only file that drives ptrace stops (the arch file reads and writes
  * registers).  Every syscall or call runs under PTRACE_SYSCALL so the
  * thread stops at known points: the stub's `syscall` instruction, which
  * serves both the syscalls we issue and the marker a call returns into.
@@ -525,7 +525,7 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 	s->skipping_self_deadlock = true;
 	if ((rc = ma_arch_get_regs(s->tid, &r)))
 		return rc;
-	r.orig_rax = MA_STUB_MARKER_NR;
+	ma_arch_set_syscall_nr(&r, MA_STUB_MARKER_NR);
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
 	for (;;) {
@@ -605,23 +605,7 @@ static int syscall_stop_info(pid_t tid, struct __ptrace_syscall_info *info)
 	if (ma_arch_get_regs(tid, &r) != 0)
 		return ma_fail(MA_E_INTERNAL, "cannot read thread %d's syscall stop: %s", tid,
 			       ma_errmsg());
-	memset(info, 0, sizeof(*info));
-	/* At a syscall's entry the kernel has put -ENOSYS in rax. */
-	info->op = r.rax == (unsigned long long)-ENOSYS ? PTRACE_SYSCALL_INFO_ENTRY
-							: PTRACE_SYSCALL_INFO_EXIT;
-	info->instruction_pointer = r.rip;
-	info->stack_pointer = r.rsp;
-	info->entry.nr = r.orig_rax;
-	info->entry.args[0] = r.rdi;
-	info->entry.args[1] = r.rsi;
-	info->entry.args[2] = r.rdx;
-	info->entry.args[3] = r.r10;
-	info->entry.args[4] = r.r8;
-	info->entry.args[5] = r.r9;
-	if (info->op == PTRACE_SYSCALL_INFO_EXIT) {
-		info->exit.rval = (int64_t)r.rax;
-		info->exit.is_error = (int64_t)r.rax < 0 && (int64_t)r.rax >= -4095;
-	}
+	ma_arch_syscall_info(&r, info);
 	return 0;
 }
 
@@ -804,10 +788,10 @@ static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int
 			return rc;
 		ma_arch_replace_syscall(&r, nr, args, nargs);
 		/* Off the call's stack, which may be the mapping this syscall unmaps. */
-		r.rsp = s->area;
+		ma_arch_set_stack_pointer(&r, s->area);
 	} else {
 		r = s->saved.regs;
-		r.rsp = s->area; /* a signal frame would go below the state area */
+		ma_arch_set_stack_pointer(&r, s->area); /* a signal frame would go below the state area */
 		ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, nr, args, nargs);
 	}
 	if ((rc = set_regs_blocked(s, &r)))
@@ -960,7 +944,7 @@ static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_th
 	if (!ma_thread_stop_ends_with_eintr(ti) || !ti->timed_wait)
 		return false;
 	memset(&r, 0, sizeof(r));
-	r.rip = ti->pc;
+	ma_arch_set_ip(&r, ti->pc);
 	if (ma_arch_is_epoll_wait(ti->syscall) && ti->pc && in_libc_epoll(t, &r))
 		return false;
 	snprintf(why, whylen, "blocked in %s with a timeout, which a stop ends with EINTR: issued "
@@ -1027,7 +1011,7 @@ static void release_untouched(struct ma_session *s, int sig)
  */
 static uint64_t stack_bottom(const struct ma_session *s)
 {
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs) - 1);
 	const struct ma_mapping *below;
 
 	if (!m)
@@ -1046,12 +1030,12 @@ static uint64_t stack_bottom(const struct ma_session *s)
  */
 static bool stack_has_room(const struct ma_session *s, bool *never)
 {
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, s->saved.regs.rsp - 1);
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs) - 1);
 	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
 	uint64_t bottom = stack_bottom(s);
 
 	*never = m && m->end - bottom <= need;
-	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && s->saved.regs.rsp - bottom > need;
+	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && ma_arch_stack_pointer(&s->saved.regs) - bottom > need;
 }
 
 /*
@@ -1063,9 +1047,9 @@ static bool in_vfork(pid_t tid, const struct ma_thread_info *ti)
 {
 	uint64_t flags = 0;
 
-	switch (ti->syscall) {
-	case SYS_vfork:
+	if (ma_arch_is_vfork(ti->syscall))
 		return true;
+	switch (ti->syscall) {
 	case SYS_clone:
 		return (ti->arg0 & CLONE_VFORK) != 0;
 	case SYS_clone3: /* the flags are the first field of its struct clone_args */
@@ -1115,7 +1099,8 @@ static bool inside_leftover_stub(const struct ma_session *s)
 	read_site_headers(s, hs);
 	for (size_t i = 0; i < s->t->nstub_sites; i++)
 		if (hs[i].magic == MA_MAGIC_STUB &&
-		    runs_in(&hs[i], s->t->stub_sites[i].addr, s->saved.regs.rip, s->saved.regs.rsp))
+		    runs_in(&hs[i], s->t->stub_sites[i].addr, ma_arch_ip(&s->saved.regs),
+			    ma_arch_stack_pointer(&s->saved.regs)))
 			return true;
 	return false;
 }
@@ -1714,8 +1699,8 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
 			sig = WSTOPSIG(status);
 		ok = ma_arch_get_regs(tid, &r) == 0;
 		if (ok) {
-			*pc = r.rip;
-			*sp = r.rsp;
+			*pc = ma_arch_ip(&r);
+			*sp = ma_arch_stack_pointer(&r);
 			release_regs_eintr(pid, tid);
 		}
 		ma_ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig);
@@ -1738,7 +1723,7 @@ static bool leftover_in_use(const struct ma_session *s, const struct ma_stub_hea
 	uint64_t pc = 0, sp = 0;
 
 	if ((pid_t)h->tid == s->tid)
-		return runs_in(h, stub, s->saved.regs.rip, s->saved.regs.rsp);
+		return runs_in(h, stub, ma_arch_ip(&s->saved.regs), ma_arch_stack_pointer(&s->saved.regs));
 	switch (ma_thread_where(s->t->pid, (pid_t)h->tid, &sp, &pc)) {
 	case MA_WHERE_GONE:
 		return false;
@@ -2725,7 +2710,7 @@ static bool stub_can_give_back(struct ma_session *s)
 	if (!s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
 	    !s->mask_blocked || ma_arch_stub_restore_pops(&s->saved, &s->resume) ||
 	    ma_arch_get_regs(s->tid, &r) != 0 ||
-	    r.rip != s->stub + MA_STUB_MARKER_END) {
+	    ma_arch_ip(&r) != s->stub + MA_STUB_MARKER_END) {
 		ma_err_clear();
 		return false;
 	}

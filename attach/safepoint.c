@@ -115,8 +115,11 @@ static int fast_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val
 	return _UPT_access_mem(as, addr, val, write, upt_arg(arg));
 }
 
-/* libunwind's own search of a binary-search table (exported, not in its headers). */
-extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip, unw_dyn_info_t *di,
+/*
+ * libunwind's own search of a binary-search table: exported for each
+ * architecture (UNW_OBJ names this one's), not declared in its headers.
+ */
+extern int UNW_OBJ(dwarf_search_unwind_table)(unw_addr_space_t as, unw_word_t ip, unw_dyn_info_t *di,
 					      unw_proc_info_t *pi, int need_unwind_info, void *arg);
 
 /* MEMATTACH_TEST_LIBUNWIND_TABLES=1: libunwind's own lookup only (the test compares both). */
@@ -140,7 +143,7 @@ static int fast_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info
 
 	if (current_walk && current_walk->t && !libunwind_tables_only() &&
 	    ma_unw_table_for(current_walk->t, current_walk->tid, ip, &di) == 0)
-		return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need, arg);
+		return UNW_OBJ(dwarf_search_unwind_table)(as, ip, &di, pi, need, arg);
 	/* A rehearsal's ips may be guesses: no opening of files for them (libunwind's way). */
 	if (current_walk && current_walk->rehearsal)
 		return -UNW_ENOINFO;
@@ -224,7 +227,7 @@ static bool last_frame_has_cfi(const struct ma_target *t, pid_t tid, const struc
 	if (!t || libunwind_tables_only() || ma_unw_table_for(t, tid, ip, &di) != 0)
 		return true;
 	memset(&pi, 0, sizeof(pi));
-	if (_Ux86_64_dwarf_search_unwind_table(addr_space, ip, &di, &pi, 0, f) < 0)
+	if (UNW_OBJ(dwarf_search_unwind_table)(addr_space, ip, &di, &pi, 0, f) < 0)
 		return false;
 	return true;
 }

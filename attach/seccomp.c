@@ -20,6 +20,7 @@
 
 #include <linux/audit.h>
 
+#include "arch.h"
 #include "ma_error.h"
 #include "seccomp.h"
 
@@ -439,7 +440,7 @@ static void query_data(const struct ma_sc_query *q, struct seccomp_data *d)
 {
 	memset(d, 0, sizeof(*d));
 	d->nr = q->nr;
-	d->arch = AUDIT_ARCH_X86_64;
+	d->arch = MA_ARCH_AUDIT;
 	d->instruction_pointer = q->ip;
 	memcpy(d->args, q->args, sizeof(d->args));
 }

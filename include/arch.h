@@ -1,6 +1,10 @@
 /*
- * arch.h - the only interface to CPU-specific code (arch_x86_64.c):
- * register state, call and syscall set-up, the return stub, syscall restart.
+ * arch.h - the only interface to CPU-specific code: register state, call
+ * and syscall set-up, the return stub, syscall restart.  The build picks
+ * the architecture (Makefile: ARCH, default `uname -m`): its constants in
+ * include/arch_$(ARCH).h (MA_ARCH_HEADER), its code in attach/arch_$(ARCH).c.
+ * Nothing else names a register, a relocation type or a syscall that only
+ * one architecture has.
  */
 #ifndef MA_ARCH_H
 #define MA_ARCH_H
@@ -11,7 +15,10 @@
 #include <sys/types.h>
 #include <sys/user.h>
 
-#define MA_XSTATE_MAX 16384
+#ifndef MA_ARCH_HEADER
+#error "MA_ARCH_HEADER names the architecture header (the Makefile sets it from ARCH)"
+#endif
+#include MA_ARCH_HEADER
 
 /* Everything a hijacked thread needs restored: general and extended state. */
 struct ma_cpu_state {
@@ -52,7 +59,6 @@ void ma_arch_shorten_wait(struct user_regs_struct *r, uint64_t elapsed_ms);
 /* True if the two bytes before the stopped ip are the 64-bit `syscall`
  * instruction (not int $0x80 or sysenter, whose numbers differ). */
 bool ma_arch_is_syscall_insn(const unsigned char insn[2]);
-#define MA_SYSCALL_INSN_LEN 2
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 /*
@@ -73,6 +79,22 @@ void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,
 
 uint64_t ma_arch_ip(const struct user_regs_struct *r);
 uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r);
+void ma_arch_set_ip(struct user_regs_struct *r, uint64_t ip);
+void ma_arch_set_stack_pointer(struct user_regs_struct *r, uint64_t sp);
+/*
+ * At a syscall-entry stop: make the kernel run syscall NR (its arguments
+ * as they are); the stub's marker stop uses it to skip a syscall.
+ */
+void ma_arch_set_syscall_nr(struct user_regs_struct *r, long nr);
+struct __ptrace_syscall_info;
+/*
+ * What PTRACE_GET_SYSCALL_INFO would say of a syscall stop with registers
+ * R (for kernels without it): entry or exit, ip, sp, number, arguments or
+ * return value.
+ */
+void ma_arch_syscall_info(const struct user_regs_struct *r, struct __ptrace_syscall_info *info);
+/* Is syscall NR vfork (which not every architecture has)? */
+bool ma_arch_is_vfork(long nr);
 /*
  * Register REGNO of R in DWARF's numbering (libunwind's for this
  * architecture): false for a number that is not a general register.
@@ -80,8 +102,6 @@ uint64_t ma_arch_stack_pointer(const struct user_regs_struct *r);
 bool ma_arch_dwarf_reg(const struct user_regs_struct *r, int regno, uint64_t *val);
 /* The thread pointer (x86-64: fs base): static TLS blocks are found from it. */
 uint64_t ma_arch_thread_pointer(const struct user_regs_struct *r);
-/* The relocation the loader fills with a TLS block's offset from the thread pointer. */
-#define MA_ARCH_R_TLS_TPOFF 18 /* R_X86_64_TPOFF64 */
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
 
 /*
@@ -110,25 +130,7 @@ uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r);
  * stopped syscall its EINTR, nor a thread waiting with its signals
  * blocked.
  */
-#define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
-#define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
-#define MA_STUB_MARKER_NR 39 /* __NR_getpid */
-#define MA_STUB_TRAP_END 14 /* after the trap's `syscall` (ma_arch_trap_regs) */
-#define MA_STUB_PENDING_SYSCALL_END 79 /* after the restore path's rt_sigpending */
-#define MA_STUB_ACTION_SYSCALL_END 146 /* after the restore path's rt_sigaction */
-/* The two endings of the restore path (ma_arch_build_stub's BY_SIGRETURN): */
-#define MA_STUB_ALTSTACK_SYSCALL_END 244 /* after sigaltstack (read the alternate stack) */
-#define MA_STUB_SIGRETURN_SYSCALL_END 251 /* after rt_sigreturn */
-#define MA_STUB_RESTORE_SYSCALL_END 284 /* after the pop ending's rt_sigprocmask */
-#define MA_STUB_SLOT_RSP 352 /* the stack pointer the pop ending's `ret` starts from */
-#define MA_STUB_SLOT_RIP 360 /* the resume ip */
-#define MA_STUB_SLOT_RIP_EINTR 368 /* the ip when the syscall ends with EINTR */
-#define MA_STUB_SLOT_WATCH 376 /* 0: no pending signal can change the resume */
-#define MA_STUB_SLOT_RESTART 384 /* sa_flags that still mean restart */
-#define MA_STUB_HEADER 392 /* the session's header (remote.h) */
-#define MA_STUB_BATCH 560 /* the batch runner (ma_arch_build_batch) */
-#define MA_STUB_APPEND 624 /* the append callback (ma_arch_build_append_cb) */
-#define MA_STUB_REGION 672
+/* The offsets MA_STUB_SYSCALL ... MA_STUB_REGION: the architecture header. */
 
 /* Size of the state area for an xstate image of XLEN bytes. */
 size_t ma_arch_state_area_size(size_t xlen);
@@ -150,9 +152,6 @@ void ma_arch_build_area(unsigned char *area, uint64_t area_addr, const struct us
  */
 void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_struct *resume,
 		       uint64_t stub_addr, uint64_t area_addr, struct user_regs_struct *out);
-/* Offsets in the state area: the signal mask, the alternate stack (stack_t). */
-#define MA_AREA_SIGMASK 296
-#define MA_AREA_UC_STACK 16
 /*
  * What the stub's restore path may do (a seccomp filter may forbid it):
  * MAY_ASK, ask which signals wait and their handlers (else the restart
@@ -183,7 +182,6 @@ bool ma_arch_stub_restore_pops(const struct ma_cpu_state *xs, const struct user_
  * ma_batch_entry in remote.h).  One injected call then does many
  * mallctl calls: one stop of the thread instead of one per value.
  */
-#define MA_BATCH_MAX_CODE 64
 size_t ma_arch_build_batch(unsigned char *code);
 /* Return value of the call, read at the stub marker. */
 uint64_t ma_arch_stub_retval(const struct user_regs_struct *r);

@@ -46,6 +46,7 @@
 #include <unwind.h>
 
 #include "agent_abi.h"
+#include MA_ARCH_HEADER /* the relocation types of GOT slots */
 
 #define EXPORT __attribute__((visibility("default")))
 #define UNWIND_RAW 72 /* raw frames collected: ours, jemalloc's, then the program's */
@@ -1090,7 +1091,7 @@ static void slot_pass(struct pass *ps, const struct object *o, const ElfW(Rela) 
 	enum entry_id id;
 	uint64_t *slot;
 
-	if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) || !si || r->r_addend ||
+	if ((type != MA_ARCH_R_JUMP_SLOT && type != MA_ARCH_R_GLOB_DAT) || !si || r->r_addend ||
 	    o->symtab[si].st_name >= o->strsz || addr < o->lo || addr + 8 > o->hi || (addr & 7))
 		return;
 	id = entry_named(o->strtab + o->symtab[si].st_name, ps->prefix);
@@ -1104,7 +1105,7 @@ static void slot_pass(struct pass *ps, const struct object *o, const ElfW(Rela) 
 			ps->patched += write_slot(ps, o, slot, w, orig(id));
 		return;
 	}
-	if (v != w && (!orig(id) || (v != orig(id) && !(type == R_X86_64_JUMP_SLOT && is_lazy_stub(o, v))))) {
+	if (v != w && (!orig(id) || (v != orig(id) && !(type == MA_ARCH_R_JUMP_SLOT && is_lazy_stub(o, v))))) {
 		if (v)
 			ps->foreign++; /* bound elsewhere (libstdc++'s own operator new...) */
 		return;
