@@ -9,17 +9,16 @@
 # runs ("PLAN N", tests/lib.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
-# Tests run MA_TEST_JOBS at a time (default: the number of CPUs, at most
-# 2): most of a live test's time is spent waiting on its fixtures, and
-# every test is written to pass on a loaded machine.  The longest tests
+# Tests run MA_TEST_JOBS at a time (default 1: two at a time has not yet
+# been through a whole run; most of a live test's time is spent waiting on
+# its fixtures, and every test is written to pass on a loaded machine).  The longest tests
 # start first (the times of the last run, build/test-times, or the list
 # below on a fresh checkout), so the run ends with short ones.  Each
 # test's report is printed when it ends.  A test that must not share the
 # machine is listed in SOLO: it runs alone.
 cd "$(dirname "$0")/.." || exit 2
 only=${1:-}
-jobs=${MA_TEST_JOBS:-$(nproc)}
-[ "$jobs" -gt 2 ] 2>/dev/null && [ -z "${MA_TEST_JOBS:-}" ] && jobs=2
+jobs=${MA_TEST_JOBS:-1}
 [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
 results=build/test-results
 times_file=build/test-times
