@@ -203,6 +203,9 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
 	    (rc = ma_live_borrow(l, o)))
 		ma_live_end(l);
+	/* A step that failed without a word, on a process that is gone: that is the news. */
+	if (rc && !ma_errmsg()[0] && ma_process_exited(pid))
+		rc = ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
 	return rc;
 }
 

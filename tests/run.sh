@@ -14,8 +14,7 @@
 # its fixtures, and every test is written to pass on a loaded machine).  The longest tests
 # start first (the times of the last run, build/test-times, or the list
 # below on a fresh checkout), so the run ends with short ones.  Each
-# test's report is printed when it ends.  A test that must not share the
-# machine is listed in SOLO: it runs alone.
+# test's report is printed when it ends.
 cd "$(dirname "$0")/.." || exit 2
 only=${1:-}
 jobs=${MA_TEST_JOBS:-1}
@@ -32,7 +31,6 @@ attach/stress.sh attach/frag_every_step.sh attach/safety_ptrace_errors.sh
 attach/valgrind.sh attach/frag_storms.sh attach/safety_seccomp.sh"
 # Waits for the background jemalloc builds (fixtures/jemalloc.mk): last.
 LAST="attach/version_matrix.sh"
-SOLO=""
 
 # CPU seconds (user + system) of the waited-for children of shell PID so far.
 children_cpu_s() {
@@ -42,7 +40,7 @@ children_cpu_s() {
 }
 
 # run_one NAME CMD...: run one test; its report goes to $results/ID.report,
-# its counts ("passed failed skipped seconds") to $results/ID.counts.
+# its counts ("passed failed skipped seconds NAME") to $results/ID.counts.
 run_one() {
 	local name=$1; shift
 	local id=${name//\//_}
@@ -70,7 +68,7 @@ run_one() {
 			grep '^SKIP ' <<<"$out" | sed 's/^/    /'
 		fi
 	} >"$results/$id.report"
-	echo "$p $f $s $secs" >"$results/$id.counts.tmp" && mv "$results/$id.counts.tmp" "$results/$id.counts"
+	echo "$p $f $s $secs $name" >"$results/$id.counts.tmp" && mv "$results/$id.counts.tmp" "$results/$id.counts"
 }
 
 # The tests as "NAME<TAB>COMMAND", in the order they should start.
@@ -104,17 +102,19 @@ print_finished() {
 	done
 }
 
+# The list is read whole before any test starts: `wait -n` below then
+# waits only for tests (a process substitution feeding the loop would be
+# one more child to wait for).
+mapfile -t tests < <(list_tests | order_tests)
 running=0
-while IFS=$'\t' read -r name cmd; do
+for t in "${tests[@]}"; do
+	name=${t%%$'\t'*} cmd=${t#*$'\t'}
 	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && continue
-	solo=0; [[ " $SOLO " == *" $name "* ]] && solo=1
-	limit=$jobs; [ "$solo" = 1 ] && limit=1
-	while [ "$running" -ge "$limit" ]; do wait -n; running=$((running - 1)); print_finished; done
+	while [ "$running" -ge "$jobs" ]; do wait -n; running=$((running - 1)); print_finished; done
 	# shellcheck disable=SC2086  # CMD is "bash FILE" or a path
 	run_one "$name" $cmd &
 	running=$((running + 1))
-	if [ "$solo" = 1 ]; then wait; running=0; print_finished; fi
-done < <(list_tests | order_tests)
+done
 wait
 print_finished
 
@@ -122,10 +122,9 @@ passed=0 failed=0 skipped=0
 : >"$times_file.tmp"
 for c in "$results"/*.counts; do
 	[ -e "$c" ] || continue
-	read -r p f s secs <"$c"
+	read -r p f s secs name <"$c"
 	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-	id=${c##*/}; id=${id%.counts}
-	printf '%s %s\n' "$(sed -n '1s/^--- \([^:]*\):.*/\1/p' "$results/$id.report")" "$secs" >>"$times_file.tmp"
+	echo "$name $secs" >>"$times_file.tmp"
 done
 [ -z "$only" ] && mv "$times_file.tmp" "$times_file" || rm -f "$times_file.tmp"
 if [ "$skipped" -gt 0 ]; then

@@ -119,6 +119,24 @@ fixture_died() {
 # summary of distinct lines in a file: "3x msg; 1x msg2"
 top_lines() { [ -s "$1" ] && sort "$1" | uniq -c | sort -rn | head -"${2:-3}" | sed 's/^ *//' | tr '\n' ';' | sed 's/;$//'; }
 
+# kill_at_random NAME CMD WINDOW_US COMMAND...: run COMMAND (a memattach
+# run on target NAME doing CMD), SIGKILLed at a uniformly random instant of
+# WINDOW_US (safety_tool killat).  Its end is tallied in killed (by the
+# kill), finished (exit 0), failed (exit 1: its message, numbers as N, in
+# $TMP/failed.txt) or other (anything else: $TMP/other.txt); RC is its
+# exit status.  The caller zeroes the counters and creates the two files.
+kill_at_random() {
+	local n=$1 c=$2 w=$3; shift 3
+	{ "$TOOL" killat 0 "$w" "$@" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+	RC=$?
+	case $RC in
+	137) killed=$((killed + 1)) ;;
+	0) finished=$((finished + 1)) ;;
+	1) failed=$((failed + 1)); echo "$c: $(head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-150)" >>"$TMP/failed.txt" ;;
+	*) other=$((other + 1)); echo "$n $c: exit $RC: $(head -1 "$TMP/run.err" | cut -c1-150)" >>"$TMP/other.txt" ;;
+	esac
+}
+
 report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }
 
 # forkloop_start THREADS: start fixtures/forkloop.c with THREADS workers

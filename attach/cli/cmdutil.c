@@ -327,8 +327,6 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 
 	ma_err_clear();
 	if (ma_live_begin(&l, c->pid, c->o, c->prep, ctx)) {
-		if (!ma_errmsg()[0] && ma_process_exited(c->pid))
-			ma_fail(MA_E_EXITED, "process %d exited during the run", c->pid);
 		ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()[0] ? ma_errmsg() : "attach failed");
 		ma_live_end(&l);
 		return MA_EXIT_FAIL;

@@ -68,14 +68,8 @@ kill_runs() {
 	for ((i = $2; i < $3; i++)); do
 		c=${CMDS[$((i % 3))]}
 		cmd_args "$n" "$c"
-		{ "$TOOL" killat 0 "${WIN[$n,$c]}" "$MA" "${A[@]}" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
-		rc=$?
-		case $rc in
-		137) killed=$((killed + 1)) ;;
-		0) finished=$((finished + 1)) ;;
-		1) failed=$((failed + 1)); echo "$c: $(head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-150)" >>"$TMP/failed.txt" ;;
-		*) other=$((other + 1)); echo "$n $c: exit $rc: $(head -1 "$TMP/run.err" | cut -c1-150)" >>"$TMP/other.txt" ;;
-		esac
+		kill_at_random "$n" "$c" "${WIN[$n,$c]}" "$MA" "${A[@]}"
+		rc=$RC
 		if ! alive "${PID[$n]}"; then
 			fixture_died "${PID[$n]}" "${DIR[$n]}"
 			deaths=$((deaths + 1)) DEATHS[$n]=$((DEATHS[$n] + 1))

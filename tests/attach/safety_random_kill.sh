@@ -89,14 +89,8 @@ for i in $(seq 0 $((RUNS - 1))); do
 	tids=(${TIDS_OF[$n]}) tid=""
 	[ "$c" = stats ] && [ "${#tids[@]}" -gt 0 ] && tid=${tids[$((RANDOM % ${#tids[@]}))]}
 	cmd_args "$n" "$c" "$tid"
-	{ "$TOOL" killat 0 "${WIN[$n,$c]}" "$MA" "${A[@]}" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
-	rc=$?
-	case $rc in
-	137) killed=$((killed + 1)) ;;
-	0) finished=$((finished + 1)) ;;
-	1) failed=$((failed + 1)); echo "$c: $(head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-150)" >>"$TMP/failed.txt" ;;
-	*) other=$((other + 1)); echo "$n $c: exit $rc: $(head -1 "$TMP/run.err" | cut -c1-150)" >>"$TMP/other.txt" ;;
-	esac
+	kill_at_random "$n" "$c" "${WIN[$n,$c]}" "$MA" "${A[@]}"
+	rc=$RC
 	PER_CMD[$c]=$(( ${PER_CMD[$c]:-0} + 1 ))
 	bsleep 0.002
 	if ! alive "${PID[$n]}"; then
