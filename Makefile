@@ -35,7 +35,7 @@ CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
 
-.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall
+.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall check-layers
 all: $(B)/memattach
 
 deps:
@@ -87,7 +87,7 @@ $(B)/memattach: $(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)
 # The test build: the same objects, but those that read the test hooks
 # (include/testhooks.h) compiled with them.  The tests run it where they
 # need a hook; the shipped build/memattach has none.
-TESTHOOK_SRC := attach/steps.c attach/safepoint.c attach/remote_call.c attach/cli/main.c analysis/input.c
+TESTHOOK_SRC := attach/steps.c attach/safepoint.c attach/remote_call.c attach/session_stops.c attach/cli/main.c analysis/input.c
 TESTHOOK_OBJ := $(TESTHOOK_SRC:%.c=$(B)/testbuild/%.o)
 $(B)/testbuild/%.o: %.c
 	@mkdir -p $(@D)
@@ -104,8 +104,14 @@ FIX := $(B)/fixtures
 fixtures:
 include $(sort $(wildcard fixtures/*.mk))
 
+# The layers from the objects' symbols: analysis/ never calls attach/, the
+# core never calls the commands, no two modules call each other.
+check-layers: all
+	python3 tests/check_layers.py $(B)
+
 test: deps
 	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
+	@$(MAKE) --no-print-directory check-layers
 	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
 

@@ -10,6 +10,7 @@
 #include "live.h"
 #include "ma_error.h"
 #include "safepoint.h"
+#include "stubsite.h"
 
 /* Does T map a dynamic loader (ld-*), and has it one thread only? */
 static bool maybe_loading(const struct ma_target *t)
@@ -134,6 +135,8 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 			return rc;
 		rc = ma_target_find_jemalloc(&l->t);
 	}
+	if (rc == 0)
+		rc = ma_stubsite_find(&l->t);
 	return ma_fail_if_exited(pid, rc);
 }
 

@@ -8,6 +8,8 @@
 
 #include "runclock.h"
 
+volatile sig_atomic_t ma_interrupted;
+
 static uint64_t run_deadline_ns; /* 0: none */
 
 uint64_t ma_now_ns(void)

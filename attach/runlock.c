@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "ma_error.h"
-#include "remote.h"
 #include "runclock.h"
 #include "runlock.h"
 #include "target.h"

@@ -17,6 +17,7 @@
 
 #include "arch.h"
 #include "ma_error.h"
+#include "stubsite.h"
 #include "target.h"
 
 #define PAGE 4096ULL
@@ -110,7 +111,7 @@ out:
 		elf_end(elf);
 }
 
-int ma_target_find_stub_sites(struct ma_target *t)
+int ma_stubsite_find(struct ma_target *t)
 {
 	elf_version(EV_CURRENT);
 	t->nstub_sites = 0;
@@ -159,7 +160,7 @@ static int read_original(const struct ma_target *t, struct ma_stub_site *site)
 	return 0;
 }
 
-const unsigned char *ma_target_stub_site_original(const struct ma_target *t, size_t site)
+const unsigned char *ma_stubsite_original(const struct ma_target *t, size_t site)
 {
 	return t->stub_sites[site].orig;
 }

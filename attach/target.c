@@ -21,7 +21,6 @@
 #include "steps.h"
 #include "target.h"
 #include "input.h"
-#include "safepoint.h"
 
 const char *ma_je_flavour_name(enum ma_je_flavour f)
 {
@@ -454,14 +453,21 @@ static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, 
 	return found;
 }
 
+/* Is thread TID in execve?  Its syscall file's first number (not "running"). */
 static bool in_execve(pid_t pid, pid_t tid, void *ctx)
 {
-	struct ma_thread_info ti;
+	char path[96], buf[32] = "";
+	long nr = -1;
+	FILE *f;
 
 	(void)ctx;
-	memset(&ti, 0, sizeof(ti));
-	ma_read_thread_info(pid, tid, &ti);
-	return ti.syscall == SYS_execve || ti.syscall == SYS_execveat;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if ((f = fopen(path, "re"))) {
+		if (fgets(buf, sizeof(buf), f) && buf[0] >= '0' && buf[0] <= '9')
+			nr = strtol(buf, NULL, 10);
+		fclose(f);
+	}
+	return nr == SYS_execve || nr == SYS_execveat;
 }
 
 bool ma_process_in_exec(pid_t pid)
@@ -1231,7 +1237,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 	find_fork(t);
 	find_loader(t);
 	find_agent(t);
-	return ma_target_find_stub_sites(t);
+	return 0;
 }
 
 bool ma_target_in_jemalloc(const struct ma_target *t, uint64_t addr)

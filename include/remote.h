@@ -86,14 +86,10 @@ struct ma_session {
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool exec_seen; /* the process exec'd since its maps were read */
 	bool job_stop_seen; /* the process was stopped (SIGSTOP...) while the thread ran a call */
-	bool hopeless; /* the thread just tried can never be borrowed in this run */
-	bool in_eintr_wait; /* the thread just tried was left alone: in a wait a stop ends with EINTR */
-	long eintr_nr; /* ... that wait's syscall */
 	bool fresh_ok; /* from the options */
 	bool no_tid_option; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
-	bool fresh; /* the thread just tried has no jemalloc state */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
@@ -220,8 +216,6 @@ void ma_session_reset(struct ma_session *s);
  */
 int ma_session_close(struct ma_session *s);
 
-/* Set by SIGINT/SIGTERM handlers; long operations stop early when set. */
-extern volatile sig_atomic_t ma_interrupted;
 /* Install handlers that only set ma_interrupted, so every exit path detaches. */
 void ma_install_signal_guards(void);
 

@@ -10,10 +10,17 @@
 #ifndef MA_RUNCLOCK_H
 #define MA_RUNCLOCK_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 uint64_t ma_now_ns(void);
+
+/*
+ * Set by the SIGINT/SIGTERM handlers (ma_install_signal_guards, remote.h):
+ * every wait ends early when set, so the run gives its thread back and ends.
+ */
+extern volatile sig_atomic_t ma_interrupted;
 
 /* The run ends within MS from now; 0: no bound but each wait's own. */
 void ma_run_deadline_set(int ms);

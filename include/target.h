@@ -216,15 +216,6 @@ uint64_t ma_target_load_bias(const struct ma_mapping *first, const struct ma_elf
 /* Open the file behind mapping M robustly (map_files, /proc/PID/root, exe). */
 int ma_target_open_mapped_file(const struct ma_target *t, const struct ma_mapping *m);
 void ma_target_release(struct ma_target *t);
-/*
- * Find the stub sites (stubsite.c): slack bytes after the end of an
- * executable PT_LOAD segment, inside its last page, in a private file
- * mapping: mapped executable, yet part of no segment, so no thread ever
- * runs or reads them.  MA_E_INTERNAL if there is none.
- */
-int ma_target_find_stub_sites(struct ma_target *t);
-/* The bytes the file holds at stub site SITE (what to put back), read when the site was found. */
-const unsigned char *ma_target_stub_site_original(const struct ma_target *t, size_t site);
 
 /*
  * Have the kernel copy LEN bytes at P (memattach's own memory) onto

@@ -69,6 +69,24 @@ maps_lines() {
 	done <"/proc/$1/maps"
 	echo "$n"
 }
+# own_maps PID: the anonymous mappings that start with memattach's header
+# magic ("MMAMAP1", include/remote.h's MA_MAGIC_MAP): what a run left
+# behind once its header was written, however the heap moved meanwhile.
+own_maps() {
+	python3 - "$1" <<-'PY'
+	import os, sys
+	pid, n = sys.argv[1], 0
+	fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+	for line in open(f"/proc/{pid}/maps"):
+	    f = line.split()
+	    if len(f) == 5 and f[1][0] == "r":
+	        try:
+	            n += os.pread(fd, 8, int(f[0].split("-")[0], 16)) == b"MMAMAP1\0"
+	        except OSError:
+	            pass
+	print(n)
+	PY
+}
 # Anonymous executable mappings (memattach's code area is one; [vdso] is not).
 anon_exec() { awk '$2 ~ /x/ && $6 == "" { n++ } END { print n + 0 }' "/proc/$1/maps"; }
 # maps_shape PID: the maps without addresses (perms, size, name), to diff.

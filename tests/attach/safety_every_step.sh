@@ -174,12 +174,14 @@ sweep() {
 	expand "$tpl"
 	"$MA" "${ARGS[@]}" >/dev/null 2>"$TMP/after.err"; rc=$?
 	check "$label: memattach works again afterwards (exit $rc$( [ $rc -ne 0 ] && echo ": $(head -1 "$TMP/after.err")"))" [ "$rc" -eq 0 ]
-	local m e f
-	m=$(maps_lines "$T_PID") e=$(anon_exec "$T_PID") f=$(fd_count "$T_PID")
-	local name="$label: no leftovers after the next normal run: maps lines $B_MAPS -> $m, anon exec mappings $B_EXEC -> $e, non-socket fds $B_FDS -> $f (right after the kills: $lm, $le, $lf)"
+	local m e f o
+	m=$(maps_lines "$T_PID") e=$(anon_exec "$T_PID") f=$(fd_count "$T_PID") o=$(own_maps "$T_PID")
+	local name="$label: no leftovers after the next normal run: mappings with memattach's header $o, maps lines $B_MAPS -> $m, anon exec mappings $B_EXEC -> $e, non-socket fds $B_FDS -> $f (right after the kills: $lm, $le, $lf)"
+	# Fewer maps lines is the heap's doing (a region grown past 8 MiB no
+	# longer counts, two merged): a leftover only ever adds one.
 	if [ "${#deaths[@]}" -gt 0 ] || [ "$window" -gt 0 ]; then
 		skip "$name: not judged, the target was restarted (a young heap still grows)"
-	elif [ "$m" -eq "$B_MAPS" -a "$e" -eq "$B_EXEC" -a "$f" -eq "$B_FDS" ]; then
+	elif [ "$o" -eq 0 -a "$m" -le "$B_MAPS" -a "$e" -eq "$B_EXEC" -a "$f" -eq "$B_FDS" ]; then
 		pass "$name"
 	else
 		fail "$name"

@@ -143,8 +143,8 @@ for n in "${NAMES[@]}"; do
 	check "$n: still progressing (${PROGRESS_OF[$n]} ${C0[$n]} -> $c1)" [ "${c1:-0}" -gt "${C0[$n]:-0}" ]
 	"$MA" stats "$pid" >/dev/null 2>"$TMP/after.err"; rc=$?
 	check "$n: memattach works afterwards (exit $rc$([ $rc -ne 0 ] && echo ": $(head -1 "$TMP/after.err")"))" [ "$rc" -eq 0 ]
-	x=$(anon_exec "$pid") f=$(fd_count "$pid")
-	check "$n: no leftovers after that run: anon exec mappings ${X0[$n]} -> $x, non-socket fds ${F0[$n]} -> $f" [ "$x" -eq "${X0[$n]}" -a "$f" -eq "${F0[$n]}" ]
+	x=$(anon_exec "$pid") f=$(fd_count "$pid") o=$(own_maps "$pid")
+	check "$n: no leftovers after that run: mappings with memattach's header $o, anon exec mappings ${X0[$n]} -> $x, non-socket fds ${F0[$n]} -> $f" [ "$o" -eq 0 -a "$x" -eq "${X0[$n]}" -a "$f" -eq "${F0[$n]}" ]
 	fix_quit "$pid" "${FD[$n]}"; rc=$?
 	check "$n: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 done

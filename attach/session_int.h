@@ -1,0 +1,87 @@
+/*
+ * session_int.h - what the parts of a session (include/remote.h) share,
+ * inside attach/ only.  Each part is a file with its own prefix:
+ *   session_stops.c      stops_     waiting for stops, stragglers, signal guards
+ *   session_run.c        run_       running the borrowed thread to its next stop
+ *   session_thread.c     thread_    judging and choosing the thread to borrow
+ *   session_leftovers.c  leftover_  what a killed run left in the target
+ *   remote_call.c        session_   setting up, the calls, giving the thread back
+ */
+#ifndef MA_SESSION_INT_H
+#define MA_SESSION_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "remote.h"
+#include "runlock.h"
+
+#define PAGE 4096UL
+#define DEFAULT_DATA (1UL << 20)
+#define STACK_SIZE (256UL << 10)
+#define HEADER_PAGE PAGE /* the scratch mapping's first page: our header */
+/* An address argument for a seccomp query, where the address is chosen later. */
+#define UNCHOSEN_ADDR 0x7f0000000000ULL
+/*
+ * Scratch data this small may go on the thread's stack, if it has this
+ * much room below it for the call: a mallctl batch needs a few KiB (the
+ * deepest, the "epoch" refresh, keeps one pointer per arena on the stack:
+ * 32 KiB only with 4,096 arenas).  A main thread's [stack] that has not
+ * grown yet is 132 KiB.
+ */
+#define ON_STACK_MAX (32UL << 10)
+#define ON_STACK_ROOM (64UL << 10)
+/* Room below the red zone that a borrowed thread's stack must have. */
+#define STACK_ROOM (16UL << 10)
+
+/* What run_until runs the thread to. */
+enum run_goal { GOAL_SYSCALL_EXIT, GOAL_CALL };
+
+static inline void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* session_stops.c */
+void stops_reaper_timer(bool on);
+void stops_test_kill_point(const char *where);
+void stops_add_straggler(pid_t pid, pid_t tid, bool eintr_wait);
+void stops_end_turn(struct ma_runlock *lock);
+bool stops_is_signal_stop(int status);
+int stops_wait(pid_t tid, int *status, int timeout_ms);
+int stops_peek(pid_t tid, int *status, int timeout_ms);
+int stops_ptrace_errno(const char *what, pid_t tid);
+
+/* session_run.c */
+void run_hold_signal(struct ma_session *s);
+uint64_t run_borrowed_mask(void);
+int run_set_sigmask(struct ma_session *s, uint64_t mask);
+int run_stopped_under_call(struct ma_session *s, const char *how);
+int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms, struct user_regs_struct *out);
+int run_set_trap_regs(struct ma_session *s);
+int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r);
+
+/* session_thread.c */
+bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked);
+void thread_release_regs_eintr(pid_t pid, pid_t tid);
+void thread_release_untouched(struct ma_session *s, int sig);
+uint64_t thread_stack_bottom(const struct ma_session *s);
+int thread_choose(struct ma_session *s, const struct ma_session_opts *o);
+
+/* session_leftovers.c */
+bool leftover_runs_in(const struct ma_stub_header *h, uint64_t stub, uint64_t pc, uint64_t sp);
+void leftover_read_site_headers(const struct ma_session *s, struct ma_stub_header *hs);
+bool leftover_any_site_has_stub(const struct ma_session *s);
+int leftover_scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left);
+void leftover_close_memfds(struct ma_session *s);
+void leftover_remove(struct ma_session *s, const bool *stale);
+
+/* remote_call.c */
+int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack);
+int session_write_stub_header(struct ma_session *s);
+
+#endif

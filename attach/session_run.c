@@ -1,0 +1,516 @@
+/*
+ * session_run.c - running the borrowed thread to its next stop: the
+ * signals that come during a call, a call that would wait on a lock
+ * memattach itself holds, and the syscalls issued through the stub.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "ma_error.h"
+#include "holdprio.h"
+#include "remote.h"
+#include "runclock.h"
+#include "agent_abi.h"
+#include "runlock.h"
+#include "safepoint.h"
+#include "seccomp.h"
+#include "steps.h"
+#include "testhooks.h"
+#include "session_int.h"
+
+/* Keep a signal that reached the borrowed thread, for delivery after. */
+void run_hold_signal(struct ma_session *s)
+{
+	siginfo_t si;
+
+	if (ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0)
+		return;
+	/* Standard signals do not queue: the kernel would merge a second one. */
+	for (int i = 0; si.si_signo < SIGRTMIN && i < s->nheld; i++)
+		if (s->held[i].si_signo == si.si_signo)
+			return;
+	if (s->nheld == s->held_cap) {
+		int cap = s->held_cap ? s->held_cap * 2 : 16;
+		siginfo_t *p = realloc(s->held, (size_t)cap * sizeof(*p));
+
+		if (!p)
+			return; /* out of memory: nothing better to do */
+		s->held = p;
+		s->held_cap = cap;
+	}
+	s->held[s->nheld++] = si;
+}
+
+static bool is_fault_signal(int sig)
+{
+	/* SIGSYS: a seccomp filter trapped a syscall. */
+	return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+	       sig == SIGTRAP || sig == SIGSYS;
+}
+
+static bool is_fault(int sig, const siginfo_t *si)
+{
+	return is_fault_signal(sig) && si->si_code > 0;
+}
+
+/*
+ * Signals blocked while the thread is borrowed: all but the synchronous
+ * faults (a fault with its signal blocked would make the kernel reset the
+ * program's handler to SIG_DFL).  SIGKILL and SIGSTOP cannot be blocked.
+ */
+uint64_t run_borrowed_mask(void)
+{
+	uint64_t m = ~0ULL;
+	int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
+
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		m &= ~(1ULL << (faults[i] - 1));
+	return m;
+}
+
+int run_set_sigmask(struct ma_session *s, uint64_t mask)
+{
+	if (ma_ptrace(PTRACE_SETSIGMASK, s->tid, (void *)sizeof(mask), &mask) != 0)
+		return stops_ptrace_errno("PTRACE_SETSIGMASK", s->tid);
+	return 0;
+}
+
+
+/*
+ * After a fault the thread sits in a signal-delivery stop; if memattach
+ * died there the kernel would deliver the fault signal.  Send it to the
+ * stub's marker syscall instead (the signal suppressed), where a dead
+ * memattach means the thread restores itself.
+ */
+static int park_at_marker(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if ((rc = ma_arch_get_regs(s->tid, &r)))
+		return rc;
+	ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, MA_STUB_MARKER_NR, NULL, 0);
+	return ma_arch_set_regs(s->tid, &r);
+}
+
+/*
+ * Is this fault-type signal really our call's fault?  SIGTRAP and SIGSYS
+ * (a seccomp trap) are taken as such at once; SIGSEGV, SIGBUS, SIGILL and
+ * SIGFPE only when they come twice at the same instruction and address:
+ * a real fault repeats when the instruction is run again.
+ */
+static bool confirmed_fault(struct ma_session *s, int sig, const siginfo_t *si)
+{
+	struct user_regs_struct r;
+	bool again;
+
+	if (sig == SIGTRAP || sig == SIGSYS)
+		return true;
+	if (ma_arch_get_regs(s->tid, &r) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	again = s->suspect.sig == sig && s->suspect.ip == ma_arch_ip(&r) &&
+		s->suspect.addr == (uint64_t)(uintptr_t)si->si_addr;
+	if (again) {
+		/* The first one was this fault too, not the program's: drop its held copy. */
+		for (int i = s->nheld - 1; i >= 0; i--)
+			if (s->held[i].si_signo == sig &&
+			    (uint64_t)(uintptr_t)s->held[i].si_addr == s->suspect.addr) {
+				memmove(&s->held[i], &s->held[i + 1], (size_t)(s->nheld - i - 1) * sizeof(s->held[0]));
+				s->nheld--;
+				break;
+			}
+		return true;
+	}
+	s->suspect.sig = sig;
+	s->suspect.ip = ma_arch_ip(&r);
+	s->suspect.addr = (uint64_t)(uintptr_t)si->si_addr;
+	return false;
+}
+
+/* At a signal-delivery stop: hold the signal, pass it on, or treat a fault. */
+static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, int *fault,
+			  int *pass_sig)
+{
+	siginfo_t si;
+	int rc;
+
+	memset(&si, 0, sizeof(si));
+	ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+	*pass_sig = 0;
+	if (is_fault(sig, &si) && !*fault && !confirmed_fault(s, sig, &si)) {
+		/*
+		 * Maybe the program sent itself a fault-type signal (it may
+		 * forge the si_code): keep it for delivery.  A real fault
+		 * happens again at the same instruction, and is confirmed then.
+		 */
+		run_hold_signal(s);
+	} else if (is_fault(sig, &si) && !*fault) {
+		struct user_regs_struct r;
+
+		ma_arch_get_regs(s->tid, &r);
+		*fault = ma_fail(MA_E_FAULT,
+				 "the injected call faulted in thread %d (signal %d at ip 0x%llx, "
+				 "address %p); the thread was restored",
+				 s->tid, sig, (unsigned long long)ma_arch_ip(&r), si.si_addr);
+		if ((rc = park_at_marker(s)))
+			return rc;
+		*goal = GOAL_CALL;
+	} else if (sig == SIGSTOP) {
+		/* Job control goes through: the kernel stops the thread again when we let go. */
+		*pass_sig = sig;
+	} else {
+		run_hold_signal(s);
+	}
+	return 0;
+}
+
+static bool is_futex_wait(const struct __ptrace_syscall_info *info);
+
+/*
+ * Is the syscall being entered a futex wait on a pthread mutex whose owner
+ * is this very thread (a lock it held before we borrowed it, e.g. inside
+ * fork())?  Then the call can never return.
+ */
+static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
+{
+	int owner = 0;
+
+	if (!is_futex_wait(info))
+		return false;
+	if (ma_mem_read(s->t->proc_pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return owner == s->tid;
+}
+
+/*
+ * Give up the call at that futex: it becomes a getpid (never skipped: a
+ * skipped syscall meets seccomp as nr -1), and at its exit the thread is
+ * stopped where any register state may be set.  The session goes on from
+ * there (unmapping, restoring) as after any failed call.
+ */
+static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, mutex);
+	struct user_regs_struct r;
+	int rc, status;
+
+	/* From here the thread's own lock is in the way: a failure restores it (the lock is its own). */
+	s->skipping_self_deadlock = true;
+	if ((rc = ma_arch_get_regs(s->tid, &r)))
+		return rc;
+	ma_arch_set_syscall_nr(&r, MA_STUB_MARKER_NR);
+	if ((rc = ma_arch_set_regs(s->tid, &r)))
+		return rc;
+	for (;;) {
+		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+			return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
+		if ((rc = stops_wait(s->tid, &status, 1000)))
+			return rc;
+		if (!WIFSTOPPED(status)) {
+			s->seized = false;
+			return ma_fail(MA_E_EXITED, "thread %d exited during the call", s->tid);
+		}
+		if (WSTOPSIG(status) == (SIGTRAP | 0x80))
+			break;
+		if ((status >> 16) == 0)
+			run_hold_signal(s);
+	}
+	s->at_marker = false;
+	/* What was seen, no guess at how: the thread took the lock before the stop. */
+	return ma_fail(MA_E_JEMALLOC,
+		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx (in %s), "
+		       "which thread %d itself holds: it took it before this run borrowed it, with "
+		       "no jemalloc frame on its stack; the call could never return and was given "
+		       "up, the thread restored; run again (the thread lets go as it runs on)",
+		       s->tid, (unsigned long long)mutex,
+		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
+}
+
+/* How long a call may go on once its process is stopped (SIGSTOP) under it. */
+#define STOPPED_GRACE_MS 250
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static bool is_job_control_stop(int sig)
+{
+	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/*
+ * The process was stopped (SIGSTOP, Ctrl-Z) while the thread ran our call,
+ * and the call now waits on a futex: every other thread is stopped, so the
+ * lock's holder cannot let go before a SIGCONT.  Waiting out the --timeout
+ * would not help; the caller leaves the call to finish on its own.
+ */
+int run_stopped_under_call(struct ma_session *s, const char *how)
+{
+	/* Into its wait, as after a timeout: the let-go interrupts it there. */
+	ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL);
+	s->abandoned = true; /* the call goes on in the thread; the stub restores it */
+	return ma_fail(MA_E_STOPPED,
+		       "process %d was stopped (SIGSTOP or Ctrl-Z) during the run, and memattach's "
+		       "call in thread %d %s; the thread finishes the call and restores itself once "
+		       "the process is continued ('kill -CONT %d'): run memattach again then",
+		       s->t->pid, s->tid, how, s->t->pid);
+}
+
+static bool is_futex_wait(const struct __ptrace_syscall_info *info)
+{
+	int op = (int)info->entry.args[1] & 0x7f;
+
+	return info->entry.nr == SYS_futex && (op == 0 || op == 9);
+}
+
+/*
+ * What the syscall stop of TID is (entry or exit, where, which syscall).
+ * PTRACE_GET_SYSCALL_INFO, else the same from its registers (a refused
+ * request taken for "some other syscall" let the thread run on into the
+ * stub's restore path with its registers half ours: an outside attack's
+ * injected EIO left an epoll_wait its EINTR).
+ */
+static int syscall_stop_info(pid_t tid, struct __ptrace_syscall_info *info)
+{
+	struct user_regs_struct r;
+
+	memset(info, 0, sizeof(*info));
+	if (ma_ptrace(PTRACE_GET_SYSCALL_INFO, tid, (void *)sizeof(*info), info) > 0)
+		return 0;
+	if (ma_arch_get_regs(tid, &r) != 0)
+		return ma_fail(MA_E_INTERNAL, "cannot read thread %d's syscall stop: %s", tid,
+			       ma_errmsg());
+	ma_arch_syscall_info(&r, info);
+	return 0;
+}
+
+/*
+ * Resume the thread (regs already set) until the goal: the exit of the
+ * syscall at the stub, or the stub marker after a call.  Signals that
+ * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
+ * at the marker.
+ */
+int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
+		     struct user_regs_struct *out)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t stop_grace_end = 0; /* the process stopped under the call: how long we wait on */
+	int fault = 0, pass_sig = 0;
+
+	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+		return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
+	for (;;) {
+		uint64_t now = ma_now_ns();
+		uint64_t until = stop_grace_end && stop_grace_end < deadline ? stop_grace_end : deadline;
+		int status, rc, sig, ev;
+
+		/* The thread runs here (resumed below, or not yet stopped). */
+		if (stop_grace_end && now >= stop_grace_end) {
+			if (ma_process_job_stopped(s->t->pid, s->tid))
+				return run_stopped_under_call(s, "had not returned " STR(STOPPED_GRACE_MS)
+							  " ms after the stop");
+			stop_grace_end = 0; /* continued meanwhile: the call's own deadline holds */
+			continue;
+		}
+		/*
+		 * A signal-delivery stop stays unreported (stops_peek): its signal
+		 * is then still the kernel's should memattach die before it
+		 * resumes the thread with it (SIGSTOP goes through at once).
+		 */
+		rc = stops_peek(s->tid, &status, now >= until ? 0 : (int)((until - now) / 1000000ULL) + 1);
+		if (rc == MA_E_TIMEOUT && stop_grace_end && ma_now_ns() >= stop_grace_end)
+			continue; /* judged above */
+		if (rc == 0 && !stops_is_signal_stop(status))
+			rc = stops_wait(s->tid, &status, 1000);
+		if (rc == MA_E_EXITED)
+			s->seized = false; /* no longer our tracee (an exec made its tid another's): nothing to restore */
+		if (rc)
+			return rc;
+		if (WIFEXITED(status) || WIFSIGNALED(status)) {
+			s->seized = false;
+			return ma_fail(MA_E_EXITED, "thread %d exited during the call (the process "
+				       "exited or called exec)", s->tid);
+		}
+		sig = WSTOPSIG(status);
+		ev = status >> 16;
+		pass_sig = 0;
+		if (sig == (SIGTRAP | 0x80)) {
+			struct __ptrace_syscall_info info;
+
+			if ((rc = syscall_stop_info(s->tid, &info)))
+				return rc;
+			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
+				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				    info.entry.nr == MA_STUB_MARKER_NR) {
+					s->at_marker = true;
+					return fault ? fault : ma_arch_get_regs(s->tid, out);
+				}
+				if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
+					return ma_arch_get_regs(s->tid, out);
+			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				   waits_on_own_lock(s, &info)) {
+				return skip_self_deadlock(s, info.entry.args[0]);
+			} else if (goal == GOAL_CALL && s->job_stop_seen &&
+				   info.op == PTRACE_SYSCALL_INFO_ENTRY && is_futex_wait(&info) &&
+				   ma_process_job_stopped(s->t->pid, s->tid)) {
+				return run_stopped_under_call(s, "waits for a lock that a stopped thread holds");
+			}
+		} else if (ev == PTRACE_EVENT_STOP && is_job_control_stop(sig)) {
+			/*
+			 * The process is being stopped; our thread goes on (the
+			 * kernel stops it when we let go).  A call that needs
+			 * another thread cannot finish before a SIGCONT: it is
+			 * given STOPPED_GRACE_MS, not the whole --timeout.
+			 */
+			s->job_stop_seen = true;
+			if (goal == GOAL_CALL && !stop_grace_end)
+				stop_grace_end = ma_now_ns() + STOPPED_GRACE_MS * 1000000ULL;
+		} else if (ev == 0) {
+			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
+				return rc;
+		}
+		/* Group stops, other syscalls (inside the call): keep going. */
+		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)pass_sig) != 0)
+			return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
+	}
+}
+
+static int seccomp_allows(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+			  const char *what)
+{
+	struct ma_sc_query q;
+
+	if (!s->filtered)
+		return 0;
+	memset(&q, 0, sizeof(q));
+	q.nr = (int)nr;
+	for (int i = 0; i < nargs && i < 6; i++)
+		q.args[i] = args[i];
+	q.ip = s->stub + MA_STUB_MARKER_END;
+	q.what = what;
+	return ma_seccomp_check(s->t->pid, s->tid, &q, 1);
+}
+
+int ma_session_check_syscalls(struct ma_session *s, const struct ma_sc_query *q, size_t n)
+{
+	return s->filtered ? ma_seccomp_check(s->t->pid, s->tid, q, n) : 0;
+}
+
+/*
+ * Execute one syscall in the borrowed thread; *ret gets the raw result.
+ * Every syscall runs at the stub's `syscall` instruction and ends at its
+ * exit: if memattach dies meanwhile, the thread runs on into the
+ * self-restore code.  Stopped at the marker already, the kernel is about
+ * to run a syscall: swapping its number and arguments costs no stop.
+ */
+/* The trap's registers (ma_arch_trap_regs): the way in and the way out. */
+int run_set_trap_regs(struct ma_session *s)
+{
+	struct user_regs_struct trap;
+
+	ma_arch_trap_regs(&s->saved, &s->resume, s->stub, s->area, &trap);
+	return ma_arch_set_regs(s->tid, &trap);
+}
+
+/* Block the thread's signals while it is borrowed (run_borrowed_mask). */
+static int block_signals(struct ma_session *s)
+{
+	int rc = run_set_sigmask(s, s->sigmask | run_borrowed_mask());
+
+	if (!rc)
+		s->mask_blocked = true;
+	return rc;
+}
+
+/*
+ * Set the registers for a syscall or call in the stub, with the thread's
+ * signals blocked from then on.  The first time, through the trap: its
+ * registers first, then the mask.  A memattach that dies after the first
+ * leaves the kernel to act on a signal as on the syscall the thread was
+ * stopped in; after the second, the trap only blocks what is blocked and
+ * the stub restores.  Without the trap (a seccomp filter forbids its
+ * syscall), the registers first and then the mask: a memattach dying
+ * between the two leaves the stub's restore path to put the mask back,
+ * but a handler may have run in the stub first.
+ */
+int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
+{
+	int rc;
+
+	if (!s->mask_blocked && s->trap_ok) {
+		if ((rc = run_set_trap_regs(s)))
+			return rc;
+		s->changed = true;
+		if ((rc = block_signals(s)))
+			return rc;
+	}
+	if ((rc = ma_arch_set_regs(s->tid, r)))
+		return rc;
+	s->changed = true;
+	return s->mask_blocked ? 0 : block_signals(s);
+}
+
+static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+			int timeout_ms, uint64_t *ret)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if ((rc = seccomp_allows(s, nr, args, nargs, "a syscall memattach issues")))
+		return rc;
+	if (s->at_marker) {
+		if ((rc = ma_arch_get_regs(s->tid, &r)))
+			return rc;
+		ma_arch_replace_syscall(&r, nr, args, nargs);
+		/* Off the call's stack, which may be the mapping this syscall unmaps. */
+		ma_arch_set_stack_pointer(&r, s->area);
+	} else {
+		r = s->saved.regs;
+		ma_arch_set_stack_pointer(&r, s->area); /* a signal frame would go below the state area */
+		ma_arch_setup_syscall(&r, s->stub + MA_STUB_SYSCALL, nr, args, nargs);
+	}
+	if ((rc = run_set_regs_blocked(s, &r)))
+		return rc;
+	s->at_marker = false;
+	rc = run_until(s, GOAL_SYSCALL_EXIT, timeout_ms, &r);
+	if (!rc)
+		*ret = ma_arch_syscall_ret(&r);
+	return rc;
+}
+
+int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
+		       uint64_t *ret)
+{
+	int rc;
+
+	if (!s->stub_written || s->abandoned || !s->seized)
+		return ma_fail(MA_E_INTERNAL, "no session");
+	rc = stub_syscall(s, nr, args, nargs, s->call_timeout_ms, ret);
+	if (!rc)
+		stops_test_kill_point("syscall");
+	if (rc == MA_E_TIMEOUT) {
+		/* Still in the syscall; it returns into the stub, which restores. */
+		s->abandoned = true;
+		return ma_fail(rc, "syscall %ld in thread %d did not return in %d ms; the thread was "
+			       "left to finish it and restore itself", nr, s->tid, s->call_timeout_ms);
+	}
+	return rc;
+}

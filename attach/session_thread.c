@@ -1,0 +1,1008 @@
+/*
+ * session_thread.c - choosing the thread to borrow: judging one thread
+ * (stopped for a moment, or not at all), the rounds over all of them, and
+ * ma_inspect_thread for `memattach threads`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "ma_error.h"
+#include "holdprio.h"
+#include "remote.h"
+#include "runclock.h"
+#include "agent_abi.h"
+#include "runlock.h"
+#include "safepoint.h"
+#include "seccomp.h"
+#include "steps.h"
+#include "testhooks.h"
+#include "session_int.h"
+
+static bool thread_wanted(const struct ma_session_opts *o, const struct ma_thread_info *ti)
+{
+	return o->tid == 0 || o->tid == ti->tid;
+}
+
+/* Unblocked signals wait for the thread: an EINTR it got is their due. */
+bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked)
+{
+	struct ma_proc_status st;
+
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	return ((st.sig_pending | st.sig_shared_pending) & ~blocked) != 0;
+}
+
+/* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
+static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
+{
+	unsigned char insn[MA_SYSCALL_INSN_LEN];
+
+	if (ma_mem_read(pid, ma_arch_ip(r) - MA_SYSCALL_INSN_LEN, insn, sizeof(insn)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return ma_arch_is_syscall_insn(insn);
+}
+
+/*
+ * May the EINTR our stop caused be undone by issuing the syscall again?
+ * Only if no real signal waits (then the EINTR is its due) and the thread
+ * entered through the 64-bit `syscall` instruction.
+ */
+static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
+{
+	/* Memory through the thread: the main thread may have exited. */
+	return is_syscall_insn_at(tid, r) && !thread_signal_pending(pid, tid, blocked);
+}
+
+static uint64_t read_sigmask(pid_t tid)
+{
+	uint64_t m = 0;
+
+	ma_ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(m), &m);
+	return m;
+}
+
+/* For a straggler: issue an EINTR-failed syscall again before letting go. */
+void thread_release_regs_eintr(pid_t pid, pid_t tid)
+{
+	struct user_regs_struct r, resume;
+
+	if (ma_arch_get_regs(tid, &r) != 0) {
+		ma_err_clear();
+		return;
+	}
+	if (ma_arch_interrupted_eintr(&r) && may_reissue(pid, tid, &r, read_sigmask(tid))) {
+		ma_arch_resume_regs(&r, true, &resume);
+		ma_arch_set_regs(tid, &resume);
+	}
+}
+
+/*
+ * Is the thread's syscall instruction inside libc's epoll_wait() or
+ * epoll_pwait()?  Only there may its timeout register be shortened: r10
+ * is call-clobbered, so no caller of libc can see it; code making the raw
+ * syscall itself might rely on the kernel keeping r10.
+ */
+static bool in_libc_epoll(const struct ma_target *t, const struct user_regs_struct *r)
+{
+	uint64_t insn = ma_arch_ip(r) - MA_SYSCALL_INSN_LEN;
+
+	for (int k = 0; k < 2; k++)
+		if (insn >= t->epoll_fn[k].lo && insn < t->epoll_fn[k].hi)
+			return true;
+	return false;
+}
+
+/*
+ * Is the thread blocked in a wait that a stop ends with EINTR?  As listed,
+ * and read again now, just before a stop: the listing may be stale.  Such
+ * a thread is stopped only when no better one exists, and never with --strict
+ * unless named (ma_session_opts.strict).  *W gets what was read.
+ */
+static bool in_eintr_wait(const struct ma_session *s, const struct ma_thread_info *ti,
+			  struct ma_thread_info *w, char *why, size_t whylen)
+{
+	char named[40] = "";
+
+	*w = *ti;
+	if (!ma_thread_stop_ends_with_eintr(w)) {
+		ma_read_thread_info(s->t->pid, ti->tid, w);
+		if (!ma_thread_stop_ends_with_eintr(w))
+			return false;
+	}
+	if (!s->no_tid_option)
+		snprintf(named, sizeof(named), " unless named (--tid %d)", ti->tid);
+	snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: not stopped with "
+		 "--strict%s",
+		 ma_arch_syscall_name(w->syscall) ? ma_arch_syscall_name(w->syscall) : "a wait", named);
+	return true;
+}
+
+/*
+ * A wait a stop ends with EINTR is issued again with what remained of
+ * its timeout only for libc's epoll_wait and epoll_pwait (an int in a
+ * register no caller of libc can see; in_libc_epoll).  Any other such
+ * wait with a timeout (a raw epoll syscall, sigtimedwait, semtimedop,
+ * io_getevents, a socket with SO_RCVTIMEO...) would start its full
+ * timeout again and move its deadline: it is not stopped, even when
+ * named.  TI as just read from /proc.
+ */
+static bool timed_wait_unresumable(const struct ma_target *t, const struct ma_thread_info *ti,
+				   char *why, size_t whylen)
+{
+	struct user_regs_struct r;
+	const char *name = ma_arch_syscall_name(ti->syscall);
+
+	if (!ma_thread_stop_ends_with_eintr(ti) || !ti->timed_wait)
+		return false;
+	memset(&r, 0, sizeof(r));
+	ma_arch_set_ip(&r, ti->pc);
+	if (ma_arch_is_epoll_wait(ti->syscall) && ti->pc && in_libc_epoll(t, &r))
+		return false;
+	snprintf(why, whylen, "blocked in %s with a timeout, which a stop ends with EINTR: issued "
+		 "again it would wait its whole timeout once more (memattach can give back what "
+		 "remained only to libc's epoll_wait/epoll_pwait); not stopped", name ? name : "a wait");
+	return true;
+}
+
+/*
+ * The thread's status file, opened before it is stopped: in the hold,
+ * reading it (the seccomp mode) is then one pread, not an open.
+ */
+static void open_status_fd(struct ma_session *s, pid_t tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", s->t->pid, tid);
+	s->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Let a thread we only looked at go (its EINTR re-issue is already set). */
+void thread_release_untouched(struct ma_session *s, int sig)
+{
+	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
+	s->seized = false;
+	ma_hold_priority_drop();
+}
+
+/*
+ * The lowest address of the borrowed thread's stack, or 0 when it cannot
+ * be known.  The main thread's is its [stack] mapping's start.  A
+ * pthread's stack is known when the thread library allocated it: a
+ * mapping of its own with the guard page (no access) right below.  A
+ * stack the program supplied (pthread_attr_setstack) may be carved out of
+ * a larger mapping whose lower part is the program's own data, which
+ * memattach's state below the stack pointer would overwrite (an outside
+ * attack: 1,728 bytes below a thread stack with 1,200 free).
+ */
+uint64_t thread_stack_bottom(const struct ma_session *s)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs) - 1);
+	const struct ma_mapping *below;
+
+	if (!m)
+		return 0;
+	if (m->path && strcmp(m->path, "[stack]") == 0)
+		return m->start;
+	below = m->start ? ma_target_mapping_at(s->t, m->start - 1) : NULL;
+	if (below && below->end == m->start && memcmp(below->perms, "---", 3) == 0)
+		return m->start;
+	return 0;
+}
+
+/*
+ * Is there room for a call below the stack pointer?  When not, *NEVER says
+ * whether the whole stack mapping is smaller than that (waiting cannot help).
+ */
+static bool stack_has_room(const struct ma_session *s, bool *never)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs) - 1);
+	uint64_t need = STACK_ROOM + ma_arch_state_area_size(s->saved.xstate_len);
+	uint64_t bottom = thread_stack_bottom(s);
+
+	*never = m && m->end - bottom <= need;
+	return m && m->perms[0] == 'r' && m->perms[1] == 'w' && ma_arch_stack_pointer(&s->saved.regs) - bottom > need;
+}
+
+/*
+ * Is the thread the parent of a vfork (vfork, or clone/clone3 with
+ * CLONE_VFORK, as posix_spawn does)?  It cannot stop until the child execs
+ * or exits, which may be never.
+ */
+static bool in_vfork(pid_t tid, const struct ma_thread_info *ti)
+{
+	uint64_t flags = 0;
+
+	if (ma_arch_is_vfork(ti->syscall))
+		return true;
+	switch (ti->syscall) {
+	case SYS_clone:
+		return (ti->arg0 & CLONE_VFORK) != 0;
+	case SYS_clone3: /* the flags are the first field of its struct clone_args */
+		if (ma_mem_read(tid, ti->arg0, &flags, sizeof(flags)) != 0) {
+			ma_err_clear();
+			return false;
+		}
+		return (flags & CLONE_VFORK) != 0;
+	default:
+		return false;
+	}
+}
+
+/*
+ * Does the thread run on its own stack?  The unwinder sees only the stack
+ * the thread is on: a signal handler or coroutine that switched to a stack
+ * of its own (swapcontext, a fiber library) hides whatever it interrupted
+ * -- perhaps jemalloc, holding a lock.  The main thread's stack is
+ * [stack]; a pthread's is the mapping that also holds its thread
+ * descriptor, where the thread pointer points (glibc and musl alike).
+ */
+static bool on_own_stack(const struct ma_session *s, pid_t tid)
+{
+	const struct ma_mapping *sp = ma_target_mapping_at(s->t, ma_arch_stack_pointer(&s->saved.regs));
+
+	if (!sp)
+		return false;
+	if (tid == s->t->pid)
+		return sp->path && strcmp(sp->path, "[stack]") == 0;
+	return sp == ma_target_mapping_at(s->t, ma_arch_thread_pointer(&s->saved.regs));
+}
+
+
+/*
+ * Is the stopped thread inside a killed run's stub or mappings?  Its
+ * stub was restoring the thread when our stop came: a call now would
+ * save those half-restored registers and put its own state area and
+ * stack below them, where that stub still reads (the target crashed in
+ * 1 of 4 runs of attach/killed.sh).  Such a thread is let go to finish.
+ */
+static bool inside_leftover_stub(const struct ma_session *s)
+{
+	struct ma_stub_header hs[MA_MAX_STUB_SITES];
+
+	leftover_read_site_headers(s, hs);
+	for (size_t i = 0; i < s->t->nstub_sites; i++)
+		if (hs[i].magic == MA_MAGIC_STUB &&
+		    leftover_runs_in(&hs[i], s->t->stub_sites[i].addr, ma_arch_ip(&s->saved.regs),
+			    ma_arch_stack_pointer(&s->saved.regs)))
+			return true;
+	return false;
+}
+
+/*
+ * Is the wait our stop interrupted the one whose beginning was read
+ * (switch count NVCSW then)?  Since then the thread may only have gone
+ * to sleep for our stop.  One that had returned and waited again would
+ * count one more sleep, and its wait began later.  (Not seen: a wait
+ * that returned and was entered again, and interrupted by our stop
+ * before it slept, in the few microseconds from that reading to our
+ * PTRACE_INTERRUPT.)
+ */
+static bool same_wait(const struct ma_session *s, uint64_t nvcsw)
+{
+	return s->status_fd >= 0 && ma_voluntary_switches_of(s->status_fd) == nvcsw + 1;
+}
+
+/* The run's deadline came before thread TID could be stopped (MA_E_TIMEOUT, never seized). */
+static int deadline_before_stop(pid_t tid, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "the run's --timeout ran out before it could be stopped");
+	return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before thread %d could be stopped",
+		       tid);
+}
+
+/*
+ * Did the process exec since its maps were read?  A refused thread of the
+ * new program was judged by the old one's maps (its stack "not its own"):
+ * the run ends with the exec's message, not that refusal.
+ */
+static bool exec_since_opened(struct ma_session *s)
+{
+	uint64_t addrs[2] = { s->t->je.mallctl, s->t->stub_sites[0].addr };
+
+	if (!addrs[0] || ma_target_maps_unchanged(s->t, addrs, addrs[1] ? 2 : 1) == 0) {
+		ma_err_clear();
+		return false;
+	}
+	s->exec_seen = true;
+	return true;
+}
+
+/*
+ * What trying one thread found (try_thread).  RC 0: seized, safe, held;
+ * MA_E_NOSAFE: refused (WHY says why), the thread let go; MA_E_TIMEOUT
+ * with the session still seized: it did not stop in time; else what went
+ * wrong.  The rest says what kind of refusal, for the choice among threads.
+ */
+struct try_verdict {
+	int rc;
+	bool hopeless; /* it can never be borrowed in this run */
+	bool fresh; /* it never called into jemalloc (borrowed only when named) */
+	bool eintr_wait; /* left alone: in a wait a stop ends with EINTR (--strict) */
+	long eintr_nr; /* ... that wait's syscall */
+};
+
+static struct try_verdict verdict_of(int rc)
+{
+	return (struct try_verdict){ .rc = rc };
+}
+
+static struct try_verdict refused_for_good(void)
+{
+	return (struct try_verdict){ .rc = MA_E_NOSAFE, .hopeless = true };
+}
+
+/*
+ * The refusals known before any stop (from /proc): an exited thread, a
+ * vfork parent, a wait not to be stopped, the run's deadline.  True with
+ * *V set when refused.
+ */
+static bool refused_before_stop(struct ma_session *s, const struct ma_thread_info *ti,
+				struct try_verdict *v, char *why, size_t whylen)
+{
+	struct ma_thread_info now;
+
+	if (ti->state == 'Z' || ti->state == 'X') {
+		/* A main thread that called pthread_exit: the others run on. */
+		snprintf(why, whylen, "has exited (the process lives on in its other threads)");
+		*v = refused_for_good();
+		return true;
+	}
+	if (in_vfork(ti->tid, ti)) {
+		snprintf(why, whylen, "waits for its vfork() child to exec or exit, and cannot be "
+			 "stopped until then");
+		*v = refused_for_good();
+		return true;
+	}
+	if (!s->stop_eintr_wait && in_eintr_wait(s, ti, &now, why, whylen)) {
+		/* Not even named: say so rather than what --tid would do. */
+		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+			*v = refused_for_good();
+			return true;
+		}
+		/* A choice among threads tries again later (it may have left the
+		 * wait); one thread asked for (a flush visit) is given up at once. */
+		*v = (struct try_verdict){ .rc = MA_E_NOSAFE, .hopeless = s->named != 0,
+					   .eintr_wait = true, .eintr_nr = now.syscall };
+		return true;
+	}
+	if (ma_run_deadline_passed()) {
+		*v = verdict_of(deadline_before_stop(ti->tid, why, whylen));
+		return true;
+	}
+	return false;
+}
+
+/*
+ * What can be done before the stop, so the hold is short: the status
+ * file opened, the TLS offset read, the unwind rehearsed.  For a wait
+ * that will be issued again, read last, right before the stop: when it
+ * began (*BEGAN, *NVCSW; the time that remained is measured from it),
+ * which the listing may have seen for an earlier wait of the same loop
+ * (that early start made a re-issued epoll_wait return before its
+ * timeout).  True with *V set when that wait is one not to stop.
+ */
+static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_info *ti,
+				 uint64_t *began, uint64_t *nvcsw, struct try_verdict *v,
+				 char *why, size_t whylen)
+{
+	struct ma_thread_info now;
+
+	open_status_fd(s, ti->tid);
+	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
+		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
+	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
+	if (!s->stop_eintr_wait)
+		return false;
+	ma_read_thread_info(s->t->pid, ti->tid, &now);
+	if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+		*v = refused_for_good();
+		return true;
+	}
+	*began = now.wait_began_ns;
+	*nvcsw = now.nvcsw;
+	return false;
+}
+
+/* PTRACE_SEIZE of TI's thread failed with errno E: why, as a verdict. */
+static struct try_verdict seize_failed(struct ma_session *s, const struct ma_thread_info *ti, int e,
+				       char *why, size_t whylen)
+{
+	struct ma_proc_status st;
+
+	/* An exec's old leader, a zombie whose pid the exec'ing thread took over. */
+	if (e == EPERM && exec_since_opened(s))
+		return verdict_of(ma_fail(MA_E_EXITED, "thread %d went away: the process exec'd", ti->tid));
+	if (e == EPERM) {
+		if (ma_proc_read_status(s->t->pid, ti->tid, &st) != 0) {
+			ma_err_clear();
+			return verdict_of(ma_fail(MA_E_EXITED, "thread %d went away", ti->tid));
+		}
+		/*
+		 * Another memattach run that is ending (it lets go of a
+		 * thread that was slow to stop, or exits): try again.
+		 */
+		if (st.tracer == getpid()) {
+			snprintf(why, whylen, "had not come to its stop yet when this run tried "
+				 "it before (in the kernel, or waiting for CPU)");
+			return verdict_of(MA_E_NOSAFE);
+		}
+		if (st.tracer && (ma_is_memattach(st.tracer) || strcmp(ma_comm_of(st.tracer), "?") == 0)) {
+			snprintf(why, whylen, "still traced by memattach pid %d, which is finishing",
+				 st.tracer);
+			return verdict_of(MA_E_NOSAFE);
+		}
+		/* Only this thread is traced (the process as a whole was
+		 * checked when it was opened): borrow another one. */
+		if (st.tracer) {
+			snprintf(why, whylen, "traced by pid %d (%s); detach that first", st.tracer,
+				 ma_comm_of(st.tracer));
+			return refused_for_good();
+		}
+	}
+	errno = e;
+	return verdict_of(stops_ptrace_errno("PTRACE_SEIZE", ti->tid));
+}
+
+/*
+ * Interrupt the seized thread and wait (STOP_MS at most) for its stop.  0
+ * when it sits in its interrupt stop; else the thread was let go (a
+ * signal on its way in, job control), has exited, or, MA_E_TIMEOUT, is
+ * still seized and not stopped.
+ */
+static int stop_seized(struct ma_session *s, const struct ma_thread_info *ti, int stop_ms,
+		       char *why, size_t whylen)
+{
+	int status, rc, sig;
+
+	if (ma_ptrace(PTRACE_INTERRUPT, ti->tid, NULL, NULL) != 0)
+		return stops_ptrace_errno("PTRACE_INTERRUPT", ti->tid);
+	/*
+	 * While the thread comes to its stop, read its seccomp mode (a pread
+	 * that need not be part of the hold): from here on it runs no code of
+	 * its own, so only a syscall it was already making can still change
+	 * its mode, and then its stop shows that syscall (session_check_seccomp reads
+	 * again).  A filter synced from another thread (TSYNC) can come at
+	 * any time, in a hold as well.
+	 */
+	s->early_seccomp_mode = s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : -1;
+	rc = stops_peek(ti->tid, &status, stop_ms);
+	/* A signal on its way in: handed back still unreported (stops_peek). */
+	if (rc == 0 && stops_is_signal_stop(status)) {
+		snprintf(why, whylen, "a signal (%d) was being delivered to it", WSTOPSIG(status));
+		thread_release_untouched(s, WSTOPSIG(status));
+		return MA_E_NOSAFE;
+	}
+	if (rc == 0)
+		rc = stops_wait(ti->tid, &status, 1000);
+	if (rc == MA_E_TIMEOUT) {
+		snprintf(why, whylen, "did not stop within %s", stop_ms < 1000 ? "the run's --timeout"
+										 : "1 s");
+		return MA_E_TIMEOUT; /* still seized; the caller keeps trying others */
+	}
+	if (rc)
+		return rc;
+	if (WIFEXITED(status) || WIFSIGNALED(status)) {
+		s->seized = false;
+		return ma_fail(MA_E_EXITED, "thread %d exited", ti->tid);
+	}
+	sig = WSTOPSIG(status);
+	if ((status >> 16) == PTRACE_EVENT_STOP && sig != SIGTRAP) {
+		snprintf(why, whylen, "process is stopped by job control (signal %d)", sig);
+		thread_release_untouched(s, 0);
+		return MA_E_STOPPED;
+	}
+	if ((status >> 16) == 0) {
+		snprintf(why, whylen, "a signal (%d) was being delivered to it", sig);
+		thread_release_untouched(s, sig);
+		return MA_E_NOSAFE;
+	}
+	return 0;
+}
+
+/*
+ * Save the stopped thread's registers, signal mask and extended state.
+ * Our stop made its syscall fail with EINTR: issue it again at once,
+ * before anything else, so a memattach that dies from here on leaves no
+ * EINTR (between the stop and this write no register can be set: that
+ * window is the one ptrace leaves; such threads are tried last).  An
+ * epoll_wait gets what remained of its timeout since BEGAN (NVCSW then).
+ * The thread is let go on a failure.
+ */
+static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uint64_t began,
+		      uint64_t nvcsw)
+{
+	struct user_regs_struct first;
+	bool reissued = false;
+	int rc;
+
+	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs))) {
+		thread_release_untouched(s, 0);
+		return rc;
+	}
+	first = s->saved.regs;
+	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
+		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
+		if (began && ma_now_ns() > began && in_libc_epoll(s->t, &first) && same_wait(s, nvcsw))
+			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - began) / 1000000ULL);
+		ma_arch_set_regs(ti->tid, &s->resume);
+		reissued = true;
+	}
+	if ((rc = ma_arch_get_xstate(ti->tid, &s->saved)) == 0 &&
+	    ma_ptrace(PTRACE_GETSIGMASK, ti->tid, (void *)sizeof(s->sigmask), &s->sigmask) != 0)
+		rc = stops_ptrace_errno("PTRACE_GETSIGMASK", ti->tid);
+	if (rc) {
+		thread_release_untouched(s, 0);
+		return rc;
+	}
+	if (reissued && thread_signal_pending(s->t->pid, ti->tid, s->sigmask)) {
+		/* A real signal waits: the EINTR is its due after all. */
+		ma_arch_set_regs(ti->tid, &s->saved.regs);
+		reissued = false;
+	}
+	if (!reissued)
+		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
+	return 0;
+}
+
+/* A refusal in the hold: the thread let go; a run whose target exec'd ends with that. */
+static struct try_verdict let_go(struct ma_session *s, bool maybe_exec, bool hopeless)
+{
+	struct try_verdict v = { .rc = MA_E_NOSAFE, .hopeless = hopeless };
+
+	thread_release_untouched(s, 0);
+	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	/* What the old program's maps cannot explain: did it exec? */
+	if (maybe_exec && exec_since_opened(s))
+		v.rc = MA_E_EXITED;
+	return v;
+}
+
+/* Judge the held thread from its stack (BT gets the walk): safe, or let go. */
+static struct try_verdict judge_held(struct ma_session *s, const struct ma_thread_info *ti,
+				     struct ma_backtrace *bt, char *why, size_t whylen)
+{
+	bool never = false;
+
+	if (ma_unwind(s->t, ti->tid, &s->saved.regs, bt) != 0) {
+		ma_err_clear();
+		snprintf(why, whylen, "stack could not be unwound");
+		return let_go(s, true, false);
+	}
+	if (!ma_thread_is_safe(s->t, ti, bt, why, whylen))
+		return let_go(s, false, false);
+	if (!on_own_stack(s, ti->tid)) {
+		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
+			 "handler on another stack): what it interrupted cannot be seen");
+		return let_go(s, true, false);
+	}
+	if (!thread_stack_bottom(s)) {
+		snprintf(why, whylen, "runs on a stack the program supplied (no guard page below "
+			 "it): where it ends cannot be known, and memattach's saved state goes "
+			 "below the stack pointer");
+		return let_go(s, false, true);
+	}
+	if (!stack_has_room(s, &never)) {
+		snprintf(why, whylen, "less than %lu KiB of its stack below the stack pointer",
+			 STACK_ROOM >> 10);
+		return let_go(s, false, never);
+	}
+	/* A call would create allocator state in a thread that has none: only when named. */
+	s->creates_state =
+		ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0;
+	if (s->creates_state && !s->fresh_ok) {
+		struct try_verdict v;
+
+		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
+			 "allocator state (a tcache)");
+		s->creates_state = false;
+		v = let_go(s, false, true);
+		v.fresh = true;
+		return v;
+	}
+	if (s->sites_had_stub && inside_leftover_stub(s)) {
+		snprintf(why, whylen, "still finishing the call of an earlier memattach run that "
+			 "was killed (its stub is restoring the thread's registers)");
+		return let_go(s, false, false);
+	}
+	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
+	return verdict_of(0);
+}
+
+/*
+ * Stop TI's thread and examine it (BTP, when given, gets its stack).
+ * A thread stopped with a signal on its way in is let go with it at once:
+ * a signal held across the whole session (SIGSTOP, say) could be
+ * cancelled meanwhile by the kernel's rules, and memattach would not know.
+ */
+static struct try_verdict try_thread(struct ma_session *s, const struct ma_thread_info *ti,
+				     struct ma_backtrace *btp, char *why, size_t whylen)
+{
+	struct ma_backtrace local;
+	uint64_t began = 0, nvcsw = 0;
+	struct try_verdict v;
+	int rc, stop_ms;
+
+	close_fd(&s->status_fd); /* the previous candidate's */
+	s->early_seccomp_mode = -1;
+	s->tid = ti->tid;
+	s->creates_state = false;
+	memset(&s->resume, 0, sizeof(s->resume));
+	if (refused_before_stop(s, ti, &v, why, whylen) ||
+	    refused_at_last_look(s, ti, &began, &nvcsw, &v, why, whylen))
+		return v;
+	stop_ms = ma_run_ms_left(1000);
+	if (stop_ms == 0)
+		return verdict_of(deadline_before_stop(ti->tid, why, whylen));
+	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
+	ma_hold_priority_raise();
+	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+		int e = errno;
+
+		ma_hold_priority_drop();
+		return seize_failed(s, ti, e, why, whylen);
+	}
+	s->seized = true;
+	s->t_stop_ns = ma_now_ns();
+	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)) || (rc = save_state(s, ti, began, nvcsw)))
+		return verdict_of(rc);
+	return judge_held(s, ti, btp ? btp : &local, why, whylen);
+}
+
+/*
+ * The threads to try: all of them, best first, or just TID (one /proc
+ * look, not a listing: flushing every thread's tcache stays linear).
+ */
+static int list_candidates(pid_t pid, pid_t tid, struct ma_thread_info **out, size_t *n)
+{
+	char path[64];
+
+	if (!tid)
+		return ma_list_threads(pid, out, n);
+	*n = 0;
+	if (!(*out = calloc(1, sizeof(**out))))
+		return ma_fail(MA_E_NOMEM, "out of memory");
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", pid, tid);
+	if (access(path, F_OK) == 0) {
+		ma_read_thread_info(pid, tid, *out);
+		*n = 1;
+	}
+	return 0;
+}
+
+static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o);
+
+/* Thread TID first if it ranks with the best of TI (sorted best first). */
+static void prefer_first(struct ma_thread_info *ti, size_t n, pid_t tid)
+{
+	for (size_t k = 1; tid && k < n; k++) {
+		struct ma_thread_info t = ti[k];
+
+		if (t.tid != tid)
+			continue;
+		if (strcmp(ma_thread_rank_class(&t), ma_thread_rank_class(&ti[0])) == 0) {
+			memmove(&ti[1], &ti[0], k * sizeof(ti[0]));
+			ti[0] = t;
+		}
+		return;
+	}
+}
+
+int thread_choose(struct ma_session *s, const struct ma_session_opts *o)
+{
+	int rc;
+
+	ma_unwind_prepare(); /* outside the holds; a failure is reported by the walk */
+	stops_reaper_timer(true);
+	rc = choose_thread_loop(s, o);
+	stops_reaper_timer(false);
+	return rc;
+}
+
+/* One round over the candidates: how each was refused. */
+struct round_tally {
+	size_t tried, hopeless, fresh, waits, busy; /* busy: refused for now only */
+	pid_t fresh_tid, wait_tid;
+	char wait_who[80], wait_in[40];
+	char last[400]; /* the last refusal, any kind */
+	char last_who[80], last_why[256];
+	char last_busy[400]; /* the last refusal that waiting may end */
+};
+
+/* Count TI's refusal (WHY, V as try_thread gave it) into T. */
+static void tally_refusal(struct round_tally *t, const struct try_verdict *v,
+			  const struct ma_thread_info *ti, const char *why)
+{
+	snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
+	snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
+	snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+	t->hopeless += v->hopeless;
+	if (v->eintr_wait && !t->waits++) {
+		t->wait_tid = ti->tid;
+		snprintf(t->wait_who, sizeof(t->wait_who), "thread %d (%s)", ti->tid, ti->name);
+		if (ma_arch_syscall_name(v->eintr_nr))
+			snprintf(t->wait_in, sizeof(t->wait_in), "%s", ma_arch_syscall_name(v->eintr_nr));
+	}
+	if (v->fresh) {
+		t->fresh++;
+		t->fresh_tid = ti->tid;
+	}
+	if (!v->hopeless && !v->eintr_wait) {
+		t->busy++;
+		snprintf(t->last_busy, sizeof(t->last_busy), "%s", t->last);
+	}
+}
+
+/*
+ * Every thread tried was refused for a reason no wait can end (T): say
+ * which, and what would help instead of a longer --timeout.
+ */
+static int lasting_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			   const struct round_tally *t)
+{
+	char tid[48] = "";
+
+	if (t->waits) {
+		if (!o->no_tid_option)
+			snprintf(tid, sizeof(tid), "--tid %d borrows it, or ", t->wait_tid);
+		return ma_fail(MA_E_NOSAFE,
+			       "with --strict, no thread of process %d can be borrowed: %s%s is "
+			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
+			       "again at once; only a memattach killed in between leaves the EINTR "
+			       "to the program)%s; %sleave out --strict",
+			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
+			       t->tried > t->waits ? ", and the others are jemalloc's background "
+						     "threads or never called into jemalloc" : "",
+			       tid);
+	}
+	if (t->fresh) {
+		if (o->no_tid_option)
+			snprintf(tid, sizeof(tid), "this command never borrows such a thread");
+		else
+			snprintf(tid, sizeof(tid), "--tid %d borrows one anyway", t->fresh_tid);
+		return ma_fail(MA_E_NOSAFE,
+			       "no thread of process %d can be borrowed without leaving a trace: "
+			       "the ones safe to borrow never called into jemalloc, and a call "
+			       "would create their allocator state (a tcache; with "
+			       "background_thread:true perhaps a background thread); %s",
+			       s->t->pid, tid);
+	}
+	if (o->tid)
+		return ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", t->last_who, t->last_why);
+	return ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed (last: %s)", s->t->pid,
+		       t->last);
+}
+
+/* The deadline passed with some thread refused only for the moment (T->busy). */
+static int deadline_refusal(const struct ma_session *s, const struct ma_session_opts *o,
+			    const struct round_tally *t)
+{
+	size_t lasting = t->tried - t->busy;
+	char others[160] = "";
+
+	if (lasting)
+		snprintf(others, sizeof(others), " (%zu other thread%s refused for reasons that "
+			 "last)", lasting, lasting > 1 ? "s" : "");
+	return ma_fail(MA_E_NOSAFE,
+		       "no thread of process %d was safe to borrow within %d ms (last: %s)%s; "
+		       "that may pass: try again, or give a longer --timeout",
+		       s->t->pid, o->deadline_ms, t->last_busy, others);
+}
+
+/*
+ * The run's deadline came in a round before thread number TRIED of N could
+ * be stopped: the last full round (PREV) says why none could be borrowed,
+ * else this one so far (T), else how far the run got.
+ */
+static int deadline_cut(const struct ma_session *s, const struct ma_session_opts *o,
+			const struct round_tally *prev, const struct round_tally *t, size_t tried,
+			size_t n)
+{
+	if (prev->busy)
+		return deadline_refusal(s, o, prev);
+	if (t->busy)
+		return deadline_refusal(s, o, t);
+	if (tried <= 1)
+		return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out before a thread "
+			       "of process %d could be tried; give a longer --timeout",
+			       o->deadline_ms, s->t->pid);
+	return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out after %zu of the %zu "
+		       "threads of process %d were tried (none could be borrowed; last: %s); give "
+		       "a longer --timeout", o->deadline_ms, tried - 1, n, s->t->pid, t->last);
+}
+
+static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
+{
+	uint64_t deadline = ma_now_ns() + (uint64_t)ma_run_ms_left(o->deadline_ms) * 1000000ULL;
+	char why[256] = "";
+	bool seen = false, fresh = false;
+
+	struct round_tally prev = { .busy = 0 };
+
+	for (unsigned round = 0;; round++) {
+		struct round_tally t = { .wait_in = "a wait", .last = "no thread found" };
+		struct ma_thread_info *ti;
+		size_t n;
+		bool lasting;
+		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
+
+		if (rc)
+			return rc;
+		prefer_first(ti, n, o->prefer_tid);
+		for (size_t i = 0; i < n; i++) {
+			if (!thread_wanted(o, &ti[i]))
+				continue;
+			seen = true;
+			if (o->tid && ma_thread_is_jemalloc_bg(&ti[i])) {
+				free(ti);
+				return ma_fail(MA_E_NOSAFE,
+					       "thread %d is one of jemalloc's background threads: it "
+					       "runs inside jemalloc (and may hold its locks), so it is "
+					       "never borrowed; give another --tid or none",
+					       o->tid);
+			}
+			t.tried++;
+			if (ma_thread_is_jemalloc_bg(&ti[i])) {
+				/* It runs inside jemalloc: never borrowed, so never stopped. */
+				t.hopeless++;
+				continue;
+			}
+			/* A refusal says its own reason, never the previous thread's. */
+			snprintf(why, sizeof(why), "refused without a reason recorded");
+			struct try_verdict v = try_thread(s, &ti[i], NULL, why, sizeof(why));
+
+			rc = v.rc;
+			fresh = v.fresh;
+			if (rc == 0) {
+				free(ti);
+				return 0;
+			}
+			if (rc == MA_E_TIMEOUT && !s->seized) {
+				/* The deadline came before this thread's stop. */
+				size_t tried = t.tried;
+
+				free(ti);
+				ma_err_clear();
+				return deadline_cut(s, o, &prev, &t, tried, n);
+			}
+			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
+				free(ti);
+				return rc;
+			}
+			if (rc == MA_E_STOPPED) {
+				/* No thread of a stopped process runs until SIGCONT: say so now. */
+				free(ti);
+				return ma_fail(MA_E_NOSAFE,
+					       "process %d is stopped (SIGSTOP or Ctrl-Z); continue it "
+					       "with 'kill -CONT %d' and run memattach again",
+					       s->t->pid, s->t->pid);
+			}
+			if (rc == MA_E_EXITED && ma_process_exited(s->t->pid)) {
+				free(ti);
+				return ma_fail_if_exited(s->t->pid, rc);
+			}
+			if (rc == MA_E_EXITED && s->exec_seen) {
+				free(ti);
+				return rc; /* its message: the exec */
+			}
+			if (rc == MA_E_TIMEOUT && s->seized) {
+				/* Stuck in an uninterruptible sleep: it stops when it can. */
+				stops_add_straggler(s->t->pid, ti[i].tid, ti[i].eintr_wait);
+				s->seized = false;
+			}
+			/* A failure (it exited...), not a verdict: its message says why. */
+			if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT && ma_errmsg()[0])
+				snprintf(why, sizeof(why), "%s", ma_errmsg());
+			ma_err_clear();
+			tally_refusal(&t, &v, &ti[i], why);
+		}
+		free(ti);
+		/* Waiting cannot help a thread that has exited or that another
+		 * program traces: say so now rather than at the deadline. */
+		if (o->tid && fresh)
+			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
+				       "allocator state)", t.last_who);
+		if (o->tid && !seen)
+			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
+				       s->t->pid);
+		/*
+		 * Every thread is either never borrowable or in a wait we do not
+		 * stop (an event loop in epoll_wait, its helpers idle since they
+		 * started): say so and how to go on, at once when none waits,
+		 * else after a few rounds (the loop may run meanwhile, and be
+		 * taken while it runs) or at the deadline.
+		 */
+		lasting = t.tried && t.busy == 0;
+		if (lasting && (!t.waits || round >= 20 || ma_now_ns() >= deadline))
+			return lasting_refusal(s, o, &t);
+		if (ma_interrupted)
+			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
+		if (ma_now_ns() >= deadline)
+			return t.busy ? deadline_refusal(s, o, &t)
+				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
+						s->t->pid);
+		prev = t;
+		/* Let the threads run a little: a lock holder finishes. */
+		usleep(round < 20 ? 500 : 5000);
+	}
+}
+
+/* The verdict on a thread in a wait a stop ends with EINTR (NR), for a run with or without --strict. */
+static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t whylen)
+{
+	const char *name = ma_arch_syscall_name(nr) ? ma_arch_syscall_name(nr) : "a wait";
+
+	if (strict)
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: with --strict "
+			 "borrowed only if named (--tid %d)", name, tid);
+	else
+		snprintf(why, whylen, "blocked in %s, which a stop ends with EINTR: borrowed when no "
+			 "better thread exists, its wait issued again at once; not stopped to be "
+			 "looked at", name);
+}
+
+int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
+		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      enum ma_verdict *v)
+{
+	struct ma_session s;
+	struct try_verdict tv;
+	int rc;
+
+	struct ma_runlock lock;
+	uint64_t waited;
+
+	memset(&s, 0, sizeof(s));
+	s.t = t;
+	s.status_fd = s.mem_fd = -1;
+	bt->n = 0;
+	/* A look is a stop too: it takes its turn like any run. */
+	if ((rc = ma_runlock_acquire(t->pid, lock_ms, &waited, &lock)))
+		return rc;
+	if ((rc = ma_arch_state_alloc(&s.saved))) {
+		ma_runlock_release(&lock);
+		return rc;
+	}
+	ma_unwind_prepare();
+	stops_reaper_timer(true);
+	tv = try_thread(&s, ti, bt, why, whylen);
+	rc = tv.rc;
+	stops_reaper_timer(false);
+	*v = rc == 0 ? MA_VERDICT_SAFE : MA_VERDICT_UNSAFE;
+	if (rc == MA_E_NOSAFE && tv.eintr_wait) {
+		*v = strict ? MA_VERDICT_NAMED_ONLY : MA_VERDICT_EINTR_WAIT;
+		eintr_wait_why(ti->tid, tv.eintr_nr, strict, why, whylen);
+	}
+	if (rc == 0) { /* safe, but we only wanted to look */
+		thread_release_untouched(&s, 0);
+	} else if (rc == MA_E_TIMEOUT && s.seized) {
+		stops_add_straggler(t->pid, ti->tid, ti->eintr_wait); /* let go (with its signal) when it stops */
+	}
+	ma_hold_priority_drop();
+	close_fd(&s.status_fd);
+	ma_arch_state_free(&s.saved);
+	stops_end_turn(&lock);
+	if (rc == MA_E_NOSAFE || rc == MA_E_TIMEOUT || rc == MA_E_STOPPED)
+		rc = 0;
+	return rc;
+}
