@@ -211,6 +211,8 @@ const struct ma_mapping *ma_target_mapping_at(const struct ma_target *t, uint64_
 const struct ma_mapping *ma_target_first_mapping(const struct ma_target *t,
 						 const struct ma_mapping *m);
 struct ma_elf;
+/* Are mappings A and B of the same file (path and inode)? */
+bool ma_target_same_object(const struct ma_mapping *a, const struct ma_mapping *b);
 /* runtime address = link-time address + bias, for an ELF mapped from FIRST. */
 uint64_t ma_target_load_bias(const struct ma_mapping *first, const struct ma_elf *e);
 /* Open the file behind mapping M robustly (map_files, /proc/PID/root, exe). */

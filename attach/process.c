@@ -1,0 +1,360 @@
+/*
+ * process.c - what /proc says of a process and its threads: status,
+ * names, whether it exits, execs or is stopped, resident pages.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "elfsyms.h"
+#include "ma_error.h"
+#include "steps.h"
+#include "target.h"
+#include "input.h"
+
+
+static uint64_t kb_field(const char *line)
+{
+	unsigned long long v = 0;
+
+	sscanf(line, "%*s %llu", &v);
+	return (uint64_t)v * 1024;
+}
+
+int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	if (tid > 0)
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	else
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	memset(st, 0, sizeof(*st));
+	f = fopen(path, "re");
+	if (!f) {
+		if (errno == ENOENT || errno == ESRCH)
+			return ma_fail(MA_E_NOPROC, "no process with pid %d", pid);
+		return ma_fail(errno == EACCES ? MA_E_PERM : MA_E_IO,
+			       "cannot read %s: %s", path, strerror(errno));
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "Name:", 5) == 0) {
+			char *p = line + 5;
+
+			while (*p == ' ' || *p == '\t')
+				p++;
+			p[strcspn(p, "\n")] = '\0';
+			size_t n = strlen(p);
+
+			if (n >= sizeof(st->name))
+				n = sizeof(st->name) - 1;
+			memcpy(st->name, p, n);
+			st->name[n] = '\0';
+		} else if (strncmp(line, "State:", 6) == 0) {
+			sscanf(line + 6, " %c", &st->state);
+		} else if (strncmp(line, "Tgid:", 5) == 0) {
+			st->tgid = atoi(line + 5);
+		} else if (strncmp(line, "TracerPid:", 10) == 0) {
+			st->tracer = atoi(line + 10);
+		} else if (strncmp(line, "SigPnd:", 7) == 0) {
+			st->sig_pending = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "ShdPnd:", 7) == 0) {
+			st->sig_shared_pending = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "SigBlk:", 7) == 0) {
+			st->sig_blocked = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "VmRSS:", 6) == 0) {
+			st->vm_rss = kb_field(line);
+		} else if (strncmp(line, "VmHWM:", 6) == 0) {
+			st->vm_hwm = kb_field(line);
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+int ma_read_comm_file(const char *path, char *out, size_t len)
+{
+	FILE *f;
+	size_t n;
+
+	if (!(f = fopen(path, "re")))
+		return -1;
+	/* Whole: a name may hold a newline of its own; only the kernel's last one goes. */
+	n = fread(out, 1, len - 1, f);
+	fclose(f);
+	out[n] = '\0';
+	if (n && out[n - 1] == '\n')
+		out[n - 1] = '\0';
+	return n ? 0 : -1;
+}
+
+const char *ma_comm_of(pid_t pid)
+{
+	static char comm[32];
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	if (ma_read_comm_file(path, comm, sizeof(comm)) != 0)
+		strcpy(comm, "?");
+	return comm;
+}
+
+bool ma_is_memattach(pid_t pid)
+{
+	return strcmp(ma_comm_of(pid), "memattach") == 0;
+}
+
+int ma_process_status(pid_t pid, struct ma_proc_status *st)
+{
+	struct ma_proc_status live;
+	int rc = ma_proc_read_status(pid, 0, st);
+	pid_t tid;
+
+	if (rc || (st->state != 'Z' && st->state != 'X') || !(tid = ma_live_thread_of(pid)))
+		return rc;
+	if (ma_proc_read_status(pid, tid, &live) == 0) {
+		st->state = live.state;
+		st->vm_rss = live.vm_rss;
+		st->vm_hwm = live.vm_hwm;
+	}
+	ma_err_clear();
+	return 0;
+}
+
+#define PF_EXITING_FLAG 0x4 /* the kernel's PF_EXITING, in /proc/.../stat's flags field */
+
+/* Fields 3 and 9 of /proc/PID/task/TID/stat: state and the kernel's flags.  False if gone. */
+static bool read_state_flags(pid_t pid, pid_t tid, char *state, unsigned long *flags)
+{
+	char path[96], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* The name may hold anything: the fields start after its last ')'. */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", state, flags) != 2)
+		return false;
+	return true;
+}
+
+bool ma_thread_going(pid_t pid, pid_t tid)
+{
+	struct ma_proc_status st;
+	unsigned long flags = 0;
+	char state = 0;
+
+	if (!read_state_flags(pid, tid, &state, &flags))
+		return true;
+	if (state == 'Z' || state == 'X' || (flags & PF_EXITING_FLAG))
+		return true;
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	return (st.sig_pending & (1ULL << (SIGKILL - 1))) != 0;
+}
+
+/*
+ * Has PID exited (every thread going)?  *SOME_GOING: one of the threads
+ * looked at is.  A live process is judged by its first few threads, not
+ * all of them: a process being killed has SIGKILL pending in every thread.
+ */
+static bool exit_seen(pid_t pid, bool *some_going)
+{
+	char path[64];
+	struct dirent *d;
+	size_t alive = 0, going = 0, seen = 0;
+	DIR *dir;
+
+	*some_going = false;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return errno == ENOENT || errno == ESRCH;
+	while ((d = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid <= 0)
+			continue;
+		if (ma_thread_going(pid, tid))
+			going++;
+		else
+			alive++;
+		if (alive && (going || ++seen >= 8))
+			break;
+	}
+	closedir(dir);
+	*some_going = going > 0;
+	return alive == 0;
+}
+
+bool ma_process_exited(pid_t pid)
+{
+	bool some_going;
+
+	return exit_seen(pid, &some_going);
+}
+
+/*
+ * A process being killed: each thread shows SIGKILL pending, then, once it
+ * dequeued it, PF_EXITING; in between (microseconds, longer when it waits
+ * for a CPU) it looks alive.  While any thread is going, look again for up
+ * to 20 ms before calling the process alive.
+ */
+static bool exited_or_exiting(pid_t pid)
+{
+	bool some_going;
+
+	for (int i = 0; i < 20; i++) {
+		if (exit_seen(pid, &some_going))
+			return true;
+		if (!some_going)
+			return false;
+		usleep(1000);
+	}
+	return false;
+}
+
+int64_t ma_target_resident(pid_t pid, uint64_t addr, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t first = addr / page, last = (addr + len + page - 1) / page;
+	uint64_t buf[512];
+	int64_t pages = 0;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	/* One 64-bit entry per page: bit 63 present, bit 62 swapped. */
+	for (uint64_t p = first; p < last;) {
+		size_t n = last - p < 512 ? (size_t)(last - p) : 512;
+		ssize_t got = pread(fd, buf, n * 8, (off_t)(p * 8));
+
+		if (got <= 0) {
+			pages = -1;
+			break;
+		}
+		for (ssize_t k = 0; k < got / 8; k++)
+			pages += (buf[k] >> 62) != 0;
+		p += (uint64_t)got / 8;
+	}
+	close(fd);
+	return pages < 0 ? -1 : pages * (int64_t)page;
+}
+
+int ma_fail_if_exited(pid_t pid, int rc)
+{
+	if (rc == 0 || rc == MA_E_USAGE || !exited_or_exiting(pid))
+		return rc;
+	ma_err_clear();
+	return ma_fail(MA_E_EXITED, "process %d exited during the run", pid);
+}
+
+/*
+ * Does TEST hold for one of PID's threads?  At most LIMIT threads are
+ * looked at (a process-wide state shows in any of them).
+ */
+static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, void *ctx),
+		       void *ctx)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	bool found = false;
+	int looked = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return false;
+	while (!found && looked < limit && (d = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid > 0) {
+			looked++;
+			found = test(pid, tid, ctx);
+		}
+	}
+	closedir(dir);
+	ma_err_clear();
+	return found;
+}
+
+/* Is thread TID in execve?  Its syscall file's first number (not "running"). */
+static bool in_execve(pid_t pid, pid_t tid, void *ctx)
+{
+	char path[96], buf[32] = "";
+	long nr = -1;
+	FILE *f;
+
+	(void)ctx;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if ((f = fopen(path, "re"))) {
+		if (fgets(buf, sizeof(buf), f) && buf[0] >= '0' && buf[0] <= '9')
+			nr = strtol(buf, NULL, 10);
+		fclose(f);
+	}
+	return nr == SYS_execve || nr == SYS_execveat;
+}
+
+bool ma_process_in_exec(pid_t pid)
+{
+	return any_thread(pid, 64, in_execve, NULL);
+}
+
+static bool job_stopped(pid_t pid, pid_t tid, void *except)
+{
+	struct ma_proc_status st;
+
+	return tid != *(pid_t *)except && ma_proc_read_status(pid, tid, &st) == 0 &&
+	       st.state == 'T';
+}
+
+bool ma_process_job_stopped(pid_t pid, pid_t except)
+{
+	/* A group stop stops every thread: a few tell. */
+	return any_thread(pid, 8, job_stopped, &except);
+}
+
+pid_t ma_live_thread_of(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+	pid_t live = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if (!(dir = opendir(path)))
+		return 0;
+	while (!live && (d = readdir(dir))) {
+		struct ma_proc_status st;
+		pid_t tid = (pid_t)atoi(d->d_name);
+
+		if (tid > 0 && ma_proc_read_status(pid, tid, &st) == 0 && st.state != 'Z' &&
+		    st.state != 'X')
+			live = tid;
+		ma_err_clear();
+	}
+	closedir(dir);
+	return live;
+}
