@@ -66,10 +66,11 @@ $(B)/%.o: %.c
 # entry points as a generated header.  It needs nothing but libc and
 # libgcc_s (which Debian's libjemalloc already links) and never calls malloc.
 AGENT_SO := $(B)/agent/memattach-agent.so
-$(AGENT_SO): attach/agent/agent.c include/agent_abi.h include/arch_$(ARCH).h
+AGENT_SRC := attach/agent/agent.c attach/agent/agent_got.c
+$(AGENT_SO): $(AGENT_SRC) attach/agent/agent_int.h include/agent_abi.h include/arch_$(ARCH).h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(ARCH_DEF) -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \
-	  -shared -s -Wl,-z,now -Wl,--no-undefined -o $@ $< -lgcc_s
+	  -shared -s -Wl,-z,now -Wl,--no-undefined -o $@ $(AGENT_SRC) -lgcc_s
 $(B)/agent/agent_syms.h: $(AGENT_SO)
 	nm -D --defined-only $< | awk '$$3 ~ /^ma_agent_/ { sub(/^ma_agent_/, "", $$3); \
 	  printf "#define MA_AGENT_OFF_%s 0x%sULL\n", $$3, $$1 }' > $@.tmp && mv $@.tmp $@

@@ -47,6 +47,7 @@
 
 #include "agent_abi.h"
 #include MA_ARCH_HEADER /* the relocation types of GOT slots */
+#include "agent_int.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define UNWIND_RAW 72 /* raw frames collected: ours, jemalloc's, then the program's */
@@ -99,7 +100,7 @@ struct stripe {
 #define STRIPE_INITIAL_SLOTS 1024
 
 EXPORT struct ma_agent_ctl ma_agent_ctl;
-static char agent_prefix[8]; /* jemalloc's symbol prefix */
+char agent_prefix[8]; /* jemalloc's symbol prefix */
 static bool atfork_registered;
 
 /* ---- small pieces ---- */
@@ -185,11 +186,6 @@ static bool enter(struct ma_agent_ctl *c, struct stripe **sp, uint64_t h)
 static void leave(struct stripe *s)
 {
 	__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
-}
-
-static uint64_t align_up(uint64_t v, uint64_t a)
-{
-	return (v + a - 1) & ~(a - 1);
 }
 
 static bool pow2(uint64_t v)
@@ -611,59 +607,7 @@ static void guard_leave(unsigned slot)
 typedef uint64_t (*fn3)(uint64_t, uint64_t, uint64_t);
 typedef uint64_t (*fn4)(uint64_t, uint64_t, uint64_t, uint64_t);
 
-/*
- * The entry points: X(id, symbol, prefixed, kind).  Calling an original
- * with more integer arguments than it takes is harmless on x86-64.
- */
-#define ENTRY_POINTS(X)                                                   \
-	X(malloc, "malloc", 1, ALLOC)                                     \
-	X(calloc, "calloc", 1, ALLOC)                                     \
-	X(aligned_alloc, "aligned_alloc", 1, ALLOC)                       \
-	X(memalign, "memalign", 1, ALLOC)                                 \
-	X(valloc, "valloc", 1, ALLOC)                                     \
-	X(mallocx, "mallocx", 1, ALLOC)                                   \
-	X(posix_memalign, "posix_memalign", 1, PMEMALIGN)                 \
-	X(realloc, "realloc", 1, REALLOC)                                 \
-	X(rallocx, "rallocx", 1, REALLOC)                                 \
-	X(xallocx, "xallocx", 1, XALLOC)                                  \
-	X(free, "free", 1, FREE)                                          \
-	X(dallocx, "dallocx", 1, FREE)                                    \
-	X(sdallocx, "sdallocx", 1, FREE)                                  \
-	X(nw, "_Znwm", 0, ALLOC)                                          \
-	X(na, "_Znam", 0, ALLOC)                                          \
-	X(nw_nt, "_ZnwmRKSt9nothrow_t", 0, ALLOC)                         \
-	X(na_nt, "_ZnamRKSt9nothrow_t", 0, ALLOC)                         \
-	X(nw_al, "_ZnwmSt11align_val_t", 0, ALLOC)                        \
-	X(na_al, "_ZnamSt11align_val_t", 0, ALLOC)                        \
-	X(nw_al_nt, "_ZnwmSt11align_val_tRKSt9nothrow_t", 0, ALLOC)       \
-	X(na_al_nt, "_ZnamSt11align_val_tRKSt9nothrow_t", 0, ALLOC)       \
-	X(dl, "_ZdlPv", 0, FREE)                                          \
-	X(da, "_ZdaPv", 0, FREE)                                          \
-	X(dl_sz, "_ZdlPvm", 0, FREE)                                      \
-	X(da_sz, "_ZdaPvm", 0, FREE)                                      \
-	X(dl_al, "_ZdlPvSt11align_val_t", 0, FREE)                        \
-	X(da_al, "_ZdaPvSt11align_val_t", 0, FREE)                        \
-	X(dl_sz_al, "_ZdlPvmSt11align_val_t", 0, FREE)                    \
-	X(da_sz_al, "_ZdaPvmSt11align_val_t", 0, FREE)                    \
-	X(dl_nt, "_ZdlPvRKSt9nothrow_t", 0, FREE)                         \
-	X(da_nt, "_ZdaPvRKSt9nothrow_t", 0, FREE)                         \
-	X(dl_al_nt, "_ZdlPvSt11align_val_tRKSt9nothrow_t", 0, FREE)       \
-	X(da_al_nt, "_ZdaPvSt11align_val_tRKSt9nothrow_t", 0, FREE)
-
-enum entry_id {
-#define ENTRY_ID(id, sym, pre, kind) E_##id,
-	ENTRY_POINTS(ENTRY_ID)
-#undef ENTRY_ID
-	E_COUNT
-};
-
-/* The function each slot held before it was rewritten: set once, never cleared. */
-static uint64_t original[E_COUNT];
-
-static inline uint64_t orig(enum entry_id id)
-{
-	return __atomic_load_n(&original[id], __ATOMIC_RELAXED);
-}
+uint64_t agent_original[E_COUNT];
 
 static inline uint64_t usable(const struct ma_agent_ctl *c, uint64_t p)
 {
@@ -823,19 +767,8 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 ENTRY_POINTS(WRAP)
 #undef WRAP
 
-struct entry {
-	const char *sym;
-	bool prefixed;
-	uint64_t wrapper;
-};
 
-static const struct entry entries[E_COUNT] = {
-#define ENTRY(id, s, pre, kind) [E_##id] = { s, pre, 0 },
-	ENTRY_POINTS(ENTRY)
-#undef ENTRY
-};
-
-static uint64_t wrapper_of(enum entry_id id)
+uint64_t agent_wrapper_of(enum entry_id id)
 {
 	static const void *const w[E_COUNT] = {
 #define ENTRY_W(id, s, pre, kind) [E_##id] = (const void *)w_##id,
@@ -843,409 +776,6 @@ static uint64_t wrapper_of(enum entry_id id)
 #undef ENTRY_W
 	};
 	return (uint64_t)(uintptr_t)w[id];
-}
-
-/* ---- the link-map pass: rewrite (or restore) the slots ---- */
-
-struct region {
-	uint64_t lo, hi;
-	int prot;
-};
-
-enum pass_kind { PASS_LEARN, PASS_PATCH, PASS_RESTORE };
-
-struct pass {
-	struct ma_agent_ctl *c;
-	enum pass_kind kind;
-	const char *prefix;
-	struct region *reg; /* /proc/self/maps at the start of the pass, in address order */
-	uint64_t nreg, reg_len;
-	uint64_t patched, failed, foreign;
-	bool malloc_seen, free_seen;
-};
-
-static uint64_t hex_field(const char **s, const char *end)
-{
-	uint64_t v = 0;
-
-	for (; *s < end; (*s)++) {
-		char ch = **s;
-		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-
-		if (d < 0)
-			break;
-		v = v * 16 + (uint64_t)d;
-	}
-	return v;
-}
-
-/* The text of /proc/self/maps in a mapping of its own (*CAP bytes); NULL on failure. */
-static char *read_maps_text(uint64_t *len, uint64_t *cap)
-{
-	for (uint64_t size = 1 << 18; size <= (1ULL << 30); size *= 4) {
-		char *buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		uint64_t n = 0;
-		ssize_t r = 0;
-		int fd;
-
-		if (buf == MAP_FAILED)
-			return NULL;
-		fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			munmap(buf, size);
-			return NULL;
-		}
-		while (n < size && ((r = read(fd, buf + n, size - n)) > 0 || (r < 0 && errno == EINTR)))
-			if (r > 0)
-				n += (uint64_t)r;
-		close(fd);
-		if (r < 0) {
-			munmap(buf, size);
-			return NULL;
-		}
-		if (n < size) {
-			*len = n;
-			*cap = size;
-			return buf;
-		}
-		munmap(buf, size);
-	}
-	return NULL;
-}
-
-static bool snapshot_maps(struct pass *ps)
-{
-	uint64_t len, cap, lines = 0;
-	char *text = read_maps_text(&len, &cap);
-	const char *s, *end;
-
-	if (!text)
-		return false;
-	for (uint64_t i = 0; i < len; i++)
-		lines += text[i] == '\n';
-	ps->reg_len = align_up((lines + 1) * sizeof(struct region), 4096);
-	ps->reg = mmap(NULL, ps->reg_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ps->reg == MAP_FAILED) {
-		munmap(text, cap);
-		ps->reg = NULL;
-		return false;
-	}
-	ps->nreg = 0;
-	for (s = text, end = text + len; s < end && ps->nreg <= lines;) {
-		const char *eol = memchr(s, '\n', (size_t)(end - s));
-		struct region *r = &ps->reg[ps->nreg];
-
-		if (!eol)
-			eol = end;
-		r->lo = hex_field(&s, eol);
-		if (s < eol && *s == '-') {
-			s++;
-			r->hi = hex_field(&s, eol);
-			if (eol - s >= 4 && *s == ' ') {
-				r->prot = (s[1] == 'r' ? PROT_READ : 0) | (s[2] == 'w' ? PROT_WRITE : 0) |
-					  (s[3] == 'x' ? PROT_EXEC : 0);
-				ps->nreg++;
-			}
-		}
-		s = eol + 1;
-	}
-	munmap(text, cap);
-	return true;
-}
-
-static const struct region *region_at(const struct pass *ps, uint64_t a)
-{
-	uint64_t lo = 0, hi = ps->nreg;
-
-	while (lo < hi) {
-		uint64_t mid = (lo + hi) / 2;
-
-		if (a < ps->reg[mid].lo)
-			hi = mid;
-		else if (a >= ps->reg[mid].hi)
-			lo = mid + 1;
-		else
-			return &ps->reg[mid];
-	}
-	return NULL;
-}
-
-/* What a pass knows of one object. */
-struct object {
-	uint64_t base, lo, hi; /* load bias, and the span of its PT_LOAD segments */
-	uint64_t relro_lo, relro_hi;
-	const ElfW(Sym) *symtab;
-	const char *strtab;
-	uint64_t strsz;
-	const ElfW(Rela) *rela, *jmprel;
-	uint64_t nrela, njmprel;
-	const uint32_t *gnu_hash, *sysv_hash; /* to count the dynamic symbols */
-	bool unsettled; /* RELRO not yet protected: the loader is still relocating it */
-};
-
-static enum entry_id entry_named(const char *name, const char *prefix)
-{
-	size_t pl = strlen(prefix);
-
-	for (int i = 0; i < E_COUNT; i++) {
-		const char *n = name;
-
-		if (entries[i].prefixed) {
-			if (strncmp(n, prefix, pl) != 0)
-				continue;
-			n += pl;
-		}
-		if (strcmp(n, entries[i].sym) == 0)
-			return (enum entry_id)i;
-	}
-	return E_COUNT;
-}
-
-/*
- * An unresolved lazy slot points at its own PLT entry's `push $index`
- * (after an endbr64 with IBT); a function never starts so.
- */
-static bool is_lazy_stub(const struct object *o, uint64_t v)
-{
-	const unsigned char *b = (const unsigned char *)(uintptr_t)v;
-
-	if (v < o->lo || v + 9 > o->hi)
-		return false;
-	return b[0] == 0x68 || (b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa && b[4] == 0x68);
-}
-
-/*
- * Replace OLD by NEW in SLOT.  A slot on a read-only page (RELRO, which
- * the loader protects once the object is relocated) is made writable for
- * the store and protected again.
- */
-static bool write_slot(struct pass *ps, const struct object *o, uint64_t *slot, uint64_t old,
-		       uint64_t new)
-{
-	const struct region *r = region_at(ps, (uint64_t)(uintptr_t)slot);
-	uint64_t page = (uint64_t)(uintptr_t)slot & ~4095ULL;
-	bool ok;
-
-	if (!r || !(r->prot & PROT_READ))
-		return false;
-	if (r->prot & PROT_WRITE)
-		return __atomic_compare_exchange_n(slot, &old, new, false, __ATOMIC_SEQ_CST,
-						   __ATOMIC_RELAXED);
-	(void)o;
-	if (mprotect((void *)(uintptr_t)page, 4096, r->prot | PROT_WRITE))
-		return false;
-	ok = __atomic_compare_exchange_n(slot, &old, new, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
-	mprotect((void *)(uintptr_t)page, 4096, r->prot);
-	return ok;
-}
-
-/* How many entries O's dynamic symbol table has (from its hash table); 0 if unknown. */
-static uint64_t dynsym_count(const struct object *o)
-{
-	if (o->gnu_hash) {
-		const uint32_t *h = o->gnu_hash;
-		uint32_t nbuckets = h[0], symoffset = h[1], bloom_words = h[2], last = 0;
-		const uint32_t *buckets = h + 4 + 2 * bloom_words; /* 64-bit bloom words */
-		const uint32_t *chain = buckets + nbuckets;
-
-		for (uint32_t i = 0; i < nbuckets; i++)
-			last = buckets[i] > last ? buckets[i] : last;
-		if (last < symoffset)
-			return symoffset;
-		while (!(chain[last - symoffset] & 1))
-			last++;
-		return (uint64_t)last + 1;
-	}
-	return o->sysv_hash ? o->sysv_hash[1] : 0;
-}
-
-/*
- * The originals: the entry points jemalloc's object defines, from its
- * dynamic symbols (a slot still unresolved, lazily bound, tells nothing).
- */
-static void learn_originals(struct pass *ps, const struct object *o)
-{
-	uint64_t n = dynsym_count(o);
-
-	for (uint64_t i = 1; i < n; i++) {
-		const ElfW(Sym) *sym = &o->symtab[i];
-		uint64_t a = o->base + sym->st_value, none = 0;
-		enum entry_id id;
-
-		if (sym->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(sym->st_info) != STT_FUNC ||
-		    sym->st_name >= o->strsz || a < ps->c->je_lo || a >= ps->c->je_hi)
-			continue;
-		id = entry_named(o->strtab + sym->st_name, ps->prefix);
-		if (id != E_COUNT &&
-		    !__atomic_compare_exchange_n(&original[id], &none, a, false, __ATOMIC_SEQ_CST,
-						 __ATOMIC_RELAXED) && none != a)
-			ps->foreign++; /* not the one learnt at an earlier start: leave it alone */
-	}
-}
-
-static void slot_pass(struct pass *ps, const struct object *o, const ElfW(Rela) *r)
-{
-	uint32_t type = (uint32_t)ELF64_R_TYPE(r->r_info), si = (uint32_t)ELF64_R_SYM(r->r_info);
-	uint64_t addr = o->base + r->r_offset, v, w;
-	enum entry_id id;
-	uint64_t *slot;
-
-	if ((type != MA_ARCH_R_JUMP_SLOT && type != MA_ARCH_R_GLOB_DAT) || !si || r->r_addend ||
-	    o->symtab[si].st_name >= o->strsz || addr < o->lo || addr + 8 > o->hi || (addr & 7))
-		return;
-	id = entry_named(o->strtab + o->symtab[si].st_name, ps->prefix);
-	if (id == E_COUNT)
-		return;
-	slot = (uint64_t *)(uintptr_t)addr;
-	v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-	w = wrapper_of(id);
-	if (ps->kind == PASS_RESTORE) {
-		if (v == w && !(o->unsettled && addr >= o->relro_lo && addr < o->relro_hi))
-			ps->patched += write_slot(ps, o, slot, w, orig(id));
-		return;
-	}
-	if (v != w && (!orig(id) || (v != orig(id) && !(type == MA_ARCH_R_JUMP_SLOT && is_lazy_stub(o, v))))) {
-		if (v)
-			ps->foreign++; /* bound elsewhere (libstdc++'s own operator new...) */
-		return;
-	}
-	if (v != w && ((o->unsettled && addr >= o->relro_lo && addr < o->relro_hi) ||
-		       !write_slot(ps, o, slot, v, w))) {
-		ps->failed++;
-		return;
-	}
-	ps->patched++;
-	ps->malloc_seen |= id == E_malloc || id == E_nw;
-	ps->free_seen |= id == E_free || id == E_dl;
-}
-
-/* In memory the loader has made most d_ptr values absolute; some loaders do not. */
-static uint64_t dyn_ptr(uint64_t base, uint64_t v)
-{
-	return base && v < base ? v + base : v;
-}
-
-static bool read_object(struct pass *ps, const struct dl_phdr_info *info, struct object *o)
-{
-	const ElfW(Dyn) *dyn = NULL;
-
-	memset(o, 0, sizeof(*o));
-	o->base = info->dlpi_addr;
-	o->lo = ~0ULL;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uint64_t a = o->base + ph->p_vaddr;
-
-		if (ph->p_type == PT_LOAD) {
-			o->lo = a < o->lo ? a : o->lo;
-			o->hi = a + ph->p_memsz > o->hi ? a + ph->p_memsz : o->hi;
-		} else if (ph->p_type == PT_DYNAMIC) {
-			dyn = (const ElfW(Dyn) *)(uintptr_t)a;
-		} else if (ph->p_type == PT_GNU_RELRO) {
-			o->relro_lo = a & ~4095ULL;
-			o->relro_hi = (a + ph->p_memsz) & ~4095ULL;
-		}
-	}
-	if (!dyn || o->lo >= o->hi)
-		return false;
-	for (; dyn->d_tag != DT_NULL; dyn++) {
-		uint64_t v = dyn->d_un.d_val;
-
-		switch (dyn->d_tag) {
-		case DT_SYMTAB: o->symtab = (const ElfW(Sym) *)(uintptr_t)dyn_ptr(o->base, v); break;
-		case DT_STRTAB: o->strtab = (const char *)(uintptr_t)dyn_ptr(o->base, v); break;
-		case DT_STRSZ: o->strsz = v; break;
-		case DT_RELA: o->rela = (const ElfW(Rela) *)(uintptr_t)dyn_ptr(o->base, v); break;
-		case DT_RELASZ: o->nrela = v / sizeof(ElfW(Rela)); break;
-		case DT_JMPREL: o->jmprel = (const ElfW(Rela) *)(uintptr_t)dyn_ptr(o->base, v); break;
-		case DT_PLTRELSZ: o->njmprel = v / sizeof(ElfW(Rela)); break;
-		case DT_PLTREL: if (v != DT_RELA) o->njmprel = 0; break;
-		case DT_GNU_HASH: o->gnu_hash = (const uint32_t *)(uintptr_t)dyn_ptr(o->base, v); break;
-		case DT_HASH: o->sysv_hash = (const uint32_t *)(uintptr_t)dyn_ptr(o->base, v); break;
-		default: break;
-		}
-	}
-	if (o->relro_hi > o->relro_lo) {
-		const struct region *r = region_at(ps, o->relro_lo);
-
-		o->unsettled = !r || (r->prot & PROT_WRITE);
-	}
-	return o->symtab && o->strtab;
-}
-
-static bool covers(const struct object *o, uint64_t a)
-{
-	return a >= o->lo && a < o->hi;
-}
-
-static bool is_loader(const char *name)
-{
-	const char *base = name ? strrchr(name, '/') : NULL;
-
-	base = base ? base + 1 : name;
-	return base && strncmp(base, "ld-", 3) == 0;
-}
-
-static int pass_object(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	struct pass *ps = arg;
-	struct object o;
-
-	(void)size;
-	if (is_loader(info->dlpi_name) || !read_object(ps, info, &o))
-		return 0;
-	if (covers(&o, ps->c->je_lo)) {
-		if (ps->kind == PASS_LEARN)
-			learn_originals(ps, &o);
-		return 0; /* its own calls to its own entry points stay as they are */
-	}
-	if (ps->kind == PASS_LEARN || covers(&o, ps->c->self_lo))
-		return 0;
-	for (uint64_t i = 0; o.rela && i < o.nrela; i++)
-		slot_pass(ps, &o, &o.rela[i]);
-	for (uint64_t i = 0; o.jmprel && i < o.njmprel; i++)
-		slot_pass(ps, &o, &o.jmprel[i]);
-	return 0;
-}
-
-/* One pass of KIND over the link map; its counts go to the control block.  0 or -MA_AGENT_*. */
-static int run_pass(struct ma_agent_ctl *c, enum pass_kind kind, struct pass *ps)
-{
-	memset(ps, 0, sizeof(*ps));
-	ps->c = c;
-	ps->kind = kind;
-	ps->prefix = agent_prefix;
-	if (!snapshot_maps(ps))
-		return -MA_AGENT_EMAPS;
-	dl_iterate_phdr(pass_object, ps);
-	munmap(ps->reg, ps->reg_len);
-	c->passes++;
-	return MA_AGENT_OK;
-}
-
-/* Learn the originals, then point every slot of them at the wrappers. */
-static int patch_all(struct ma_agent_ctl *c)
-{
-	struct pass ps;
-	int rc;
-
-	if ((rc = run_pass(c, PASS_LEARN, &ps)) || (rc = run_pass(c, PASS_PATCH, &ps)))
-		return rc;
-	c->slots_patched = ps.patched;
-	c->slots_failed = ps.failed;
-	c->slots_foreign = ps.foreign;
-	return ps.malloc_seen && ps.free_seen ? MA_AGENT_OK : -MA_AGENT_ENOSLOT;
-}
-
-static int restore_all(struct ma_agent_ctl *c)
-{
-	struct pass ps;
-	int rc = run_pass(c, PASS_RESTORE, &ps);
-
-	if (!rc)
-		c->slots_patched = 0;
-	return rc;
 }
 
 /* A fork child's copy records nothing: another thread may have held a lock at the fork. */
@@ -1289,7 +819,7 @@ static int stop_impl(struct ma_agent_ctl *c)
 	int rc;
 
 	__atomic_store_n(&c->state, MA_AGENT_STOPPING, __ATOMIC_SEQ_CST);
-	if (c->mechanism == MA_AGENT_MECH_GOT && c->slots_patched && (rc = restore_all(c)))
+	if (c->mechanism == MA_AGENT_MECH_GOT && c->slots_patched && (rc = got_restore_all(c)))
 		return rc; /* the wrappers only call the originals meanwhile; stop again */
 	if (c->hook_handle) {
 		void *handle = (void *)(uintptr_t)c->hook_handle;
@@ -1455,7 +985,7 @@ static int start_impl(const struct ma_agent_params *p)
 	}
 	/* Running before the first slot points to a wrapper: its first call records. */
 	__atomic_store_n(&c->state, MA_AGENT_RUNNING, __ATOMIC_SEQ_CST);
-	if ((rc = patch_all(c)) != MA_AGENT_OK) {
+	if ((rc = got_patch_all(c)) != MA_AGENT_OK) {
 		int stop = stop_impl(c);
 
 		return stop == MA_AGENT_OK ? rc : stop;
@@ -1517,7 +1047,7 @@ static int64_t query_impl(void)
 	if (c->mechanism == MA_AGENT_MECH_GOT) {
 		struct pass ps;
 
-		if (run_pass(c, PASS_PATCH, &ps) == MA_AGENT_OK) {
+		if (got_run_pass(c, PASS_PATCH, &ps) == MA_AGENT_OK) {
 			c->slots_patched = ps.patched;
 			c->slots_failed = ps.failed;
 			c->slots_foreign = ps.foreign;
