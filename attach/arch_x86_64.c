@@ -547,59 +547,61 @@ bool ma_arch_stub_restore_pops(const struct ma_cpu_state *xs, const struct user_
 	return resume->rax == NR_restart_syscall && resume->rip + MA_SYSCALL_INSN_LEN == xs->regs.rip;
 }
 
+/* The stub's instructions (ma_arch_build_stub), a 0x00 where a jump is patched. */
+static const unsigned char insn_marker[] = {
+	0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
+	0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
+	0x0f, 0x05, /* syscall  <- the tracer stops here */
+	0xeb, 0x00, /* jmp the restore path, past the trap (patched) */
+};
+static const unsigned char insn_trap[] = {
+	0x0f, 0x05, /* syscall: what the kernel restarts into */
+	0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
+	0x75, 0x00, /* jne the restore path (patched) */
+};
+static const unsigned char insn_movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
+static const unsigned char insn_cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
+static const unsigned char insn_pending[] = {
+	0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
+	0x48, 0x8d, 0xbc, 0x24, D32(AREA_PENDING), /* lea PENDING(%rsp),%rdi */
+	0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
+	0x0f, 0x05, /* syscall */
+	0x48, 0x8b, 0x9c, 0x24, D32(AREA_PENDING), /* mov PENDING(%rsp),%rbx */
+	0x48, 0x8b, 0x8c, 0x24, D32(AREA_SIGMASK), /* mov SIGMASK(%rsp),%rcx */
+	0x48, 0xf7, 0xd1, /* not %rcx */
+	0x48, 0x21, 0xcb, /* and %rcx,%rbx: pending, and unblocked once the mask is back */
+};
+static const unsigned char insn_and_watch[] = { 0x48, 0x23, 0x1d }; /* and d(%rip),%rbx */
+static const unsigned char insn_next_signal[] = {
+	0x48, 0x85, 0xdb, /* loop: test %rbx,%rbx */
+	0x74, 0x00, /* jz keep (patched) */
+	0x48, 0x0f, 0xbc, 0xfb, /* bsf %rbx,%rdi: the lowest, the kernel's first */
+	0x48, 0x0f, 0xb3, 0xfb, /* btr %rdi,%rbx */
+	0xff, 0xc7, /* inc %edi: the signal number */
+	0xb8, 0x0d, 0x00, 0x00, 0x00, /* mov $13,%eax (rt_sigaction) */
+	0x31, 0xf6, /* xor %esi,%esi */
+	0x48, 0x8d, 0x94, 0x24, D32(AREA_ACTION), /* lea ACTION(%rsp),%rdx */
+	0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
+	0x0f, 0x05, /* syscall */
+	0x85, 0xc0, /* test %eax,%eax */
+	0x75, 0x00, /* jnz loop (patched) */
+	0x48, 0x83, 0xbc, 0x24, D32(AREA_ACTION), 0x01, /* cmpq $1,ACTION(%rsp) */
+	0x76, 0x00, /* jbe loop: SIG_DFL or SIG_IGN runs no handler (patched) */
+	0x48, 0x8b, 0x84, 0x24, D32(AREA_ACTION + 8), /* mov ACTION+8(%rsp),%rax */
+};
+static const unsigned char insn_and_restart[] = { 0x48, 0x23, 0x05 }; /* and d(%rip),%rax */
+static const unsigned char insn_jnz8[] = { 0x75, 0x00 }; /* jnz keep: the kernel would restart (patched) */
+static const unsigned char insn_eintr[] = {
+	0x48, 0xc7, 0x84, 0x24, D32(MC_RAX), 0xfc, 0xff, 0xff, 0xff, /* movq $-4,rax in the frame */
+};
+static const unsigned char insn_mov_rax[] = { 0x48, 0x8b, 0x05 }; /* mov d(%rip),%rax */
+static const unsigned char insn_je32[] = { 0x0f, 0x84, 0, 0, 0, 0 }; /* je keep (patched) */
+static const unsigned char insn_store_rip[] = { 0x48, 0x89, 0x84, 0x24 }; /* mov %rax,d(%rsp) */
+
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
 			  const struct ma_stub_opts *o)
 {
-	static const unsigned char marker[] = {
-		0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
-		0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
-		0x0f, 0x05, /* syscall  <- the tracer stops here */
-		0xeb, 0x00, /* jmp the restore path, past the trap (patched) */
-	};
-	static const unsigned char trap[] = {
-		0x0f, 0x05, /* syscall: what the kernel restarts into */
-		0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
-		0x75, 0x00, /* jne the restore path (patched) */
-	};
-	static const unsigned char movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
-	static const unsigned char cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
-	static const unsigned char pending[] = {
-		0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
-		0x48, 0x8d, 0xbc, 0x24, D32(AREA_PENDING), /* lea PENDING(%rsp),%rdi */
-		0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
-		0x0f, 0x05, /* syscall */
-		0x48, 0x8b, 0x9c, 0x24, D32(AREA_PENDING), /* mov PENDING(%rsp),%rbx */
-		0x48, 0x8b, 0x8c, 0x24, D32(AREA_SIGMASK), /* mov SIGMASK(%rsp),%rcx */
-		0x48, 0xf7, 0xd1, /* not %rcx */
-		0x48, 0x21, 0xcb, /* and %rcx,%rbx: pending, and unblocked once the mask is back */
-	};
-	static const unsigned char and_watch[] = { 0x48, 0x23, 0x1d }; /* and d(%rip),%rbx */
-	static const unsigned char next_signal[] = {
-		0x48, 0x85, 0xdb, /* loop: test %rbx,%rbx */
-		0x74, 0x00, /* jz keep (patched) */
-		0x48, 0x0f, 0xbc, 0xfb, /* bsf %rbx,%rdi: the lowest, the kernel's first */
-		0x48, 0x0f, 0xb3, 0xfb, /* btr %rdi,%rbx */
-		0xff, 0xc7, /* inc %edi: the signal number */
-		0xb8, 0x0d, 0x00, 0x00, 0x00, /* mov $13,%eax (rt_sigaction) */
-		0x31, 0xf6, /* xor %esi,%esi */
-		0x48, 0x8d, 0x94, 0x24, D32(AREA_ACTION), /* lea ACTION(%rsp),%rdx */
-		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
-		0x0f, 0x05, /* syscall */
-		0x85, 0xc0, /* test %eax,%eax */
-		0x75, 0x00, /* jnz loop (patched) */
-		0x48, 0x83, 0xbc, 0x24, D32(AREA_ACTION), 0x01, /* cmpq $1,ACTION(%rsp) */
-		0x76, 0x00, /* jbe loop: SIG_DFL or SIG_IGN runs no handler (patched) */
-		0x48, 0x8b, 0x84, 0x24, D32(AREA_ACTION + 8), /* mov ACTION+8(%rsp),%rax */
-	};
-	static const unsigned char and_restart[] = { 0x48, 0x23, 0x05 }; /* and d(%rip),%rax */
-	static const unsigned char jnz8[] = { 0x75, 0x00 }; /* jnz keep: the kernel would restart (patched) */
-	static const unsigned char eintr[] = {
-		0x48, 0xc7, 0x84, 0x24, D32(MC_RAX), 0xfc, 0xff, 0xff, 0xff, /* movq $-4,rax in the frame */
-	};
-	static const unsigned char mov_rax[] = { 0x48, 0x8b, 0x05 }; /* mov d(%rip),%rax */
-	static const unsigned char je32[] = { 0x0f, 0x84, 0, 0, 0, 0 }; /* je keep (patched) */
-	static const unsigned char store_rip[] = { 0x48, 0x89, 0x84, 0x24 }; /* mov %rax,d(%rsp) */
 	uint64_t rip_slot = resume->rsp - RED_ZONE - 8;
 	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
 	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, entry, j_trap, eintr_at;
@@ -610,65 +612,65 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 
 	eintr_rule(xs, resume, o->may_ask, &watch, &restart);
 	memset(code, 0xcc, MA_STUB_REGION);
-	emit(code, &n, marker, sizeof(marker));
+	emit(code, &n, insn_marker, sizeof(insn_marker));
 	/*
-	 * The trap (ma_arch_trap_regs): the kernel's signal code either ran
+	 * The insn_trap (ma_arch_trap_regs): the kernel's signal code either ran
 	 * a handler and ended the syscall with EINTR (then here, rax -EINTR),
 	 * or restarted it as our rt_sigprocmask(SIG_BLOCK) (then here, rax 0,
-	 * signals blocked): the restore path, as after the marker.
+	 * signals blocked): the restore path, as after the insn_marker.
 	 */
-	emit(code, &n, trap, sizeof(trap));
+	emit(code, &n, insn_trap, sizeof(insn_trap));
 	j_trap = n - 2;
-	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
+	emit(code, &n, insn_movabs_rsp, sizeof(insn_movabs_rsp));
 	emit(code, &n, (const unsigned char *)&area_addr, 8);
 	eintr_at = n; /* jmp32 to the EINTR branch, patched below */
 	n += 5;
-	/* The restore path, from the marker or the trap. */
+	/* The restore path, from the insn_marker or the insn_trap. */
 	entry = n;
 	patch_rel8(code, MA_STUB_MARKER_END, entry);
 	patch_rel8(code, j_trap, entry);
-	emit(code, &n, movabs_rsp, sizeof(movabs_rsp));
+	emit(code, &n, insn_movabs_rsp, sizeof(insn_movabs_rsp));
 	emit(code, &n, (const unsigned char *)&area_addr, 8);
 	/*
 	 * The thread was stopped in a syscall the stub restarts: a signal
 	 * that waits for it now would have ended the syscall with EINTR if
 	 * its handler says so.  Ask the kernel, as its signal code would.
 	 */
-	emit_riprel(code, &n, stub_addr, cmp_watch, sizeof(cmp_watch), stub_addr + MA_STUB_SLOT_WATCH, 1);
+	emit_riprel(code, &n, stub_addr, insn_cmp_watch, sizeof(insn_cmp_watch), stub_addr + MA_STUB_SLOT_WATCH, 1);
 	code[n++] = 0x00; /* $0 */
 	j_skip = n;
-	emit(code, &n, je32, sizeof(je32));
-	emit(code, &n, pending, sizeof(pending));
-	emit_riprel(code, &n, stub_addr, and_watch, sizeof(and_watch), stub_addr + MA_STUB_SLOT_WATCH, 0);
+	emit(code, &n, insn_je32, sizeof(insn_je32));
+	emit(code, &n, insn_pending, sizeof(insn_pending));
+	emit_riprel(code, &n, stub_addr, insn_and_watch, sizeof(insn_and_watch), stub_addr + MA_STUB_SLOT_WATCH, 0);
 	loop = n;
 	j_done = n + 3;
 	j_err = n + 40;
 	j_dfl = n + 51;
-	emit(code, &n, next_signal, sizeof(next_signal));
-	emit_riprel(code, &n, stub_addr, and_restart, sizeof(and_restart),
+	emit(code, &n, insn_next_signal, sizeof(insn_next_signal));
+	emit_riprel(code, &n, stub_addr, insn_and_restart, sizeof(insn_and_restart),
 		    stub_addr + MA_STUB_SLOT_RESTART, 0);
 	j_restart = n;
-	emit(code, &n, jnz8, sizeof(jnz8));
+	emit(code, &n, insn_jnz8, sizeof(insn_jnz8));
 	/* EINTR: rax -EINTR and the ip after the syscall, then the ending. */
 	{
 		size_t at = eintr_at;
 
 		emit_jmp32(code, &at, n);
 	}
-	emit(code, &n, eintr, sizeof(eintr));
-	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP_EINTR, 0);
-	emit(code, &n, store_rip, sizeof(store_rip));
+	emit(code, &n, insn_eintr, sizeof(insn_eintr));
+	emit_riprel(code, &n, stub_addr, insn_mov_rax, sizeof(insn_mov_rax), stub_addr + MA_STUB_SLOT_RIP_EINTR, 0);
+	emit(code, &n, insn_store_rip, sizeof(insn_store_rip));
 	put32(code + n, by_sigreturn ? MC_RIP : pop_rip);
 	n += 4;
 	emit_jmp32(code, &n, by_sigreturn ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
 	/* Keep: resume as RESUME says (a restart, or no syscall at all). */
 	keep = n;
-	emit_riprel(code, &n, stub_addr, mov_rax, sizeof(mov_rax), stub_addr + MA_STUB_SLOT_RIP, 0);
-	emit(code, &n, store_rip, sizeof(store_rip));
+	emit_riprel(code, &n, stub_addr, insn_mov_rax, sizeof(insn_mov_rax), stub_addr + MA_STUB_SLOT_RIP, 0);
+	emit(code, &n, insn_store_rip, sizeof(insn_store_rip));
 	put32(code + n, keep_sigreturns ? MC_RIP : pop_rip);
 	n += 4;
 	emit_jmp32(code, &n, keep_sigreturns ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
-	put32(code + j_skip + 2, (int32_t)((long)keep - (long)(j_skip + sizeof(je32))));
+	put32(code + j_skip + 2, (int32_t)((long)keep - (long)(j_skip + sizeof(insn_je32))));
 	patch_rel8(code, j_done, keep);
 	patch_rel8(code, j_err, loop);
 	patch_rel8(code, j_dfl, loop);
