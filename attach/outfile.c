@@ -230,6 +230,11 @@ static int create_temp(struct ma_outfile *o)
 	return 0;
 }
 
+bool ma_outfile_is_stdout(const char *path)
+{
+	return path && strcmp(path, "-") == 0;
+}
+
 int ma_outfile_openat(struct ma_outfile *o, int dirfd, const char *name, const char *path)
 {
 	int rc;
@@ -254,10 +259,29 @@ int ma_outfile_openat(struct ma_outfile *o, int dirfd, const char *name, const c
 	return rc;
 }
 
+/* "-": the standard output, written as it comes (no temporary, nothing to rename). */
+static int open_stdout(struct ma_outfile *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->dirfd = -1;
+	fflush(stdout);
+	o->fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+	o->path = strdup("the standard output");
+	if (o->fd < 0 || !o->path) {
+		outfile_free(o);
+		return ma_fail(MA_E_IO, "cannot write to the standard output: %s", strerror(errno));
+	}
+	return 0;
+}
+
 int ma_outfile_open(struct ma_outfile *o, const char *path)
 {
 	const char *base;
-	int dirfd = ma_open_parent(path, &base), rc;
+	int dirfd, rc;
+
+	if (ma_outfile_is_stdout(path))
+		return open_stdout(o);
+	dirfd = ma_open_parent(path, &base);
 
 	if (dirfd < 0) {
 		char why[512];
@@ -294,7 +318,7 @@ int ma_outfile_commit(struct ma_outfile *o)
 		rc = ma_fail(MA_E_IO, "cannot write '%s': %s", o->path, strerror(errno));
 	o->fd = -1;
 	/* rename replaces a link of that name; it never writes through one */
-	if (!rc && renameat(o->dirfd, o->tmp, o->dirfd, o->name) != 0)
+	if (!rc && o->tmp && renameat(o->dirfd, o->tmp, o->dirfd, o->name) != 0)
 		rc = ma_fail(MA_E_IO, "cannot rename to '%s': %s", o->path, strerror(errno));
 	if (rc) {
 		ma_outfile_abort(o);
@@ -321,6 +345,9 @@ int ma_outdir_open(const char *path, int *dirfd, bool *existed)
 
 	*dirfd = -1;
 	*existed = false;
+	if (ma_outfile_is_stdout(path))
+		return ma_fail(MA_E_IO, "'-' (the standard output) cannot hold a folder of files: "
+			       "name a folder");
 	if ((parent = ma_open_parent(path, &base)) < 0)
 		return parent;
 	if (!base[0] || !strcmp(base, ".") || !strcmp(base, "..")) {

@@ -22,8 +22,13 @@ struct ma_outfile {
 	int fd;
 };
 
-/* Create a temporary file for PATH in PATH's folder; 0 or MA_E_IO. */
+/*
+ * Create a temporary file for PATH in PATH's folder; 0 or MA_E_IO.  PATH
+ * "-" is the standard output (ma_outfile_is_stdout), written as it comes:
+ * commit only closes it, and an abort cannot take back what was written.
+ */
 int ma_outfile_open(struct ma_outfile *o, const char *path);
+bool ma_outfile_is_stdout(const char *path);
 /* The same for NAME in the folder DIRFD (duplicated); PATH for messages. */
 int ma_outfile_openat(struct ma_outfile *o, int dirfd, const char *name, const char *path);
 /* A stdio stream on the temporary (its own descriptor), or NULL with the error set. */

@@ -18,7 +18,7 @@
 
 static const char usage_text[] =
 	"usage: memattach bins (PID | --stats FILE.json) [--flush-tcache] [--top N] [--json]\n"
-	"                      [--timeout MS] [--tid TID]\n\n"
+	"                      [--timeout TIME] [--tid TID]\n\n"
 	"Slab waste by jemalloc size class.  For each small bin: region size, regions\n"
 	"per slab, slab size, live regions, slabs, non-full slabs, utilization, waste\n"
 	"(slabs * slab size - live regions * size), live objects per non-full slab,\n"
@@ -31,10 +31,7 @@ static const char usage_text[] =
 	"                  rather than a lower bound\n"
 	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
 	"  --json          all bins in bin order, sizes in bytes\n"
-	"  --timeout MS    end the whole run within MS: the wait for its turn,\n"
-	"                  finding a thread, its calls (default: 2000 to find one,\n"
-	"                  then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)

@@ -64,7 +64,7 @@
 
 static const char usage_text[] =
 	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout MS] [--scrape-timeout MS]\n"
+	"                        [--timeout TIME] [--scrape-timeout TIME]\n"
 	"                        [--once [--format FMT]] [--strict]\n\n"
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
@@ -89,9 +89,10 @@ static const char usage_text[] =
 	"  --pid PID      a process to export; repeatable\n"
 	"  --match REGEX  export every jemalloc process whose name (comm) matches\n"
 	"                 the extended REGEX, looked up again at each scrape\n"
-	"  --timeout MS   per target, give up finding a safe thread after MS (1000)\n"
-	"  --scrape-timeout MS\n"
-	"                 a whole scrape reads targets for at most MS (5000, below\n"
+	"  --timeout TIME per target, give up finding a safe thread after TIME\n"
+	"                 (milliseconds, or with a unit: 500ms, 2s; default 1000ms)\n"
+	"  --scrape-timeout TIME\n"
+	"                 a whole scrape reads targets for at most TIME (5s, below\n"
 	"                 Prometheus's 10 s), those that answered last time first;\n"
 	"                 the rest count as failed this time\n"
 	"  --once         print one scrape on stdout and exit (no server)\n"
@@ -803,9 +804,9 @@ static int parse_ms(char **argv, int i, int *out)
 {
 	long v;
 
-	if (!ma_parse_long(argv[i + 1], &v) || v <= 0 || v > 600000)
-		return ma_usage_error(argv[0], "%s '%s': expected milliseconds, 1 to 600000", argv[i],
-				      argv[i + 1]);
+	if (!ma_parse_duration_ms(argv[i + 1], 1, &v) || v <= 0 || v > 600000)
+		return ma_usage_error(argv[0], "%s '%s': expected a duration from 1ms to 10 minutes: "
+				      "milliseconds, or with a unit (500ms, 2s, 1m)", argv[i], argv[i + 1]);
 	*out = (int)v;
 	return 0;
 }

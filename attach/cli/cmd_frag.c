@@ -32,7 +32,7 @@ static const char usage_text[] =
 	"                             [--no-flush] [--skip REGEX]...\n"
 	"       memattach frag status PID [--json]\n"
 	"       memattach frag stop PID [--json]\n"
-	"   (live forms also take --timeout MS and --tid TID)\n\n"
+	"   (live forms also take --timeout TIME and --tid TID)\n\n"
 	"Attribute the slab waste of a running process (active - allocated: free\n"
 	"regions in partly used slabs) to the allocation sites whose surviving\n"
 	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
@@ -68,10 +68,7 @@ static const char usage_text[] =
 	"                   leaves are then their callers; repeatable\n"
 	"  all:\n"
 	"  --json           machine-readable output (sizes in bytes)\n"
-	"  --timeout MS     end the whole run within MS: the wait for its turn,\n"
-	"                   finding a thread, its calls (default: 2000 to find one,\n"
-	"                   then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 #define DEFAULT_SHIFT 8

@@ -13,7 +13,7 @@
 #include "ma_error.h"
 
 static const char usage_text[] =
-	"usage: memattach heap-dump PID -o FILE [--activate] [--timeout MS] [--tid TID]\n\n"
+	"usage: memattach heap-dump PID -o FILE [--activate] [--timeout TIME] [--tid TID]\n\n"
 	"Write a jemalloc heap profile (heap_v2) of the running process PID to FILE,\n"
 	"as 'prof.dump' inside it.  The target writes into a memfd that only\n"
 	"memattach reads (via /proc/PID/fd), never to a path on disk: this works\n"
@@ -22,14 +22,11 @@ static const char usage_text[] =
 	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false (or\n"
 	"_RJEM_MALLOC_CONF for Rust's tikv-jemallocator).  Read the dump with\n"
 	"'memattach aggregate FILE'.\n\n"
-	"  -o FILE       output file (required)\n"
+	"  -o FILE       output file (required; - for the standard output)\n"
 	"  --activate    if profiling is enabled but inactive (prof_active:false),\n"
 	"                set prof.active=true first (the dump then only shows\n"
 	"                allocations made after this moment)\n"
-	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
-	"                finding a thread, its calls (default: 2000 to find one,\n"
-	"                then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct heap_dump {
@@ -111,8 +108,12 @@ int cmd_heap_dump(int argc, char **argv)
 		ma_outfile_abort(&d.of);
 		return rc;
 	}
-	ma_print_wrapped(2, "wrote %s: %s heap profile (sample period 2^%llu bytes)\n"
-			 "thread %d held %.3f ms\n", out, ma_fmt_bytes(sz, sizeof(sz), d.n),
+	/* With -o -, the dump is the output: the summary goes with the messages. */
+	ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,
+			  "wrote %s: %s heap profile (sample period 2^%llu bytes)\n"
+			  "thread %d held %.3f ms\n",
+			  ma_outfile_is_stdout(out) ? "the standard output" : ma_printable(out),
+			  ma_fmt_bytes(sz, sizeof(sz), d.n),
 			 (unsigned long long)d.st.lg_prof_sample, d.tid, d.held_ns / 1e6);
 	return MA_EXIT_OK;
 }

@@ -2,6 +2,7 @@
  * cmd_profcommon.c - options and loading shared by aggregate, stacks, diff.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,10 +112,13 @@ int ma_profcmd_opt(struct ma_profcmd *c, int argc, char **argv, int *i)
 			return r;
 		errno = 0;
 		c->top = strtol(v, &end, 10);
-		if (errno || *end || c->top <= 0) {
-			ma_cmd_error(c->cmd, MA_EXIT_USAGE, "bad count '%s': expected a positive number", v);
+		if (errno || *end || c->top < 0 || !*v) {
+			ma_cmd_error(c->cmd, MA_EXIT_USAGE, "--top '%s': expected a count, 0 or more (0 = all)",
+				     v);
 			return -1;
 		}
+		if (c->top == 0) /* all, as in bins and frag */
+			c->top = LONG_MAX;
 		return 1;
 	}
 	if ((r = ma_profcmd_value(c->cmd, "--prefix-map", argc, argv, i, &v)) != 0) {

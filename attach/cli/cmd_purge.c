@@ -17,7 +17,7 @@
 #define PURGE_TIMEOUT_MS 60000
 
 static const char usage_text[] =
-	"usage: memattach purge PID [--json] [--timeout MS] [--tid TID]\n\n"
+	"usage: memattach purge PID [--json] [--timeout TIME] [--tid TID]\n\n"
 	"Purge-and-measure: read jemalloc's statistics and VmRSS of process PID,\n"
 	"run arena.4096.purge (all unused dirty and muzzy pages of all arenas go\n"
 	"back to the OS), read them again, and show before / after / delta for\n"
@@ -27,10 +27,7 @@ static const char usage_text[] =
 	"thread.  'allocated' does not change: a purge frees nothing the program\n"
 	"holds; dirty and muzzy go to 0 unless the program freed meanwhile.\n\n"
 	"  --json        machine-readable output (sizes in bytes, times in ns)\n"
-	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
-	"                finding a thread, its calls (default: 2000 to find one,\n"
-	"                then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct side {

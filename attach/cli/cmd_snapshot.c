@@ -27,7 +27,7 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach snapshot PID -o DIR [--activate] [--timeout MS] [--tid TID]\n\n"
+	"usage: memattach snapshot PID -o DIR [--activate] [--timeout TIME] [--tid TID]\n\n"
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
 	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
@@ -44,10 +44,7 @@ static const char usage_text[] =
 	"                set prof.active=true first; without it the heap profile of\n"
 	"                an inactive profiler is said to be (nearly) empty, in the\n"
 	"                output and in manifest.json's heap_note\n"
-	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
-	"                finding a thread, its calls (default: 2000 to find one,\n"
-	"                then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct snap {
@@ -253,6 +250,9 @@ static int make_tmp_dir(struct snap *sn)
 {
 	struct stat st;
 
+	if (ma_outfile_is_stdout(sn->dir))
+		return ma_fail(MA_E_IO, "'-' (the standard output) cannot hold a folder of files: "
+			       "name a folder");
 	if ((sn->parentfd = ma_open_parent(sn->dir, &sn->base)) < 0)
 		return sn->parentfd; /* the message is set */
 	if (!sn->base[0])

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 		"The full call chains (allocation site first) of the stacks whose\n"
 		"allocation site matches SUBSTRING, in its mangled or demangled form\n"
 		"(demangled Rust/C++ names look like '<app::Foo>::bar'), heaviest first.\n\n"
-		"  -n N, --top N          stacks shown (default 10)\n"
+		"  -n N, --top N          stacks shown (default 10, 0 = all)\n"
 		"  --any-frame            match SUBSTRING in any frame of a stack, not only its\n"
 		"                         allocation site (as pprof's -focus)\n"
 		"  --json                 JSON: stacks[{scaled_bytes, raw_bytes, objects, scale,\n"

@@ -16,7 +16,7 @@
 #include "ma_error.h"
 
 static const char usage_text[] =
-	"usage: memattach stats PID [--json | --format openmetrics] [--timeout MS]\n"
+	"usage: memattach stats PID [--json | --format openmetrics] [--timeout TIME]\n"
 	"                       [--tid TID]\n\n"
 	"Refresh jemalloc's statistics inside the running process PID and print\n"
 	"its version, options and headline numbers: allocated, active, resident,\n"
@@ -34,10 +34,7 @@ static const char usage_text[] =
 	"  --format openmetrics\n"
 	"                the metrics 'memattach export' serves, for this process\n"
 	"                (OpenMetrics text, as Prometheus scrapes it)\n"
-	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
-	"                finding a thread, its calls (default: 2000 to find one,\n"
-	"                then each call its own limit)\n"
-	MA_HELP_TID_STRICT;
+	MA_HELP_BORROW;
 
 struct stats_result {
 	struct ma_je_stats st;
@@ -200,6 +197,8 @@ int cmd_stats(int argc, char **argv)
 		return ma_usage_error(argv[0], "--format '%s': the only format is 'openmetrics' (or --json)",
 				      format);
 	openmetrics = format != NULL;
+	if (openmetrics && json)
+		return ma_usage_error(argv[0], "--json and --format openmetrics: choose one output");
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}

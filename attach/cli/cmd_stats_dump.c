@@ -17,18 +17,15 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach stats-dump PID -o FILE [--timeout MS] [--tid TID]\n\n"
+	"usage: memattach stats-dump PID -o FILE [--timeout TIME] [--tid TID]\n\n"
 	"Run malloc_stats_print(cb, buf, \"J\") inside the running process PID and\n"
 	"write its JSON, byte for byte, to FILE (readable by 'memattach bins --stats'\n"
 	"and by any tool that reads jemalloc's stats JSON).  The text goes through a\n"
 	"buffer mapped in the target, never through a file the target opens.  FILE\n"
 	"appears only when complete.  Note: jemalloc counts its own 64 KiB print\n"
 	"buffer in the numbers it prints.\n\n"
-	"  -o FILE       output file (required)\n"
-	"  --timeout MS  end the whole run within MS: the wait for its turn,\n"
-	"                finding a thread, its calls (default: 2000 to find one,\n"
-	"                then each call its own limit)\n"
-	MA_HELP_TID_STRICT
+	"  -o FILE       output file (required; - for the standard output)\n"
+	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct printed {
@@ -86,8 +83,11 @@ int cmd_stats_dump(int argc, char **argv)
 	if (rc)
 		ma_outfile_abort(&of);
 	else
-		ma_print_wrapped(2, "wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u "
-				 "arenas\nthread %d held %.3f ms\n", ma_printable(out),
+		/* With -o -, the JSON is the output: the summary goes with the messages. */
+		ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,
+				  "wrote %s: %s of malloc_stats_print JSON, jemalloc %s, %u "
+				 "arenas\nthread %d held %.3f ms\n",
+				 ma_outfile_is_stdout(out) ? "the standard output" : ma_printable(out),
 				 ma_fmt_bytes(sz, sizeof(sz), len), ma_printable(st.version),
 				 st.narenas, v.tid, v.held_ns / 1e6);
 	free(buf);

@@ -18,7 +18,7 @@
 #include "safepoint.h"
 
 static const char usage_text[] =
-	"usage: memattach threads PID [--json] [--tid TID] [--timeout MS] [--strict]\n\n"
+	"usage: memattach threads PID [--json] [--tid TID] [--timeout TIME] [--strict]\n\n"
 	"List the threads of PID with their state, the syscall they are blocked\n"
 	"in, their stack (unwound remotely, each thread stopped only while its\n"
 	"own stack is read), and what a run with the same options would do with\n"
@@ -39,8 +39,9 @@ static const char usage_text[] =
 	"thread that waits between requests has just run).\n\n"
 	"  --json         machine-readable output\n"
 	"  --tid TID      only that thread\n"
-	"  --timeout MS   end the whole run within MS (default: each thread's look\n"
-	"                 waits up to 5000 for another memattach run on PID to end)\n"
+	"  --timeout TIME end the whole run within TIME (milliseconds, or with a\n"
+	"                 unit: 500ms, 2s; default: each thread's look waits up to\n"
+	"                 5s for another memattach run on PID to end)\n"
 	"  --strict       the verdicts of a run with --strict (threads itself never\n"
 	"                 stops a thread in such a wait)\n";
 

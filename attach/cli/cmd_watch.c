@@ -1,12 +1,13 @@
 /*
- * cmd_watch.c - memattach watch PID [--interval MS] [--out DIR]
- * [--duration S] [--reset-hwm]: peak capture.  Poll VmRSS and VmHWM; at
+ * cmd_watch.c - memattach watch PID [--interval TIME] [-o DIR]
+ * [--duration TIME] [--reset-hwm]: peak capture.  Poll VmRSS and VmHWM; at
  * each new high of the watch take a heap dump (only the latest is kept),
  * record RSS, HWM and the allocator headline as a time series, and chart
  * it at the end.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,9 @@
 #include "series.h"
 
 static const char usage_text[] =
-	"usage: memattach watch PID [--interval MS] [--out DIR] [--duration S]\n"
-	"                            [--reset-hwm] [--timeout MS] [--tid TID]\n\n"
-	"Peak capture.  Every MS milliseconds read VmRSS/VmHWM of process PID and\n"
+	"usage: memattach watch PID [--interval TIME] [-o DIR] [--duration TIME]\n"
+	"                            [--reset-hwm] [--timeout TIME] [--tid TID]\n\n"
+	"Peak capture.  Every --interval read VmRSS/VmHWM of process PID and\n"
 	"jemalloc's allocated/active/resident and the parts of resident memory\n"
 	"(one short thread borrow each).  At each new high of the watch, take a\n"
 	"heap dump to DIR/peak.heap, replacing the previous one, so DIR/peak.heap\n"
@@ -40,22 +41,26 @@ static const char usage_text[] =
 	"watch, even between samples.  The summary gives the watch's highest\n"
 	"point apart from the lifetime VmHWM.  The series goes to DIR/series.csv\n"
 	"as it is taken; DIR/chart.svg (the series with the dump moments marked)\n"
-	"is written at the end.  Stops on Ctrl-C, after S seconds, or when the\n"
+	"is written at the end.  Stops on Ctrl-C, after --duration, or when the\n"
 	"process exits, keeping what it has.  Heap dumps need the process started\n"
 	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false; without it\n"
 	"only the series is recorded.\n\n"
-	"  --interval MS  polling period (default 500)\n"
-	"  --out DIR      output directory: created (mode 0700), or an existing\n"
+	"  --interval TIME  polling period: milliseconds, or with a unit (250ms,\n"
+	"                 2s, 1m; default 500ms)\n"
+	"  -o DIR, --out DIR\n"
+	"                 output directory: created (mode 0700), or an existing\n"
 	"                 one of this user's that no one else can write (default\n"
 	"                 memattach-watch-PID, or a new memattach-watch-PID.XXXXXX\n"
 	"                 when that name is another user's)\n"
-	"  --duration S   stop after S seconds (default: until Ctrl-C or exit)\n"
+	"  --duration TIME  stop after TIME: seconds, or with a unit (90s, 5m, 1h;\n"
+	"                 default: until Ctrl-C or exit)\n"
 	"  --reset-hwm    reset the process's VmHWM to its VmRSS at the start\n"
 	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
 	"                 process itself reads as its peak (VmHWM, getrusage's\n"
 	"                 ru_maxrss)\n"
-	"  --timeout MS   end each sample's run (a reading, or a heap dump) within\n"
-	"                 MS (default: 500 to find a thread; a sample that finds\n"
+	"  --timeout TIME end each sample's run (a reading, or a heap dump) within\n"
+	"                 TIME (milliseconds, or with a unit: 500ms, 2s; default:\n"
+	"                 500ms to find a thread; a sample that finds\n"
 	"                 none is kept without allocator stats)\n"
 	MA_HELP_TID_STRICT
 	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
@@ -64,7 +69,7 @@ static const char usage_text[] =
 struct watch {
 	const char *cmd, *dir;
 	pid_t pid;
-	long interval_ms, duration_s;
+	long interval_ms, duration_ms;
 	struct ma_session_opts o; /* per sample: a short search for a safe thread */
 	struct ma_live l; /* the target open for the whole watch, a thread borrowed per sample */
 	struct ma_series series;
@@ -347,12 +352,13 @@ static int parse_args(int argc, char **argv, struct watch *w)
 			fputs(usage_text, stdout);
 			return -1;
 		} else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &w->interval_ms) && w->interval_ms > 0) {
+			   ma_parse_duration_ms(argv[i + 1], 1, &w->interval_ms) &&
+			   w->interval_ms > 0 && w->interval_ms <= INT_MAX) {
 			i++;
 		} else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &w->duration_s)) {
+			   ma_parse_duration_ms(argv[i + 1], 1000, &w->duration_ms)) {
 			i++;
-		} else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+		} else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
 			w->dir = argv[++i];
 		} else if (strcmp(argv[i], "--reset-hwm") == 0) {
 			w->reset_hwm = true;
@@ -464,7 +470,7 @@ int cmd_watch(int argc, char **argv)
 	fflush(stdout);
 	w.t0_ns = ma_now_ns();
 	next_ns = w.t0_ns;
-	deadline = w.duration_s ? w.t0_ns + (uint64_t)w.duration_s * 1000000000ULL : 0;
+	deadline = w.duration_ms ? w.t0_ns + (uint64_t)w.duration_ms * 1000000ULL : 0;
 	while (!ma_interrupted) {
 		if ((rc = sample(&w))) {
 			why = NULL;

@@ -133,6 +133,34 @@ bool ma_parse_long(const char *arg, long *out)
 	return true;
 }
 
+bool ma_parse_duration_ms(const char *arg, long unit_ms, long *ms)
+{
+	static const struct {
+		const char *suffix;
+		long ms;
+	} units[] = { { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 }, { "", 0 } };
+	char *end;
+	long v;
+
+	if (!arg || *arg < '0' || *arg > '9')
+		return false;
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno)
+		return false;
+	for (size_t k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
+		long u = units[k].ms ? units[k].ms : unit_ms;
+
+		if (strcmp(end, units[k].suffix) != 0)
+			continue;
+		if (v > LONG_MAX / u)
+			return false;
+		*ms = v * u;
+		return true;
+	}
+	return false;
+}
+
 bool ma_parse_pid(const char *arg, pid_t *pid)
 {
 	long v;
@@ -177,11 +205,12 @@ int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int 
 	static const struct {
 		const char *opt, *want;
 	} values[] = {
-		{ "--timeout", "milliseconds, 0 to 600000" },
+		{ "--timeout", "a duration up to 10 minutes: milliseconds, or with a unit (500ms, 2s, 1m)" },
+		{ "--scrape-timeout", "a duration up to 10 minutes: milliseconds, or with a unit (500ms, 2s)" },
 		{ "--tid", "a thread id (a positive number)" },
 		{ "--top", "a count, 0 or more" },
-		{ "--interval", "milliseconds, more than 0" },
-		{ "--duration", "whole seconds, 0 or more" },
+		{ "--interval", "a duration above 0: milliseconds, or with a unit (250ms, 2s, 1m)" },
+		{ "--duration", "a duration: seconds, or with a unit (90s, 5m, 1h, 500ms)" },
 		{ "--pid", "a process id (a positive number)" },
 	};
 	const char *a = argv[i];
@@ -277,7 +306,7 @@ bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *
 	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
 	long v;
 
-	if (strcmp(arg, "--timeout") == 0 && ma_parse_long(val, &v) && v <= 600000) {
+	if (strcmp(arg, "--timeout") == 0 && ma_parse_duration_ms(val, 1, &v) && v <= 600000) {
 		o->deadline_ms = o->run_ms = (int)v;
 		++*i;
 		return true;

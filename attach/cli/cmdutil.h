@@ -19,6 +19,12 @@ bool ma_parse_pid(const char *arg, pid_t *pid);
 /* Parse a non-negative integer option value; false if malformed. */
 bool ma_parse_long(const char *arg, long *out);
 
+/*
+ * Parse a duration: a whole number, bare (in UNIT_MS milliseconds) or with
+ * a unit: ms, s, m or h ("500ms", "2s", "5m").  False if malformed.
+ */
+bool ma_parse_duration_ms(const char *arg, long unit_ms, long *ms);
+
 /* Does the process name COMM match RE (a compiled regex_t)?  For ma_jemalloc_processes. */
 bool ma_comm_matches(void *re, const char *comm);
 
@@ -120,9 +126,16 @@ struct ma_live_cmd {
 int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 
 /*
- * The help of the options every command that borrows a thread takes
- * (after its own --timeout line, whose default differs).
+ * The help of the options every command that borrows a thread takes:
+ * MA_HELP_BORROW for a command that borrows once, MA_HELP_TID_STRICT after
+ * a --timeout line of the command's own (watch, threads: theirs differ).
  */
+#define MA_HELP_BORROW                                                              \
+	"  --timeout TIME\n"                                                         \
+	"                end the whole run within TIME (milliseconds, or with a\n"  \
+	"                unit: 500ms, 2s, 1m): the wait for its turn, finding a\n"  \
+	"                thread, its calls (default: 2000ms to find one, then\n"    \
+	"                each call its own limit)\n" MA_HELP_TID_STRICT
 #define MA_HELP_TID_STRICT                                                          \
 	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
 	"                never called into jemalloc is borrowed: that creates its\n"  \

@@ -3,7 +3,7 @@
 # lines when longer than the terminal) and the documented exit status: 1
 # when the operation fails on the target, 2 for usage errors.
 . "$(dirname "$0")/../lib.sh"
-plan 51
+plan 56
 
 # expect NAME STATUS PATTERN CMD...: exit status and one stderr message matching PATTERN.
 expect() {
@@ -38,16 +38,23 @@ expect "frag start --max-samples 0" 2 "--max-samples '0': expected N, 1 or more"
 expect "frag start --focus without a value" 2 "--focus needs a value" "$MA" frag start 1 --focus
 expect "stats with an unknown option" 2 "unknown option '--bogus'" "$MA" stats 1 --bogus
 # A bad value names the option, the value and what it wants.
-expect "stats --timeout abc" 2 "--timeout 'abc': expected milliseconds, 0 to 600000" \
+expect "stats --timeout abc" 2 "--timeout 'abc': expected a duration up to 10 minutes: milliseconds, or with a unit" \
 	"$MA" stats 1 --timeout abc
-expect "stats --timeout out of range" 2 "--timeout '700000': expected milliseconds" \
+expect "stats --timeout out of range" 2 "--timeout '700000': expected a duration up to 10 minutes" \
 	"$MA" stats 1 --timeout 700000
-expect "stats --timeout without a value" 2 "--timeout needs a value: milliseconds" "$MA" stats 1 --timeout
+expect "stats --timeout without a value" 2 "--timeout needs a value: a duration" "$MA" stats 1 --timeout
+expect "stats --timeout 11m (past 10 minutes)" 2 "--timeout '11m': expected a duration up to 10 minutes" "$MA" stats 1 --timeout 11m
+expect "stats --timeout with an unknown unit" 2 "--timeout '2d': expected a duration" "$MA" stats 1 --timeout 2d
+expect "stats --json with --format openmetrics" 2 "--json and --format openmetrics: choose one output" \
+	"$MA" stats 1 --json --format openmetrics
+expect "aggregate --top -1" 2 "--top '-1': expected a count, 0 or more \(0 = all\)" "$MA" aggregate x.heap --top -1
+expect "export --scrape-timeout 0" 2 "--scrape-timeout '0': expected a duration from 1ms to 10 minutes" \
+	"$MA" export --pid 1 --once --scrape-timeout 0
 expect "bins --top -3" 2 "--top '-3': expected a count, 0 or more" "$MA" bins 1 --top -3
 expect "bins --tid x" 2 "--tid 'x': expected a thread id" "$MA" bins 1 --tid x
-expect "watch --interval 0" 2 "--interval '0': expected milliseconds, more than 0" \
+expect "watch --interval 0" 2 "--interval '0': expected a duration above 0: milliseconds, or with a unit" \
 	"$MA" watch 1 --interval 0
-expect "watch --duration 1.5" 2 "--duration '1.5': expected whole seconds" "$MA" watch 1 --duration 1.5
+expect "watch --duration 1.5" 2 "--duration '1.5': expected a duration: seconds, or with a unit" "$MA" watch 1 --duration 1.5
 expect "heap-dump -o without a value" 2 "-o needs a value" "$MA" heap-dump 1 -o
 expect "an option of another command" 2 "unknown option '--top'" "$MA" threads 1 --top 5
 expect "a second PID" 2 "unexpected argument '2'" "$MA" stats 1 2

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tests/attach/options_live.sh - the options every command shares, on a live
+# prof target: durations with units (--timeout 2s, watch --duration 1500ms
+# --interval 250ms), -o - (heap-dump and stats-dump write the standard
+# output, their summary goes to stderr; snapshot and watch refuse it and
+# create nothing), --top 0 = all in aggregate as in bins.
+. "$(dirname "$0")/../lib.sh"
+plan 12
+
+MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon -t 2 ||
+	{ fail "daemon start"; exit 1; }
+P=$FIX_PID
+cd "$TMP" || exit 1
+
+"$MA" stats "$P" --timeout 2s --json >stats.json 2>stats.err; rc=$?
+check "stats --timeout 2s runs (exit $rc$([ $rc -ne 0 ] && echo ": $(head -1 stats.err)"))" [ "$rc" -eq 0 ]
+
+"$MA" heap-dump "$P" -o - >dump.heap 2>dump.err; rc=$?
+check "heap-dump -o - exits 0 (exit $rc)" [ "$rc" -eq 0 ]
+check "heap-dump -o -: the dump is on stdout ($(head -c 20 dump.heap | head -1))" grep -q '^heap_v2/' dump.heap
+check "heap-dump -o -: its summary is on stderr ($(head -1 dump.err))" grep -q '^wrote the standard output: ' dump.err
+"$MA" aggregate dump.heap --json >agg.json 2>agg.err; rc=$?
+check "the dump from stdout reads back in aggregate (exit $rc)" [ "$rc" -eq 0 ]
+
+"$MA" stats-dump "$P" -o - >stats_print.json 2>sd.err; rc=$?
+check "stats-dump -o - writes malloc_stats_print JSON on stdout (exit $rc)" \
+	python3 -c "import json; assert 'jemalloc' in json.load(open('stats_print.json'))"
+
+"$MA" snapshot "$P" -o - >/dev/null 2>snap.err; rc=$?
+check "snapshot -o - is refused (exit $rc: $(head -1 snap.err))" [ "$rc" -eq 1 ]
+"$MA" watch "$P" -o - --duration 1 >/dev/null 2>watch.err; rc=$?
+check "watch -o - is refused (exit $rc: $(head -1 watch.err))" [ "$rc" -eq 1 ]
+check "neither created a folder named '-'" [ ! -e ./- ]
+
+start=${EPOCHREALTIME/./}
+"$MA" watch "$P" -o w --duration 1500ms --interval 250ms >watch.out 2>&1; rc=$?
+took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
+# The duration is a bound, not a speed: a loaded machine takes longer to
+# start and end, but a watch read as 1500 seconds (or 1500 ms as 1.5 h) never ends here.
+check "watch --duration 1500ms --interval 250ms ends by itself (exit $rc, ${took} ms)" \
+	[ "$rc" -eq 0 ]
+check "it took several samples ($(grep -o '[0-9]* samples' watch.out))" \
+	awk '/samples/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^samples/ && $i + 0 >= 2) ok = 1 } END { exit !ok }' watch.out
+
+# sites NAME ARGS...: how many sites aggregate --json lists with ARGS.
+sites() { "$MA" aggregate dump.heap "$@" --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)['sites']))"; }
+n_big=$(sites --top 100000) n_top0=$(sites --top 0) n_top1=$(sites --top 1)
+check "aggregate --top 0 shows every site ($n_top0 sites, as --top 100000: $n_big; --top 1: $n_top1)" \
+	[ "$n_top0" -eq "$n_big" -a "$n_top0" -ge 2 -a "$n_top1" -eq 1 ]
+fix_quit "$P" "$FIX_FD" >/dev/null
