@@ -142,6 +142,9 @@ int ma_target_open(struct ma_target *t, pid_t pid)
 	rc = ma_proc_read_status(pid, 0, &st);
 	if (rc)
 		return rc;
+	/* An exiting process its pid namespace has let go of shows Tgid 0. */
+	if (st.tgid == 0)
+		return ma_fail(MA_E_NOPROC, "no process with pid %d", pid);
 	if (st.tgid != pid)
 		return ma_fail(MA_E_NOPROC, "%d is a thread of process %d; give the process id",
 			       pid, st.tgid);
