@@ -127,6 +127,16 @@ for c in "$results"/*.counts; do
 	echo "$name $secs" >>"$times_file.tmp"
 done
 [ -z "$only" ] && mv "$times_file.tmp" "$times_file" || rm -f "$times_file.tmp"
+# The failures again, last, where a log cut in the middle still shows them.
+if [ "$failed" -gt 0 ]; then
+	echo "failures:"
+	for c in "$results"/*.counts; do
+		read -r p f s secs name <"$c"
+		[ "$f" -gt 0 ] || continue
+		id=${c##*/}; id=${id%.counts}
+		grep -E '^ *FAIL' "$results/$id.report" | head -5 | sed "s|^ *|  $name: |" | cut -c1-400
+	done
+fi
 if [ "$skipped" -gt 0 ]; then
 	echo "$passed passed, $failed failed, $skipped skipped"
 else
