@@ -8,12 +8,14 @@
 #include "capture.h"
 #include "cmdutil.h"
 #include "commands.h"
+#include "emit.h"
 #include "format.h"
 #include "jectl.h"
 #include "ma_error.h"
 
 static const char usage_text[] =
-	"usage: memattach heap-dump PID -o FILE [--activate] [--timeout TIME] [--tid TID]\n\n"
+	"usage: memattach heap-dump PID -o FILE [--activate] [--json] [--timeout TIME]\n"
+	"                           [--tid TID]\n\n"
 	"Write a jemalloc heap profile (heap_v2) of the running process PID to FILE,\n"
 	"as 'prof.dump' inside it.  The target writes into a memfd that only\n"
 	"memattach reads (via /proc/PID/fd), never to a path on disk: this works\n"
@@ -26,12 +28,14 @@ static const char usage_text[] =
 	"  --activate    if profiling is enabled but inactive (prof_active:false),\n"
 	"                set prof.active=true first (the dump then only shows\n"
 	"                allocations made after this moment)\n"
+	"  --json        what was written, as JSON: pid, file, bytes,\n"
+	"                lg_prof_sample, tid, held_ns (not with -o -)\n"
 	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
 struct heap_dump {
 	const char *cmd;
-	bool activate;
+	bool activate, json;
 	struct ma_outfile of;
 	struct ma_je_stats st;
 	size_t n; /* bytes written */
@@ -91,6 +95,7 @@ int cmd_heap_dump(int argc, char **argv)
 	const struct ma_arg opts[] = {
 		{ "-o", NULL, MA_ARG_STR, &out },
 		{ "--activate", NULL, MA_ARG_FLAG, &d.activate },
+		{ "--json", NULL, MA_ARG_FLAG, &d.json },
 		{ NULL },
 	};
 
@@ -100,6 +105,8 @@ int cmd_heap_dump(int argc, char **argv)
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}
+	if (d.json && ma_outfile_is_stdout(out))
+		return ma_usage_error(argv[0], "-o - and --json both want the standard output");
 	if (ma_outfile_open(&d.of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
 	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = argv[0], .pid = pid, .o = &o,
@@ -107,6 +114,21 @@ int cmd_heap_dump(int argc, char **argv)
 			      &d))) {
 		ma_outfile_abort(&d.of);
 		return rc;
+	}
+	if (d.json) {
+		struct ma_json j;
+
+		ma_json_init(&j, stdout);
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", pid);
+		ma_json_str(&j, "file", out);
+		ma_json_u64(&j, "bytes", d.n);
+		ma_json_u64(&j, "lg_prof_sample", d.st.lg_prof_sample);
+		ma_json_i64(&j, "tid", d.tid);
+		ma_json_u64(&j, "held_ns", d.held_ns);
+		ma_json_obj_close(&j);
+		ma_json_end(&j);
+		return MA_EXIT_OK;
 	}
 	/* With -o -, the dump is the output: the summary goes with the messages. */
 	ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,

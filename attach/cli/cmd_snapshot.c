@@ -27,7 +27,8 @@
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach snapshot PID -o DIR [--activate] [--timeout TIME] [--tid TID]\n\n"
+	"usage: memattach snapshot PID -o DIR [--activate] [--json] [--timeout TIME]\n"
+	"                          [--tid TID]\n\n"
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
 	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
@@ -44,6 +45,8 @@ static const char usage_text[] =
 	"                set prof.active=true first; without it the heap profile of\n"
 	"                an inactive profiler is said to be (nearly) empty, in the\n"
 	"                output and in manifest.json's heap_note\n"
+	"  --json        what was written, as JSON: pid, dir, files[], heap (and\n"
+	"                heap_note, or no_heap: why not), tid, held_ns\n"
 	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
@@ -58,7 +61,7 @@ struct snap {
 	struct ma_bin_table bins;
 	char *stats_json;
 	size_t stats_len, heap_len;
-	bool heap, activate;
+	bool heap, activate, json;
 	char heap_skip[256];
 	char heap_note[256]; /* what the heap profile covers, when not everything */
 	uint64_t held_ns;
@@ -295,6 +298,31 @@ static int rename_into_place(struct snap *sn)
 	return renameat(sn->parentfd, sn->tmp, sn->parentfd, sn->base);
 }
 
+/* What the snapshot wrote, for scripts (--json). */
+static void print_json(const struct snap *sn)
+{
+	static const char *const files[] = { "manifest.json", "stats.json", "bins.json", "heap.heap" };
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "pid", sn->pid);
+	ma_json_str(&j, "dir", sn->dir);
+	ma_json_arr_open(&j, "files");
+	for (size_t i = 0; i < (sn->heap ? 4 : 3); i++)
+		ma_json_str(&j, NULL, files[i]);
+	ma_json_arr_close(&j);
+	ma_json_bool(&j, "heap", sn->heap);
+	if (sn->heap && sn->heap_note[0])
+		ma_json_str(&j, "heap_note", sn->heap_note);
+	if (!sn->heap)
+		ma_json_str(&j, "no_heap", sn->heap_skip);
+	ma_json_i64(&j, "tid", sn->tid);
+	ma_json_u64(&j, "held_ns", sn->held_ns);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
 int cmd_snapshot(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
@@ -305,6 +333,7 @@ int cmd_snapshot(int argc, char **argv)
 	const struct ma_arg opts[] = {
 		{ "-o", NULL, MA_ARG_STR, &sn.dir },
 		{ "--activate", NULL, MA_ARG_FLAG, &sn.activate },
+		{ "--json", NULL, MA_ARG_FLAG, &sn.json },
 		{ NULL },
 	};
 
@@ -332,6 +361,8 @@ int cmd_snapshot(int argc, char **argv)
 		ma_outdir_unmark(sn.tmpfd); /* complete under its name: no longer a temporary */
 	if (rc)
 		remove_tmp(&sn);
+	else if (sn.json)
+		print_json(&sn);
 	else
 		ma_print_wrapped(2, "wrote %s/: manifest.json, stats.json, bins.json%s\nthread %d "
 				 "held %.3f ms%s%s\n", sn.dir, sn.heap ? ", heap.heap" : "",

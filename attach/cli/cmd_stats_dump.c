@@ -11,13 +11,14 @@
 #include "commands.h"
 #include "format.h"
 #include "jectl.h"
+#include "emit.h"
 #include "ma_error.h"
 #include "stats_json.h"
 
 #define STATS_PRINT_TIMEOUT_MS 20000
 
 static const char usage_text[] =
-	"usage: memattach stats-dump PID -o FILE [--timeout TIME] [--tid TID]\n\n"
+	"usage: memattach stats-dump PID -o FILE [--json] [--timeout TIME] [--tid TID]\n\n"
 	"Run malloc_stats_print(cb, buf, \"J\") inside the running process PID and\n"
 	"write its JSON, byte for byte, to FILE (readable by 'memattach bins --stats'\n"
 	"and by any tool that reads jemalloc's stats JSON).  The text goes through a\n"
@@ -25,6 +26,8 @@ static const char usage_text[] =
 	"appears only when complete.  Note: jemalloc counts its own 64 KiB print\n"
 	"buffer in the numbers it prints.\n\n"
 	"  -o FILE       output file (required; - for the standard output)\n"
+	"  --json        what was written, as JSON: pid, file, bytes, version,\n"
+	"                narenas, tid, held_ns (not with -o -)\n"
 	MA_HELP_BORROW
 	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
 
@@ -40,6 +43,24 @@ static int print_stats(struct ma_session *s, void *ctx)
 	return ma_je_stats_print(s, "J", STATS_PRINT_TIMEOUT_MS, &p->buf, &p->len);
 }
 
+static void print_json(pid_t pid, const char *out, size_t len, const struct ma_je_stats *st,
+		       const struct ma_live_visit *v)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "pid", pid);
+	ma_json_str(&j, "file", out);
+	ma_json_u64(&j, "bytes", len);
+	ma_json_str(&j, "version", st->version);
+	ma_json_u64(&j, "narenas", st->narenas);
+	ma_json_i64(&j, "tid", v->tid);
+	ma_json_u64(&j, "held_ns", v->held_ns);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
 int cmd_stats_dump(int argc, char **argv)
 {
 	struct ma_session_opts o = { .deadline_ms = 2000 };
@@ -52,9 +73,14 @@ int cmd_stats_dump(int argc, char **argv)
 	char *buf = NULL, sz[32];
 	size_t len = 0;
 	pid_t pid = 0;
+	bool json = false;
 	int rc;
 
-	const struct ma_arg opts[] = { { "-o", NULL, MA_ARG_STR, &out }, { NULL } };
+	const struct ma_arg opts[] = {
+		{ "-o", NULL, MA_ARG_STR, &out },
+		{ "--json", NULL, MA_ARG_FLAG, &json },
+		{ NULL },
+	};
 
 	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
 								.opts = opts, .pid = &pid, .live = &o })))
@@ -62,6 +88,8 @@ int cmd_stats_dump(int argc, char **argv)
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");
 	}
+	if (json && ma_outfile_is_stdout(out))
+		return ma_usage_error(argv[0], "-o - and --json both want the standard output");
 	/* Fail on an unwritable destination before touching the target. */
 	if (ma_outfile_open(&of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());
@@ -82,6 +110,8 @@ int cmd_stats_dump(int argc, char **argv)
 	}
 	if (rc)
 		ma_outfile_abort(&of);
+	else if (json)
+		print_json(pid, out, len, &st, &v);
 	else
 		/* With -o -, the JSON is the output: the summary goes with the messages. */
 		ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,

@@ -17,6 +17,7 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "emit.h"
 #include "commands.h"
 #include "format.h"
 #include "jectl.h"
@@ -27,7 +28,7 @@
 
 static const char usage_text[] =
 	"usage: memattach watch PID [--interval TIME] [-o DIR] [--duration TIME]\n"
-	"                            [--reset-hwm] [--timeout TIME] [--tid TID]\n\n"
+	"                            [--reset-hwm] [--json] [--timeout TIME] [--tid TID]\n\n"
 	"Peak capture.  Every --interval read VmRSS/VmHWM of process PID and\n"
 	"jemalloc's allocated/active/resident and the parts of resident memory\n"
 	"(one short thread borrow each).  At each new high of the watch, take a\n"
@@ -54,6 +55,10 @@ static const char usage_text[] =
 	"                 when that name is another user's)\n"
 	"  --duration TIME  stop after TIME: seconds, or with a unit (90s, 5m, 1h;\n"
 	"                 default: until Ctrl-C or exit)\n"
+	"  --json         the summary at the end as JSON on stdout (pid, dir,\n"
+	"                 reason, samples, samples_without_stats, heap_dumps,\n"
+	"                 peak, peak_at_s, lifetime_hwm, files[]); the running\n"
+	"                 lines then go to stderr\n"
 	"  --reset-hwm    reset the process's VmHWM to its VmRSS at the start\n"
 	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
 	"                 process itself reads as its peak (VmHWM, getrusage's\n"
@@ -70,6 +75,8 @@ struct watch {
 	const char *cmd, *dir;
 	pid_t pid;
 	long interval_ms, duration_ms;
+	bool json; /* --json: the summary as JSON, the running lines on stderr */
+	FILE *say; /* where the running lines go */
 	struct ma_session_opts o; /* per sample: a short search for a safe thread */
 	struct ma_live l; /* the target open for the whole watch, a thread borrowed per sample */
 	struct ma_series series;
@@ -273,7 +280,7 @@ static int sample(struct watch *w)
 					w->dumps++;
 					w->high = level;
 					w->last_hwm = ps.vm_hwm;
-					ma_print_wrapped(TIMELINE_HANG,
+					ma_fprint_wrapped(w->say, TIMELINE_HANG,
 							 "%8.3f s  new high %s (VmRSS %s, VmHWM "
 							 "%s): heap dump kept in %s (%s)\n",
 							 x.t_ms / 1000.0,
@@ -360,6 +367,8 @@ static int parse_args(int argc, char **argv, struct watch *w)
 			i++;
 		} else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
 			w->dir = argv[++i];
+		} else if (strcmp(argv[i], "--json") == 0) {
+			w->json = true;
 		} else if (strcmp(argv[i], "--reset-hwm") == 0) {
 			w->reset_hwm = true;
 		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
@@ -446,6 +455,34 @@ static int start(struct watch *w, char *defdir, size_t deflen)
 	return 0;
 }
 
+/* The summary for scripts (--json): why it stopped, what it saw, what it wrote. */
+static void print_json(const struct watch *w, const char *why)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "pid", w->pid);
+	ma_json_str(&j, "dir", w->dir);
+	ma_json_str(&j, "reason", why);
+	ma_json_u64(&j, "samples", w->series.n);
+	ma_json_u64(&j, "samples_without_stats", w->skipped);
+	ma_json_u64(&j, "heap_dumps", w->dumps);
+	ma_json_u64(&j, "peak", w->top); /* "highest during the watch" */
+	ma_json_double(&j, "peak_at_s", w->top_t_ms / 1000.0);
+	ma_json_u64(&j, "lifetime_hwm", w->lifetime_hwm);
+	ma_json_bool(&j, "hwm_reset", w->reset_hwm);
+	ma_json_u64(&j, "ran_behind", w->behind);
+	ma_json_arr_open(&j, "files");
+	ma_json_str(&j, NULL, "series.csv");
+	ma_json_str(&j, NULL, "chart.svg");
+	if (w->dumps)
+		ma_json_str(&j, NULL, "peak.heap");
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
 int cmd_watch(int argc, char **argv)
 {
 	struct watch w = { .cmd = argv[0], .interval_ms = 500, .o = { .deadline_ms = 500 },
@@ -465,7 +502,8 @@ int cmd_watch(int argc, char **argv)
 		ma_live_end(&w.l);
 		return rc;
 	}
-	ma_print_wrapped(2, "watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
+	w.say = w.json ? stderr : stdout;
+	ma_fprint_wrapped(w.say, 2, "watching process %d every %ld ms into %s/ (Ctrl-C to stop)\n", w.pid,
 			 w.interval_ms, w.dir);
 	fflush(stdout);
 	w.t0_ns = ma_now_ns();
@@ -501,8 +539,10 @@ int cmd_watch(int argc, char **argv)
 		ma_cmd_error(w.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		rc = rc ? rc : MA_E_IO;
 	}
-	if (why)
-		ma_print_wrapped(2, "stopped (%s): %zu samples (%u without allocator stats), %u "
+	if (why && w.json)
+		print_json(&w, why);
+	else if (why)
+		ma_fprint_wrapped(w.say, 2, "stopped (%s): %zu samples (%u without allocator stats), %u "
 				 "heap dumps, highest during the watch %s at %.3f s (lifetime "
 				 "VmHWM %s%s); %s/series.csv, %s/chart.svg%s%s\n", why,
 				 w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.top),
@@ -510,7 +550,7 @@ int cmd_watch(int argc, char **argv)
 				 w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
 				 w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	if (why && w.behind)
-		ma_print_wrapped(2, "ran behind %u time%s: a sample took longer than --interval "
+		ma_fprint_wrapped(w.say, 2, "ran behind %u time%s: a sample took longer than --interval "
 				 "%ld ms (one every %.0f ms on average); a longer --interval keeps "
 				 "the schedule\n", w.behind, w.behind == 1 ? "" : "s",
 				 w.interval_ms,

@@ -3,9 +3,10 @@
 # prof target: durations with units (--timeout 2s, watch --duration 1500ms
 # --interval 250ms), -o - (heap-dump and stats-dump write the standard
 # output, their summary goes to stderr; snapshot and watch refuse it and
-# create nothing), --top 0 = all in aggregate as in bins.
+# create nothing), --top 0 = all in aggregate as in bins, --json on the
+# commands whose output is a file or folder.
 . "$(dirname "$0")/../lib.sh"
-plan 12
+plan 17
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon -t 2 ||
 	{ fail "daemon start"; exit 1; }
@@ -47,4 +48,20 @@ sites() { "$MA" aggregate dump.heap "$@" --json | python3 -c "import json,sys; p
 n_big=$(sites --top 100000) n_top0=$(sites --top 0) n_top1=$(sites --top 1)
 check "aggregate --top 0 shows every site ($n_top0 sites, as --top 100000: $n_big; --top 1: $n_top1)" \
 	[ "$n_top0" -eq "$n_big" -a "$n_top0" -ge 2 -a "$n_top1" -eq 1 ]
+# --json on the commands whose output is a file or a folder: what was written.
+jcheck() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); $2" "$1"; }
+"$MA" heap-dump "$P" -o hd.heap --json >hd.json
+check "heap-dump --json: file, bytes as on disk, sample period" \
+	jcheck hd.json "import os; assert d['file'] == 'hd.heap' and d['bytes'] == os.path.getsize('hd.heap') and d['lg_prof_sample'] == 19 and d['pid'] == $P, d"
+"$MA" stats-dump "$P" -o sd.json --json >sdj.json
+check "stats-dump --json: file, bytes as on disk, version as in the file" \
+	jcheck sdj.json "import os; v = json.load(open('sd.json'))['jemalloc']['version']; assert d['bytes'] == os.path.getsize('sd.json') and d['version'] == v and d['narenas'] >= 1, d"
+"$MA" snapshot "$P" -o snap --json >snap.json
+check "snapshot --json: the files it lists are in the folder" \
+	jcheck snap.json "import os; assert d['heap'] and sorted(d['files']) == sorted(os.listdir('snap')), (d, os.listdir('snap'))"
+"$MA" watch "$P" -o wj --duration 1s --interval 200ms --json >watch.json 2>watch.err
+check "watch --json: the summary on stdout, the running lines on stderr ($(head -1 watch.err | cut -c1-60))" \
+	jcheck watch.json "import os; assert d['reason'] == 'duration reached' and d['samples'] >= 2 and d['peak'] > 0 and all(os.path.exists('wj/' + f) for f in d['files']), d"
+"$MA" heap-dump "$P" -o - --json >/dev/null 2>hdboth.err; rc=$?
+check "heap-dump -o - --json is a usage error (exit $rc: $(head -1 hdboth.err))" [ "$rc" -eq 2 ]
 fix_quit "$P" "$FIX_FD" >/dev/null
