@@ -63,6 +63,28 @@ static void json_side(struct ma_json *j, const char *key, struct ma_profbundle *
 	ma_json_obj_close(j);
 }
 
+/* One site's two sides, each key KEY_A or KEY_B made from the field's name (as bins: waste_a). */
+static void json_site_sides(struct ma_json *j, const struct ma_site_delta *s, const char *key_a,
+			    const char *key_b)
+{
+	const char *keys[2] = { key_a, key_b };
+	char k[40];
+
+	for (int side = 0; side < 2; side++) {
+		double bytes = side ? s->b : s->a, objs = side ? s->b_objs : s->a_objs;
+		uint64_t raw = side ? s->b_raw : s->a_raw;
+
+		snprintf(k, sizeof(k), keys[side], "scaled_bytes");
+		ma_json_u64(j, k, (uint64_t)llround(bytes));
+		snprintf(k, sizeof(k), keys[side], "raw_bytes");
+		ma_json_u64(j, k, raw);
+		snprintf(k, sizeof(k), keys[side], "objects");
+		ma_json_u64(j, k, (uint64_t)llround(objs));
+		snprintf(k, sizeof(k), keys[side], "scale");
+		ma_json_double(j, k, ma_site_scale(bytes, raw));
+	}
+}
+
 static void json_sites(struct ma_json *j, const char *key, struct ma_site_delta *d, size_t from, size_t n,
 		       int step)
 {
@@ -73,14 +95,9 @@ static void json_sites(struct ma_json *j, const char *key, struct ma_site_delta 
 		ma_json_obj_open(j, NULL);
 		ma_json_str(j, "leaf", s->name);
 		ma_json_i64(j, "delta_bytes", (int64_t)llround(s->b - s->a));
-		ma_json_u64(j, "a_scaled_bytes", (uint64_t)llround(s->a));
-		ma_json_u64(j, "b_scaled_bytes", (uint64_t)llround(s->b));
-		ma_json_u64(j, "a_raw_bytes", s->a_raw);
-		ma_json_u64(j, "b_raw_bytes", s->b_raw);
-		ma_json_u64(j, "a_objects", (uint64_t)llround(s->a_objs));
-		ma_json_u64(j, "b_objects", (uint64_t)llround(s->b_objs));
-		ma_json_double(j, "a_scale", ma_site_scale(s->a, s->a_raw));
-		ma_json_double(j, "b_scale", ma_site_scale(s->b, s->b_raw));
+		json_site_sides(j, s, "%s_a", "%s_b");
+		/* The names before 0.10 (a_scaled_bytes...), kept for one release. */
+		json_site_sides(j, s, "a_%s", "b_%s");
 		ma_json_obj_close(j);
 	}
 	ma_json_arr_close(j);

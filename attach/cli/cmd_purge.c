@@ -80,6 +80,14 @@ static bool shown(const struct purge_result *r, size_t k)
 	return !metrics[k].from_pages || (r->before.h.have_pages && r->after.h.have_pages);
 }
 
+/* Metric K's value V; VmRSS as vm_rss (as stats and snapshots), and as rss, its name before 0.10. */
+static void json_metric(struct ma_json *j, size_t k, int64_t v)
+{
+	if (strcmp(metrics[k].name, "rss") == 0)
+		ma_json_i64(j, "vm_rss", v);
+	ma_json_i64(j, metrics[k].name, v);
+}
+
 static void print_json(const struct purge_result *r)
 {
 	const char *sides[2] = { "before", "after" };
@@ -93,13 +101,13 @@ static void print_json(const struct purge_result *r)
 		ma_json_obj_open(&j, sides[s]);
 		for (size_t k = 0; k < NMETRICS; k++)
 			if (shown(r, k))
-				ma_json_i64(&j, metrics[k].name, metric(sv[s], k));
+				json_metric(&j, k, metric(sv[s], k));
 		ma_json_obj_close(&j);
 	}
 	ma_json_obj_open(&j, "delta");
 	for (size_t k = 0; k < NMETRICS; k++)
 		if (shown(r, k))
-			ma_json_i64(&j, metrics[k].name, metric(&r->after, k) - metric(&r->before, k));
+			json_metric(&j, k, metric(&r->after, k) - metric(&r->before, k));
 	ma_json_obj_close(&j);
 	ma_json_u64(&j, "purge_ns", r->purge_ns);
 	ma_json_u64(&j, "held_ns", r->held_ns);

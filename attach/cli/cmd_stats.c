@@ -67,6 +67,9 @@ static void print_json(const struct stats_result *r)
 	ma_json_u64(&j, "mapped", r->st.mapped);
 	ma_json_u64(&j, "retained", r->st.retained);
 	ma_json_u64(&j, "metadata", r->st.metadata);
+	ma_json_u64(&j, "vm_rss", r->ps.vm_rss);
+	ma_json_u64(&j, "vm_hwm", r->ps.vm_hwm);
+	/* The names before 0.10, kept for one release. */
 	ma_json_u64(&j, "rss", r->ps.vm_rss);
 	ma_json_u64(&j, "hwm", r->ps.vm_hwm);
 	ma_json_u64(&j, "page_slack", r->h.page_slack);

@@ -16,7 +16,7 @@
 #include "testhooks.h"
 
 /* The release: bumped with each change users see in the commands or outputs. */
-#define MA_VERSION "0.9.0"
+#define MA_VERSION "0.10.0"
 
 struct command {
 	const char *name;

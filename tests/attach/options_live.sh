@@ -6,7 +6,7 @@
 # create nothing), --top 0 = all in aggregate as in bins, --json on the
 # commands whose output is a file or folder.
 . "$(dirname "$0")/../lib.sh"
-plan 17
+plan 20
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon -t 2 ||
 	{ fail "daemon start"; exit 1; }
@@ -64,4 +64,13 @@ check "watch --json: the summary on stdout, the running lines on stderr ($(head 
 	jcheck watch.json "import os; assert d['reason'] == 'duration reached' and d['samples'] >= 2 and d['peak'] > 0 and all(os.path.exists('wj/' + f) for f in d['files']), d"
 "$MA" heap-dump "$P" -o - --json >/dev/null 2>hdboth.err; rc=$?
 check "heap-dump -o - --json is a usage error (exit $rc: $(head -1 hdboth.err))" [ "$rc" -eq 2 ]
+# One set of JSON key names; the names before 0.10 beside them, equal.
+check "stats --json: vm_rss and vm_hwm, and rss/hwm (until 0.11) equal to them" \
+	jcheck stats.json "assert d['vm_rss'] > 0 and d['vm_rss'] == d['rss'] and d['vm_hwm'] == d['hwm'], d"
+"$MA" purge "$P" --json >purge.json
+check "purge --json: vm_rss in before, after and delta, rss beside it" \
+	jcheck purge.json "assert all(d[k]['vm_rss'] == d[k]['rss'] for k in ('before', 'after', 'delta')), d"
+"$MA" diff dump.heap hd.heap --top 0 --json >diff.json
+check "diff --json: a site's sides as scaled_bytes_a/_b, a_scaled_bytes/b_ beside them" \
+	jcheck diff.json "s = d['growers'] + d['shrinkers']; assert s and all(x['scaled_bytes_a'] == x['a_scaled_bytes'] and x['objects_b'] == x['b_objects'] for x in s), d"
 fix_quit "$P" "$FIX_FD" >/dev/null
