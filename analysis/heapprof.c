@@ -254,7 +254,7 @@ static int parse_map(struct parser *ps, const struct line *l)
 {
 	struct ma_heapprof *hp = ps->hp;
 	const char *p = l->p, *end = l->end, *perm;
-	uint64_t start, stop, off;
+	uint64_t start, stop, off, major, minor, inode;
 	struct ma_hp_map *m;
 	bool exec;
 	int rc;
@@ -273,18 +273,24 @@ static int parse_map(struct parser *ps, const struct line *l)
 	p = skip_ws(p, end);
 	if (!parse_hex(&p, end, &off))
 		off = 0;
-	/* dev and inode */
-	for (int i = 0; i < 2; i++) {
-		p = skip_ws(p, end);
-		while (p < end && *p != ' ' && *p != '\t')
-			p++;
-	}
+	/* dev ("fe:00", hex) and inode (decimal): which file it was */
+	p = skip_ws(p, end);
+	if (!parse_hex(&p, end, &major) || p >= end || *p++ != ':' || !parse_hex(&p, end, &minor))
+		major = minor = 0;
+	while (p < end && *p != ' ' && *p != '\t')
+		p++;
+	p = skip_ws(p, end);
+	for (inode = 0; p < end && *p >= '0' && *p <= '9' && inode < UINT64_MAX / 10 - 9; p++)
+		inode = inode * 10 + (uint64_t)(*p - '0');
+	while (p < end && *p != ' ' && *p != '\t')
+		p++;
 	p = skip_ws(p, end);
 	rc = grow((void **)&hp->maps, &ps->cap_maps, hp->nmaps + 1, sizeof(*hp->maps));
 	if (rc)
 		return rc;
 	m = &hp->maps[hp->nmaps];
-	*m = (struct ma_hp_map){ .start = start, .end = stop, .offset = off };
+	*m = (struct ma_hp_map){ .start = start, .end = stop, .offset = off, .inode = inode,
+				 .dev_major = (unsigned)major, .dev_minor = (unsigned)minor };
 	m->exec = exec;
 	if (p < end) {
 		m->path = strndup(p, (size_t)(end - p));

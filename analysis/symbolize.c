@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -21,17 +23,35 @@
 #include "ma_error.h"
 #include "symbolize.h"
 
-static void warn(struct ma_symbolizer *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void vwarn(struct ma_symbolizer *s, bool about_main, const char *fmt, va_list ap)
+{
+	/* The first problem is kept, but one about the main executable wins (--binary's). */
+	if (s->nwarnings++ == 0 || (about_main && !s->warning_main)) {
+		vsnprintf(s->warning, sizeof(s->warning), fmt, ap);
+		s->warning_main = about_main;
+	}
+}
 
+static void warn(struct ma_symbolizer *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(struct ma_symbolizer *s, const char *fmt, ...)
 {
-	if (s->nwarnings++ == 0) {
-		va_list ap;
+	va_list ap;
 
-		va_start(ap, fmt);
-		vsnprintf(s->warning, sizeof(s->warning), fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	vwarn(s, false, fmt, ap);
+	va_end(ap);
+}
+
+/* A problem with object O's file. */
+static void warn_obj(struct ma_symbolizer *s, const struct ma_symobj *o, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void warn_obj(struct ma_symbolizer *s, const struct ma_symobj *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vwarn(s, o->main, fmt, ap);
+	va_end(ap);
 }
 
 static const char *base_name(const char *p)
@@ -87,6 +107,18 @@ static char *remap_path(const struct ma_sym_opts *o, const char *p)
 	return strdup(p);
 }
 
+/* Does one of --prefix-map's OLD prefixes name P? */
+static bool prefix_mapped(const struct ma_sym_opts *o, const char *p)
+{
+	for (size_t i = 0; i < o->nprefix_maps; i++) {
+		size_t n = strlen(o->prefix_maps[i].from);
+
+		if (n && strncmp(p, o->prefix_maps[i].from, n) == 0)
+			return true;
+	}
+	return false;
+}
+
 int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 		const struct ma_sym_opts *opts)
 {
@@ -133,6 +165,7 @@ int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 				o->path = strdup(s->opts.binary);
 			else
 				o->path = remap_path(&s->opts, p);
+			o->named = (o->main && s->opts.binary) || prefix_mapped(&s->opts, p);
 			if (!o->dump_path || !o->path) {
 				ma_sym_release(s);
 				return ma_fail(MA_E_NOMEM, "out of memory");
@@ -277,13 +310,37 @@ static void find_debug(struct ma_symobj *o)
 	try_debug(o, p);
 }
 
-static int open_obj_elf(struct ma_symbolizer *s, struct ma_symobj *o)
+static int open_obj_elf(struct ma_symbolizer *s, struct ma_symobj *o, bool *by_path)
 {
 	int fd = -1;
 
 	if (s->opts.open_map && o->first_map < s->hp->nmaps)
 		fd = s->opts.open_map(s->opts.open_ctx, &s->hp->maps[o->first_map]);
+	*by_path = fd < 0;
 	return fd >= 0 ? ma_elf_open_fd(&o->elf, fd, o->path) : ma_elf_open(&o->elf, o->path);
+}
+
+/*
+ * Is the file opened for O another one than the dump mapped: the same
+ * path, the same device, another inode (rebuilt or replaced since)?  Its
+ * symbols would name the dump's addresses wrongly.  Not judged when the
+ * user named the file (--binary, --prefix-map: a copy, or the file itself
+ * vouched for) or the dump does not say (no inode, another device).
+ */
+static bool replaced_since_dump(const struct ma_symbolizer *s, const struct ma_symobj *o,
+				uint64_t *then, uint64_t *now)
+{
+	const struct ma_hp_map *m = o->first_map < s->hp->nmaps ? &s->hp->maps[o->first_map] : NULL;
+	struct stat st;
+
+	if (!m || !m->inode || o->named || o->elf.fd < 0 ||
+	    fstat(o->elf.fd, &st) != 0)
+		return false;
+	if (major(st.st_dev) != m->dev_major || minor(st.st_dev) != m->dev_minor)
+		return false;
+	*then = m->inode;
+	*now = (uint64_t)st.st_ino;
+	return st.st_ino != m->inode;
 }
 
 /*
@@ -317,30 +374,45 @@ static void open_as_owner(const struct ma_sym_opts *o, bool on)
 
 static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
 {
+	uint64_t then = 0, now = 0;
+	bool by_path = true;
 	int rc;
 
 	if (o->tried)
 		return o->ok;
 	o->tried = true;
 	open_as_owner(&s->opts, true);
-	rc = open_obj_elf(s, o);
+	rc = open_obj_elf(s, o, &by_path);
 	if (!rc && !o->elf.has_symtab)
 		find_debug(o);
 	open_as_owner(&s->opts, false);
 	if (rc != 0) {
 		if (o->main && !s->opts.binary)
-			warn(s, "%s; frames in it stay unnamed (use --binary PATH%s)", ma_errmsg(),
+			warn_obj(s, o, "%s; frames in it stay unnamed (use --binary PATH%s)", ma_errmsg(),
 			     s->opts.nprefix_maps ? "" : " or --prefix-map OLD=NEW");
 		else
-			warn(s, "%s; frames in it stay unnamed%s", ma_errmsg(),
+			warn_obj(s, o, "%s; frames in it stay unnamed%s", ma_errmsg(),
 			     s->opts.nprefix_maps ? "" : " (use --prefix-map OLD=NEW)");
 		ma_err_clear();
 		o->elf.fd = -1;
 		return false;
 	}
+	if (by_path && replaced_since_dump(s, o, &then, &now)) {
+		warn_obj(s, o, "'%s' is not the file the dump mapped (inode %" PRIu64 " then, %" PRIu64
+		     " now: rebuilt or replaced since); frames in it stay unnamed (%s)", o->path,
+		     then, now, o->main ? "use --binary PATH with a copy of that build, or the file "
+					  "itself if it is the same build"
+				       : "--prefix-map DIR=DIR names it anyway, if it is the same build");
+		ma_elf_release(&o->elf);
+		if (o->has_debug)
+			ma_elf_release(&o->debug);
+		o->has_debug = false;
+		o->elf.fd = o->debug.fd = -1;
+		return false;
+	}
 	o->ok = true;
 	if (!o->elf.has_symtab && !o->has_debug && !o->elf.has_dynsym)
-		warn(s, "'%s' has no symbols; frames in it stay unnamed", o->path);
+		warn_obj(s, o, "'%s' has no symbols; frames in it stay unnamed", o->path);
 	return true;
 }
 

@@ -34,6 +34,8 @@ struct ma_hp_stack {
 
 struct ma_hp_map {
 	uint64_t start, end, offset;
+	uint64_t inode; /* the file's, as the dump lists it (0: none given) */
+	unsigned dev_major, dev_minor; /* its device */
 	bool exec; /* 'x' in the permissions */
 	char *path; /* NULL for anonymous mappings; owned */
 };

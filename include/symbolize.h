@@ -92,6 +92,7 @@ struct ma_symobj {
 	char *path; /* after --binary / prefix maps */
 	size_t first_map; /* index of its first mapping in hp->maps */
 	bool main; /* the dump's main executable */
+	bool named; /* its file named by the user (--binary, --prefix-map) */
 	bool jemalloc; /* libjemalloc*.so: every frame in it is the allocator's */
 	bool tried, ok, has_debug;
 	bool lines_found, lines_missing; /* --lines: a frame in it had / lacked file:line */
@@ -125,6 +126,7 @@ struct ma_symbolizer {
 	size_t nstrings, cap_strings;
 	unsigned nwarnings;
 	char warning[512]; /* the first problem (missing file, no symbols...) */
+	bool warning_main; /* ... which is about the main executable */
 	char note[640];
 	uint64_t cur_pc; /* the pc being symbolized (for new frames) */
 };
