@@ -203,3 +203,40 @@ void ma_series_svg(FILE *f, const struct ma_series *s, const char *title)
 		W - MR + 15, MT + 110, W - MR + 27, MT + 110, W - MR + 32, MT + 114);
 	fputs("</svg>\n", f);
 }
+
+static bool is_new_high(const struct ma_peaks *p, uint64_t rss, uint64_t hwm, uint64_t *level)
+{
+	bool hwm_rose = hwm > p->last_hwm + MA_OWN_HWM_SLACK;
+
+	*level = hwm_rose && hwm > rss ? hwm : rss;
+	return hwm_rose || rss > p->high + MA_PEAK_STEP;
+}
+
+bool ma_peaks_sample(struct ma_peaks *p, uint64_t rss, uint64_t hwm, uint64_t t_ms, uint64_t *level)
+{
+	bool high;
+
+	if (!p->started) {
+		p->started = true;
+		p->high = rss;
+		p->last_hwm = hwm;
+	}
+	high = is_new_high(p, rss, hwm, level);
+	if ((high ? *level : rss) > p->top) {
+		p->top = high ? *level : rss;
+		p->top_t_ms = t_ms;
+	}
+	return high;
+}
+
+void ma_peaks_taken(struct ma_peaks *p, uint64_t level, uint64_t hwm)
+{
+	p->high = level;
+	p->last_hwm = hwm;
+}
+
+void ma_peaks_absorb_own(struct ma_peaks *p, uint64_t hwm_before, uint64_t hwm_end)
+{
+	if (hwm_end > p->last_hwm && hwm_end - hwm_before <= MA_OWN_HWM_SLACK)
+		p->last_hwm = hwm_end;
+}

@@ -27,6 +27,40 @@ struct ma_series {
 	size_t n, cap;
 };
 
+/*
+ * Peaks of a watch: which samples are a new high (worth a heap dump), and
+ * the highest point seen.  A new high is VmRSS MA_PEAK_STEP above the last
+ * high (the first sample is the start), or VmHWM more than MA_OWN_HWM_SLACK
+ * above its last reading: a peak between two samples above the lifetime
+ * maximum.  Not by a few pages: memattach's own visit can raise VmHWM (a
+ * state area in a thread's stack, a scratch mapping), which the kernel's
+ * batched counters may show only at the next sample.
+ */
+#define MA_PEAK_STEP (1ULL << 20)
+#define MA_OWN_HWM_SLACK (512ULL << 10)
+
+struct ma_peaks {
+	bool started;
+	uint64_t high; /* the level of the last new high (the start at first) */
+	uint64_t last_hwm; /* VmHWM at the last high, memattach's own visits folded in */
+	uint64_t top, top_t_ms; /* the highest point of the watch, and when */
+};
+
+/*
+ * A sample (VmRSS, VmHWM at T_MS): the first is the baseline.  True if it
+ * is a new high, with *LEVEL the height reached (VmHWM when that rose past
+ * VmRSS, else VmRSS); the highest point is noted either way.
+ */
+bool ma_peaks_sample(struct ma_peaks *p, uint64_t rss, uint64_t hwm, uint64_t t_ms, uint64_t *level);
+/* The new high at LEVEL (VmHWM then HWM) was taken: the next must rise above it. */
+void ma_peaks_taken(struct ma_peaks *p, uint64_t level, uint64_t hwm);
+/*
+ * Fold a rise of VmHWM during memattach's own visit into the baseline: from
+ * HWM_BEFORE to HWM_END, if no more than MA_OWN_HWM_SLACK (a larger rise is
+ * the target growing, which the next sample must still see as a peak).
+ */
+void ma_peaks_absorb_own(struct ma_peaks *p, uint64_t hwm_before, uint64_t hwm_end);
+
 /* Append a copy of S; 0 or MA_E_NOMEM. */
 int ma_series_add(struct ma_series *s, const struct ma_sample *x);
 void ma_series_release(struct ma_series *s);

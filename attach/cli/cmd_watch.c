@@ -82,10 +82,8 @@ struct watch {
 	struct ma_series series;
 	FILE *csv;
 	int dirfd;		/* the output folder, created or checked private */
-	bool prof_warned, exited, reset_hwm, started;
-	uint64_t last_hwm;	/* VmHWM at the last sample, our own visits folded in */
-	uint64_t high;		/* the level of the last new high (the start at first) */
-	uint64_t top, top_t_ms; /* the highest point of the watch, and when */
+	bool prof_warned, exited, reset_hwm;
+	struct ma_peaks peaks; /* the new highs and the highest point (series.h) */
 	uint64_t lifetime_hwm;
 	uint64_t t0_ns;
 	unsigned dumps, skipped;
@@ -140,22 +138,6 @@ static bool target_gone(pid_t pid, int rc)
 	return false;
 }
 
-/*
- * Our own visit (scratch pages, the dump's buffers) can raise VmHWM a
- * little: fold that into the baseline so it does not count as a peak.
- * HWM_END is read before the borrowed thread runs again, so a thread
- * that was stopped mid-growth adds nothing to it; a larger rise during
- * the visit is the rest of the target growing, and the next sample must
- * still see it as a peak.
- */
-#define OWN_HWM_SLACK (512UL << 10)
-
-static void absorb_own_hwm(struct watch *w, uint64_t hwm_before, uint64_t hwm_end)
-{
-	if (hwm_end > w->last_hwm && hwm_end - hwm_before <= OWN_HWM_SLACK)
-		w->last_hwm = hwm_end;
-}
-
 /* VmHWM now, or 0 if it cannot be read (then nothing is folded in). */
 static uint64_t hwm_now(pid_t pid)
 {
@@ -166,37 +148,8 @@ static uint64_t hwm_now(pid_t pid)
 	return hwm;
 }
 
-/* A VmRSS rise smaller than this over the last high is no new peak. */
-#define PEAK_STEP (1UL << 20)
 /* A timeline entry goes on under its text, right of its time. */
 #define TIMELINE_HANG 12
-
-/*
- * Is this sample a new high of the watch?  VmRSS PEAK_STEP above the last
- * high, or VmHWM above its last reading (a peak between samples above the
- * lifetime maximum).  *LEVEL gets the height reached.
- */
-static bool new_high(struct watch *w, const struct ma_proc_status *ps, uint64_t *level)
-{
-	/*
-	 * Not by a few pages: our own visit can raise VmHWM (a first state
-	 * area in a thread's stack, a scratch mapping) where the kernel's
-	 * batched counters show it only at the next sample, too late for
-	 * absorb_own_hwm (a steady target got a dump in 1 of 2 watches).
-	 */
-	bool hwm_rose = ps->vm_hwm > w->last_hwm + OWN_HWM_SLACK;
-
-	*level = hwm_rose && ps->vm_hwm > ps->vm_rss ? ps->vm_hwm : ps->vm_rss;
-	return hwm_rose || ps->vm_rss > w->high + PEAK_STEP;
-}
-
-static void note_top(struct watch *w, uint64_t level, uint64_t t_ms)
-{
-	if (level > w->top) {
-		w->top = level;
-		w->top_t_ms = t_ms;
-	}
-}
 
 /*
  * A new high is about to be dumped: read /proc again now that the thread
@@ -213,8 +166,7 @@ static void reread_at_stop(struct watch *w, struct ma_proc_status *ps, struct ma
 		x->rss = now.vm_rss;
 		x->hwm = now.vm_hwm;
 		w->lifetime_hwm = now.vm_hwm;
-		new_high(w, ps, level);
-		note_top(w, *level, x->t_ms);
+		ma_peaks_sample(&w->peaks, now.vm_rss, now.vm_hwm, x->t_ms, level);
 	}
 	ma_err_clear();
 }
@@ -240,13 +192,7 @@ static int sample(struct watch *w)
 	x.rss = ps.vm_rss;
 	x.hwm = ps.vm_hwm;
 	w->lifetime_hwm = ps.vm_hwm;
-	if (!w->started) { /* the baseline: a rise above it is a new peak */
-		w->started = true;
-		w->high = ps.vm_rss;
-		w->last_hwm = ps.vm_hwm;
-	}
-	high = new_high(w, &ps, &level);
-	note_top(w, high ? level : ps.vm_rss, x.t_ms);
+	high = ma_peaks_sample(&w->peaks, ps.vm_rss, ps.vm_hwm, x.t_ms, &level);
 	rc = ma_live_borrow(&w->l, &w->o);
 	if (rc) {
 		if (target_gone(w->pid, rc)) {
@@ -278,8 +224,7 @@ static int sample(struct watch *w)
 				if (!rc) {
 					x.dump = true;
 					w->dumps++;
-					w->high = level;
-					w->last_hwm = ps.vm_hwm;
+					ma_peaks_taken(&w->peaks, level, ps.vm_hwm);
 					ma_fprint_wrapped(w->say, TIMELINE_HANG,
 							 "%8.3f s  new high %s (VmRSS %s, VmHWM "
 							 "%s): heap dump kept in %s (%s)\n",
@@ -291,8 +236,7 @@ static int sample(struct watch *w)
 							 ma_fmt_bytes(e, sizeof(e), n));
 				}
 			} else if (high) {
-				w->high = level;
-				w->last_hwm = ps.vm_hwm;
+				ma_peaks_taken(&w->peaks, level, ps.vm_hwm);
 				if (!w->prof_warned)
 					ma_cmd_note(w->cmd, "process %d has heap profiling off: "
 						    "recording the series only (restart it with %s "
@@ -304,7 +248,7 @@ static int sample(struct watch *w)
 		hwm_end = hwm_now(w->pid);
 		if (ma_live_restore(&w->l) && !rc)
 			rc = MA_E_INTERNAL;
-		absorb_own_hwm(w, x.hwm, hwm_end);
+		ma_peaks_absorb_own(&w->peaks, x.hwm, hwm_end);
 		if (rc && target_gone(w->pid, rc)) {
 			w->exited = true;
 			return 0;
@@ -468,8 +412,8 @@ static void print_json(const struct watch *w, const char *why)
 	ma_json_u64(&j, "samples", w->series.n);
 	ma_json_u64(&j, "samples_without_stats", w->skipped);
 	ma_json_u64(&j, "heap_dumps", w->dumps);
-	ma_json_u64(&j, "peak", w->top); /* "highest during the watch" */
-	ma_json_double(&j, "peak_at_s", w->top_t_ms / 1000.0);
+	ma_json_u64(&j, "peak", w->peaks.top); /* "highest during the watch" */
+	ma_json_double(&j, "peak_at_s", w->peaks.top_t_ms / 1000.0);
 	ma_json_u64(&j, "lifetime_hwm", w->lifetime_hwm);
 	ma_json_bool(&j, "hwm_reset", w->reset_hwm);
 	ma_json_u64(&j, "ran_behind", w->behind);
@@ -545,8 +489,8 @@ int cmd_watch(int argc, char **argv)
 		ma_fprint_wrapped(w.say, 2, "stopped (%s): %zu samples (%u without allocator stats), %u "
 				 "heap dumps, highest during the watch %s at %.3f s (lifetime "
 				 "VmHWM %s%s); %s/series.csv, %s/chart.svg%s%s\n", why,
-				 w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.top),
-				 w.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
+				 w.series.n, w.skipped, w.dumps, ma_fmt_bytes(b, sizeof(b), w.peaks.top),
+				 w.peaks.top_t_ms / 1000.0, ma_fmt_bytes(c, sizeof(c), w.lifetime_hwm),
 				 w.reset_hwm ? ", reset at the start" : "", w.dir, w.dir,
 				 w.dumps ? ", " : "", w.dumps ? in_dir(&w, "peak.heap") : "");
 	if (why && w.behind)
