@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -16,23 +17,13 @@
 #include "safepoint.h"
 #include "stats_json.h"
 
-static const char usage_text[] =
-	"usage: memattach bins (PID | --stats FILE.json) [--flush-tcache] [--top N] [--json]\n"
-	"                      [--timeout TIME] [--tid TID]\n\n"
+static const char about[] =
 	"Slab waste by jemalloc size class.  For each small bin: region size, regions\n"
 	"per slab, slab size, live regions, slabs, non-full slabs, utilization, waste\n"
 	"(slabs * slab size - live regions * size), live objects per non-full slab,\n"
 	"and what that suggests.  Live mode reads the counters inside process PID;\n"
 	"--stats reads the JSON of malloc_stats_print (memattach stats-dump, or\n"
-	"malloc_stats_print(..., \"J\")).  Both give the same table for the same state.\n\n"
-	"  --stats FILE    read FILE instead of a live process\n"
-	"  --flush-tcache  first flush every thread's tcache (thread.tcache.flush in\n"
-	"                  each thread that is safe to borrow), so the waste is exact\n"
-	"                  rather than a lower bound\n"
-	"  --top N         table rows, largest waste first (default 20, 0 = all)\n"
-	"  --json          all bins in bin order, sizes in bytes\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"malloc_stats_print(..., \"J\")).  Both give the same table for the same state.\n";
 
 void ma_flush_emit_json(struct ma_json *j, const struct ma_flush_result *fr)
 {
@@ -205,15 +196,21 @@ struct bins_args {
 
 static int parse_args(int argc, char **argv, struct bins_args *a)
 {
-	const struct ma_arg opts[] = {
-		{ "--json", NULL, MA_ARG_FLAG, &a->json },
-		{ "--flush-tcache", NULL, MA_ARG_FLAG, &a->flush },
-		{ "--stats", NULL, MA_ARG_STR, &a->stats },
-		{ "--top", "-n", MA_ARG_LONG, &a->top },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		{ .kind = MA_OPT_STR, .name = "--stats", .metavar = "FILE", .dst = &a->stats, .in_args = true,
+		  .help = "read FILE instead of a live process" },
+		MA_FLAG("--flush-tcache", &a->flush,
+			"first flush every thread's tcache (thread.tcache.flush in each thread that is "
+			"safe to borrow), so the waste is exact rather than a lower bound"),
+		MA_TOP("--top", "-n", &a->top, "table rows, largest waste first (default 20, 0 = all)"),
+		MA_FLAG("--json", &a->json, "all bins in bin order, sizes in bytes"),
+		MA_OPTS_BORROW(&a->o),
+		MA_OPTS_END,
 	};
-	int rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-							      .opts = opts, .pid = &a->pid, .live = &a->o });
+	int rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0],
+								 .args = "(PID | --stats FILE.json)",
+								 .about = about, .opts = opts,
+								 .footer = MA_FOOTER_EXIT, .pid = &a->pid });
 
 	if (rc)
 		return rc;

@@ -7,15 +7,14 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
 #include "jectl.h"
 #include "ma_error.h"
 
-static const char usage_text[] =
-	"usage: memattach heap-dump PID -o FILE [--activate] [--json] [--timeout TIME]\n"
-	"                           [--tid TID]\n\n"
+static const char about[] =
 	"Write a jemalloc heap profile (heap_v2) of the running process PID to FILE,\n"
 	"as 'prof.dump' inside it.  The target writes into a memfd that only\n"
 	"memattach reads (via /proc/PID/fd), never to a path on disk: this works\n"
@@ -23,15 +22,7 @@ static const char usage_text[] =
 	"FILE appears only when complete.  The process must have been started\n"
 	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false (or\n"
 	"_RJEM_MALLOC_CONF for Rust's tikv-jemallocator).  Read the dump with\n"
-	"'memattach aggregate FILE'.\n\n"
-	"  -o FILE       output file (required; - for the standard output)\n"
-	"  --activate    if profiling is enabled but inactive (prof_active:false),\n"
-	"                set prof.active=true first (the dump then only shows\n"
-	"                allocations made after this moment)\n"
-	"  --json        what was written, as JSON: pid, file, bytes,\n"
-	"                lg_prof_sample, tid, held_ns (not with -o -)\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"'memattach aggregate FILE'.\n";
 
 struct heap_dump {
 	const char *cmd;
@@ -92,15 +83,21 @@ int cmd_heap_dump(int argc, char **argv)
 	pid_t pid = 0;
 	int rc;
 
-	const struct ma_arg opts[] = {
-		{ "-o", NULL, MA_ARG_STR, &out },
-		{ "--activate", NULL, MA_ARG_FLAG, &d.activate },
-		{ "--json", NULL, MA_ARG_FLAG, &d.json },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		MA_STR_REQUIRED("-o", "FILE", &out, "output file (required; - for the standard output)"),
+		MA_FLAG("--activate", &d.activate,
+			"if profiling is enabled but inactive (prof_active:false), set prof.active=true "
+			"first (the dump then only shows allocations made after this moment)"),
+		MA_FLAG("--json", &d.json,
+			"what was written, as JSON: pid, file, bytes, lg_prof_sample, tid, held_ns (not "
+			"with -o -)"),
+		MA_OPTS_BORROW(&o),
+		MA_OPTS_END,
 	};
 
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .footer = MA_FOOTER_EXIT, .pid = &pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");

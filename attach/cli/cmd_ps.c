@@ -9,24 +9,18 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
 #include "target.h"
 
-static const char usage_text[] =
-	"usage: memattach ps [REGEX] [--json | --pids]\n"
-	"\n"
+static const char about[] =
 	"List the processes that hold a jemalloc -- linked to libjemalloc, or\n"
 	"with jemalloc built in (static, _rjem_ or je_ prefixed) -- found from\n"
 	"their maps and symbols, without stopping anything: PID, name, VmRSS and\n"
 	"the object that holds jemalloc.  Only processes this user may read are\n"
-	"seen.\n"
-	"\n"
-	"  REGEX   only processes whose name (comm) matches the extended REGEX\n"
-	"  --json  processes[{pid, comm, vm_rss, object, static}]\n"
-	"  --pids  just the PIDs, one per line\n"
-	"exit status: 0 success (also when none is found), 2 usage error\n";
+	"seen.  REGEX: only processes whose name (comm) matches the extended REGEX.\n";
 
 #define MAX_PROCESSES 4096
 
@@ -75,13 +69,15 @@ int cmd_ps(int argc, char **argv)
 	regex_t re;
 	size_t n;
 
-	const struct ma_arg opts[] = {
-		{ "--json", NULL, MA_ARG_FLAG, &json },
-		{ "--pids", NULL, MA_ARG_FLAG, &pids },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		MA_FLAG("--json", &json, "processes[{pid, comm, vm_rss, object, static}]"),
+		MA_FLAG("--pids", &pids, "just the PIDs, one per line"),
+		MA_OPTS_END,
 	};
-	int rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-							      .opts = opts, .positional = &pattern });
+	int rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+		.cmd = argv[0], .args = "[REGEX]", .about = about, .opts = opts,
+		.footer = "exit status: 0 success (also when none is found), 2 usage error",
+		.positional = &pattern, .npositional = 1 });
 
 	if (rc)
 		return rc < 0 ? MA_EXIT_OK : rc;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -16,8 +17,7 @@
 
 #define PURGE_TIMEOUT_MS 60000
 
-static const char usage_text[] =
-	"usage: memattach purge PID [--json] [--timeout TIME] [--tid TID]\n\n"
+static const char about[] =
 	"Purge-and-measure: read jemalloc's statistics and VmRSS of process PID,\n"
 	"run arena.4096.purge (all unused dirty and muzzy pages of all arenas go\n"
 	"back to the OS), read them again, and show before / after / delta for\n"
@@ -25,10 +25,7 @@ static const char usage_text[] =
 	"resident memory (dirty, muzzy, metadata_resident, outside_jemalloc; see\n"
 	"'memattach stats --help'), and how long the purge held the borrowed\n"
 	"thread.  'allocated' does not change: a purge frees nothing the program\n"
-	"holds; dirty and muzzy go to 0 unless the program freed meanwhile.\n\n"
-	"  --json        machine-readable output (sizes in bytes, times in ns)\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"holds; dirty and muzzy go to 0 unless the program freed meanwhile.\n";
 
 struct side {
 	struct ma_je_stats st;
@@ -199,11 +196,15 @@ int cmd_purge(int argc, char **argv)
 	struct ma_live_visit v;
 	bool json = false;
 	int rc;
-	const struct ma_arg opts[] = { { "--json", NULL, MA_ARG_FLAG, &json }, { NULL } };
+	const struct ma_opt opts[] = {
+		MA_FLAG("--json", &json, "machine-readable output (sizes in bytes, times in ns)"),
+		MA_OPTS_BORROW(&o),
+		MA_OPTS_END,
+	};
 
-	memset(&r, 0, sizeof(r));
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &r.pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .footer = MA_FOOTER_EXIT, .pid = &r.pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!r.pid) {
 		return ma_usage_error(argv[0], "a PID is required");

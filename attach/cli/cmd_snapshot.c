@@ -16,6 +16,7 @@
 #include "bins.h"
 #include "capture.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "headline_table.h"
@@ -26,9 +27,7 @@
 
 #define STATS_PRINT_TIMEOUT_MS 20000
 
-static const char usage_text[] =
-	"usage: memattach snapshot PID -o DIR [--activate] [--json] [--timeout TIME]\n"
-	"                          [--tid TID]\n\n"
+static const char about[] =
 	"One visit to process PID, saved to the new directory DIR:\n"
 	"  manifest.json  what is in the directory: pid, time, binary, jemalloc\n"
 	"                 version, VmRSS/VmHWM, headline counters and the parts\n"
@@ -39,16 +38,7 @@ static const char usage_text[] =
 	"  heap.heap      a heap dump (as 'memattach heap-dump'), only if the\n"
 	"                 process runs with prof:true\n"
 	"DIR appears only when complete (it must not exist, or be empty).  Compare\n"
-	"two snapshots with 'memattach diff A B'.\n\n"
-	"  -o DIR        output directory (required)\n"
-	"  --activate    if profiling is enabled but inactive (prof_active:false),\n"
-	"                set prof.active=true first; without it the heap profile of\n"
-	"                an inactive profiler is said to be (nearly) empty, in the\n"
-	"                output and in manifest.json's heap_note\n"
-	"  --json        what was written, as JSON: pid, dir, files[], heap (and\n"
-	"                heap_note, or no_heap: why not), tid, held_ns\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"two snapshots with 'memattach diff A B'.\n";
 
 struct snap {
 	const char *cmd, *dir;
@@ -330,15 +320,22 @@ int cmd_snapshot(int argc, char **argv)
 	struct ma_live_visit v;
 	int rc;
 
-	const struct ma_arg opts[] = {
-		{ "-o", NULL, MA_ARG_STR, &sn.dir },
-		{ "--activate", NULL, MA_ARG_FLAG, &sn.activate },
-		{ "--json", NULL, MA_ARG_FLAG, &sn.json },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		MA_STR_REQUIRED("-o", "DIR", &sn.dir, "output directory (required)"),
+		MA_FLAG("--activate", &sn.activate,
+			"if profiling is enabled but inactive (prof_active:false), set prof.active=true "
+			"first; without it the heap profile of an inactive profiler is said to be "
+			"(nearly) empty, in the output and in manifest.json's heap_note"),
+		MA_FLAG("--json", &sn.json,
+			"what was written, as JSON: pid, dir, files[], heap (and heap_note, or no_heap: why "
+			"not), tid, held_ns"),
+		MA_OPTS_BORROW(&o),
+		MA_OPTS_END,
 	};
 
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &sn.pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .footer = MA_FOOTER_EXIT, .pid = &sn.pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!sn.pid || !sn.dir) {
 		return ma_usage_error(argv[0], "a PID and -o DIR are required");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "emit.h"
 #include "format.h"
@@ -15,9 +16,7 @@
 #include "headline.h"
 #include "ma_error.h"
 
-static const char usage_text[] =
-	"usage: memattach stats PID [--json | --format openmetrics] [--timeout TIME]\n"
-	"                       [--tid TID]\n\n"
+static const char about[] =
 	"Refresh jemalloc's statistics inside the running process PID and print\n"
 	"its version, options and headline numbers: allocated, active, resident,\n"
 	"mapped, retained, metadata, the process's VmRSS and VmHWM, and where\n"
@@ -29,12 +28,7 @@ static const char usage_text[] =
 	"stacks, other mappings; negative when jemalloc counts pages never touched).\n"
 	"muzzy pages (advised lazily free) are outside jemalloc's resident.\n"
 	"page_slack (JSON, kept for compatibility) = dirty + metadata_resident.\n"
-	"Only one thread is stopped, for well under a millisecond typically.\n\n"
-	"  --json        machine-readable output (sizes in bytes)\n"
-	"  --format openmetrics\n"
-	"                the metrics 'memattach export' serves, for this process\n"
-	"                (OpenMetrics text, as Prometheus scrapes it)\n"
-	MA_HELP_BORROW;
+	"Only one thread is stopped, for well under a millisecond typically.\n";
 
 struct stats_result {
 	struct ma_je_stats st;
@@ -187,14 +181,18 @@ int cmd_stats(int argc, char **argv)
 	pid_t pid = 0;
 	int rc;
 
-	const struct ma_arg opts[] = {
-		{ "--json", NULL, MA_ARG_FLAG, &json },
-		{ "--format", NULL, MA_ARG_STR, &format },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		MA_FLAG("--json", &json, "machine-readable output (sizes in bytes)"),
+		MA_STR("--format", "openmetrics", &format,
+		       "the metrics 'memattach export' serves, for this process (OpenMetrics text, as "
+		       "Prometheus scrapes it)"),
+		MA_OPTS_BORROW(&o),
+		MA_OPTS_END,
 	};
 
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .footer = MA_FOOTER_EXIT, .pid = &pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (format && strcmp(format, "openmetrics") != 0)
 		return ma_usage_error(argv[0], "--format '%s': the only format is 'openmetrics' (or --json)",

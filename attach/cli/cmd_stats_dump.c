@@ -8,6 +8,7 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "format.h"
 #include "jectl.h"
@@ -17,19 +18,13 @@
 
 #define STATS_PRINT_TIMEOUT_MS 20000
 
-static const char usage_text[] =
-	"usage: memattach stats-dump PID -o FILE [--json] [--timeout TIME] [--tid TID]\n\n"
+static const char about[] =
 	"Run malloc_stats_print(cb, buf, \"J\") inside the running process PID and\n"
 	"write its JSON, byte for byte, to FILE (readable by 'memattach bins --stats'\n"
 	"and by any tool that reads jemalloc's stats JSON).  The text goes through a\n"
 	"buffer mapped in the target, never through a file the target opens.  FILE\n"
 	"appears only when complete.  Note: jemalloc counts its own 64 KiB print\n"
-	"buffer in the numbers it prints.\n\n"
-	"  -o FILE       output file (required; - for the standard output)\n"
-	"  --json        what was written, as JSON: pid, file, bytes, version,\n"
-	"                narenas, tid, held_ns (not with -o -)\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"buffer in the numbers it prints.\n";
 
 struct printed {
 	char *buf;
@@ -76,14 +71,18 @@ int cmd_stats_dump(int argc, char **argv)
 	bool json = false;
 	int rc;
 
-	const struct ma_arg opts[] = {
-		{ "-o", NULL, MA_ARG_STR, &out },
-		{ "--json", NULL, MA_ARG_FLAG, &json },
-		{ NULL },
+	const struct ma_opt opts[] = {
+		MA_STR_REQUIRED("-o", "FILE", &out, "output file (required; - for the standard output)"),
+		MA_FLAG("--json", &json,
+			"what was written, as JSON: pid, file, bytes, version, narenas, tid, held_ns (not "
+			"with -o -)"),
+		MA_OPTS_BORROW(&o),
+		MA_OPTS_END,
 	};
 
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .footer = MA_FOOTER_EXIT, .pid = &pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");

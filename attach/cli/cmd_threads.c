@@ -9,6 +9,7 @@
 
 #include "livesym.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "holdprio.h"
 #include "commands.h"
 #include "emit.h"
@@ -17,8 +18,7 @@
 #include "remote.h"
 #include "safepoint.h"
 
-static const char usage_text[] =
-	"usage: memattach threads PID [--json] [--tid TID] [--timeout TIME] [--strict]\n\n"
+static const char about[] =
 	"List the threads of PID with their state, the syscall they are blocked\n"
 	"in, their stack (unwound remotely, each thread stopped only while its\n"
 	"own stack is read), and what a run with the same options would do with\n"
@@ -36,14 +36,7 @@ static const char usage_text[] =
 	"timed waits, uninterruptible, running, waits a stop ends with EINTR,\n"
 	"jemalloc's background threads (never); among equals the one idle\n"
 	"longest first, since borrowing it delays the least work (a serving\n"
-	"thread that waits between requests has just run).\n\n"
-	"  --json         machine-readable output\n"
-	"  --tid TID      only that thread\n"
-	"  --timeout TIME end the whole run within TIME (milliseconds, or with a\n"
-	"                 unit: 500ms, 2s; default: each thread's look waits up to\n"
-	"                 5s for another memattach run on PID to end)\n"
-	"  --strict       the verdicts of a run with --strict (threads itself never\n"
-	"                 stops a thread in such a wait)\n";
+	"thread that waits between requests has just run).\n";
 
 /* --tid: keep only thread TID of TI (MA_E_NOPROC if PID has none such). */
 static int keep_only(struct ma_thread_info *ti, size_t *n, pid_t tid, pid_t pid)
@@ -268,11 +261,27 @@ int cmd_threads(int argc, char **argv)
 	size_t n = 0;
 	int rc;
 
-	const struct ma_arg opts[] = { { "--json", NULL, MA_ARG_FLAG, &json }, { NULL } };
 	struct ma_session_opts o = { .deadline_ms = 5000 };
+	const struct ma_opt opts[] = {
+		MA_FLAG("--json", &json, "machine-readable output"),
+		{ .kind = MA_OPT_CALL, .name = "--tid", .metavar = "TID", .takes_value = true,
+		  .call = ma_opt_tid, .ctx = &o, .help = "only that thread" },
+		{ .kind = MA_OPT_CALL, .name = "--timeout", .metavar = "TIME", .takes_value = true,
+		  .call = ma_opt_timeout, .ctx = &o,
+		  .help = "end the whole run within TIME (milliseconds, or with a unit: 500ms, 2s; "
+			  "default: each thread's look waits up to 5s for another memattach run on PID "
+			  "to end)" },
+		MA_FLAG("--strict", &o.strict,
+			"the verdicts of a run with --strict (threads itself never stops a thread in "
+			"such a wait)"),
+		{ .kind = MA_OPT_CALL, .name = "--allow-eintr-wait", .call = ma_opt_allow_eintr,
+		  .ctx = &o, .hidden = true },
+		MA_OPTS_END,
+	};
 
-	if ((rc = ma_parse_args(argc, argv, &(struct ma_args){ .cmd = argv[0], .usage = usage_text,
-								.opts = opts, .pid = &pid, .live = &o })))
+	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
+								   .about = about, .opts = opts,
+								   .pid = &pid })))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid) {
 		return ma_usage_error(argv[0], "a PID is required");

@@ -231,31 +231,6 @@ int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int 
 	return ma_usage_error(cmd, "%s given twice, or with '%s' out of place", a, argv[i + 1]);
 }
 
-/* Is argv[*I] option O?  Takes its value (moving *I past it); false if it is not O or its value is bad. */
-static bool take_opt(const struct ma_arg *o, int argc, char **argv, int *i)
-{
-	const char *arg = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-
-	if (strcmp(arg, o->name) != 0 && !(o->alias && strcmp(arg, o->alias) == 0))
-		return false;
-	switch (o->kind) {
-	case MA_ARG_FLAG:
-		*(bool *)o->dst = true;
-		return true;
-	case MA_ARG_STR:
-		if (!val)
-			return false;
-		*(const char **)o->dst = val;
-		break;
-	case MA_ARG_LONG:
-		if (!ma_parse_long(val, (long *)o->dst))
-			return false;
-		break;
-	}
-	++*i;
-	return true;
-}
-
 int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i, pid_t pid)
 {
 	const char *a = argv[i];
@@ -265,35 +240,6 @@ int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, 
 		return ma_usage_error(cmd, "'%s' is not a process id (a number from 1 to %d)", a,
 				      INT_MAX);
 	return ma_arg_error(cmd, usage, argc, argv, i);
-}
-
-int ma_parse_args(int argc, char **argv, const struct ma_args *a)
-{
-	for (int i = 1; i < argc; i++)
-		if (ma_is_help(argv[i])) {
-			fputs(a->usage, stdout);
-			return -1;
-		}
-	for (int i = 1; i < argc; i++) {
-		const struct ma_arg *o = a->opts;
-
-		while (o && o->name && !take_opt(o, argc, argv, &i))
-			o++;
-		if (o && o->name)
-			continue;
-		if (a->live && ma_parse_live_arg(argc, argv, &i, a->pid, a->live))
-			continue;
-		if (!a->live && a->pid && !*a->pid && ma_parse_pid(argv[i], a->pid))
-			continue;
-		if (a->positional && !*a->positional && argv[i][0] != '-') {
-			*a->positional = argv[i];
-			continue;
-		}
-		if (a->pid)
-			return ma_pid_arg_error(a->cmd, a->usage, argc, argv, i, *a->pid);
-		return ma_arg_error(a->cmd, a->usage, argc, argv, i);
-	}
-	return 0;
 }
 
 bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o)

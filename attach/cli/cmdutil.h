@@ -64,27 +64,6 @@ int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int 
 /* ma_arg_error for a command taking a PID: argv[i] named as no process id while PID is 0. */
 int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i, pid_t pid);
 
-/* One option of a command, for ma_parse_args. */
-struct ma_arg {
-	const char *name, *alias; /* "--top", and "-n" or NULL */
-	enum { MA_ARG_FLAG, MA_ARG_STR, MA_ARG_LONG } kind;
-	void *dst; /* bool, const char *, long (a count, 0 or more) */
-};
-
-/* What a command's command line may hold. */
-struct ma_args {
-	const char *cmd, *usage;
-	const struct ma_arg *opts; /* ended by { NULL } */
-	pid_t *pid; /* a PID argument (optional to give), or NULL */
-	struct ma_session_opts *live; /* --timeout and --tid too (with PID), or NULL */
-	const char **positional; /* one other free argument, or NULL */
-};
-
-/*
- * The one command-line parser: -h/--help prints USAGE and returns -1; a
- * usage error is printed (ma_arg_error) and returns 2; 0 when parsed.
- */
-int ma_parse_args(int argc, char **argv, const struct ma_args *a);
 
 /*
  * The arguments every live command takes: the PID, --timeout MS (how long
