@@ -17,6 +17,7 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "emit.h"
 #include "commands.h"
 #include "format.h"
@@ -26,9 +27,7 @@
 #include "safepoint.h"
 #include "series.h"
 
-static const char usage_text[] =
-	"usage: memattach watch PID [--interval TIME] [-o DIR] [--duration TIME]\n"
-	"                            [--reset-hwm] [--json] [--timeout TIME] [--tid TID]\n\n"
+static const char about[] =
 	"Peak capture.  Every --interval read VmRSS/VmHWM of process PID and\n"
 	"jemalloc's allocated/active/resident and the parts of resident memory\n"
 	"(one short thread borrow each).  At each new high of the watch, take a\n"
@@ -45,31 +44,7 @@ static const char usage_text[] =
 	"is written at the end.  Stops on Ctrl-C, after --duration, or when the\n"
 	"process exits, keeping what it has.  Heap dumps need the process started\n"
 	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false; without it\n"
-	"only the series is recorded.\n\n"
-	"  --interval TIME  polling period: milliseconds, or with a unit (250ms,\n"
-	"                 2s, 1m; default 500ms)\n"
-	"  -o DIR, --out DIR\n"
-	"                 output directory: created (mode 0700), or an existing\n"
-	"                 one of this user's that no one else can write (default\n"
-	"                 memattach-watch-PID, or a new memattach-watch-PID.XXXXXX\n"
-	"                 when that name is another user's)\n"
-	"  --duration TIME  stop after TIME: seconds, or with a unit (90s, 5m, 1h;\n"
-	"                 default: until Ctrl-C or exit)\n"
-	"  --json         the summary at the end as JSON on stdout (pid, dir,\n"
-	"                 reason, samples, samples_without_stats, heap_dumps,\n"
-	"                 peak, peak_at_s, lifetime_hwm, files[]); the running\n"
-	"                 lines then go to stderr\n"
-	"  --reset-hwm    reset the process's VmHWM to its VmRSS at the start\n"
-	"                 (writes 5 to /proc/PID/clear_refs): this changes what the\n"
-	"                 process itself reads as its peak (VmHWM, getrusage's\n"
-	"                 ru_maxrss)\n"
-	"  --timeout TIME end each sample's run (a reading, or a heap dump) within\n"
-	"                 TIME (milliseconds, or with a unit: 500ms, 2s; default:\n"
-	"                 500ms to find a thread; a sample that finds\n"
-	"                 none is kept without allocator stats)\n"
-	MA_HELP_TID_STRICT
-	"exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
-	"             1 could not start, 2 usage error\n";
+	"only the series is recorded.\n";
 
 struct watch {
 	const char *cmd, *dir;
@@ -298,29 +273,39 @@ static int write_chart(struct watch *w)
 
 static int parse_args(int argc, char **argv, struct watch *w)
 {
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return -1;
-		} else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc &&
-			   ma_parse_duration_ms(argv[i + 1], 1, &w->interval_ms) &&
-			   w->interval_ms > 0 && w->interval_ms <= INT_MAX) {
-			i++;
-		} else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc &&
-			   ma_parse_duration_ms(argv[i + 1], 1000, &w->duration_ms)) {
-			i++;
-		} else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
-			w->dir = argv[++i];
-		} else if (strcmp(argv[i], "--json") == 0) {
-			w->json = true;
-		} else if (strcmp(argv[i], "--reset-hwm") == 0) {
-			w->reset_hwm = true;
-		} else if (ma_parse_live_arg(argc, argv, &i, &w->pid, &w->o)) {
-			continue;
-		} else {
-			return ma_pid_arg_error(argv[0], usage_text, argc, argv, i, w->pid);
-		}
-	}
+	const struct ma_opt opts[] = {
+		{ .kind = MA_OPT_DURATION, .name = "--interval", .metavar = "TIME", .dst = &w->interval_ms,
+		  .unit_ms = 1, .min = 1, .max = 3600000,
+		  .help = "polling period: milliseconds, or with a unit (250ms, 2s, 1m; default 500ms; at most an hour)" },
+		{ .kind = MA_OPT_STR, .name = "-o", .alias = "--out", .metavar = "DIR", .dst = &w->dir,
+		  .help = "output directory: created (mode 0700), or an existing one of this user's "
+			  "that no one else can write (default memattach-watch-PID, or a new "
+			  "memattach-watch-PID.XXXXXX when that name is another user's)" },
+		{ .kind = MA_OPT_DURATION, .name = "--duration", .metavar = "TIME", .dst = &w->duration_ms,
+		  .unit_ms = 1000,
+		  .help = "stop after TIME: seconds, or with a unit (90s, 5m, 1h; default: until Ctrl-C "
+			  "or exit)" },
+		MA_FLAG("--json", &w->json,
+			"the summary at the end as JSON on stdout (pid, dir, reason, samples, "
+			"samples_without_stats, heap_dumps, peak, peak_at_s, lifetime_hwm, files[]); the "
+			"running lines then go to stderr"),
+		MA_FLAG("--reset-hwm", &w->reset_hwm,
+			"reset the process's VmHWM to its VmRSS at the start (writes 5 to "
+			"/proc/PID/clear_refs): this changes what the process itself reads as its peak "
+			"(VmHWM, getrusage's ru_maxrss)"),
+		MA_OPTS_BORROW_WITH(&w->o,
+				    "end each sample's run (a reading, or a heap dump) within TIME "
+				    "(milliseconds, or with a unit: 500ms, 2s; default: 500ms to find a "
+				    "thread; a sample that finds none is kept without allocator stats)"),
+		MA_OPTS_END,
+	};
+	int rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+		.cmd = argv[0], .args = "PID", .about = about, .opts = opts, .pid = &w->pid,
+		.footer = "exit status: 0 stopped normally (incl. Ctrl-C and target exit),\n"
+			  "             1 could not start, 2 usage error" });
+
+	if (rc)
+		return rc;
 	if (!w->pid) {
 		return ma_usage_error(argv[0], "a PID is required");
 	}

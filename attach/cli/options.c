@@ -45,8 +45,9 @@ static void want_of(const struct ma_opt *o, char *buf, size_t n)
 		say_ms(lo, sizeof(lo), o->min);
 		say_ms(hi, sizeof(hi), o->max);
 		snprintf(buf, n, "a duration%s%s%s%s: %s, or with a unit (500ms, 2s, 1m)",
-			 o->min > 0 ? " from " : "", o->min > 0 ? lo : "", o->max ? (o->min > 0 ? " to " : " up to ") : "",
-			 o->max ? hi : "", o->unit_ms == 1000 ? "seconds" : "milliseconds");
+			 o->min > 0 ? " from " : "", o->min > 0 ? lo : "",
+			 o->max ? (o->min > 0 ? " to " : " up to ") : "", o->max ? hi : "",
+			 o->unit_ms == 1000 ? "seconds" : "milliseconds");
 		return;
 	case MA_OPT_ID:
 		snprintf(buf, n, "%s (a positive number)",

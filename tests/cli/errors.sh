@@ -52,7 +52,7 @@ expect "export --scrape-timeout 0" 2 "--scrape-timeout '0': expected a duration 
 	"$MA" export --pid 1 --once --scrape-timeout 0
 expect "bins --top -3" 2 "--top '-3': expected a count, 0 or more" "$MA" bins 1 --top -3
 expect "bins --tid x" 2 "--tid 'x': expected a thread id" "$MA" bins 1 --tid x
-expect "watch --interval 0" 2 "--interval '0': expected a duration above 0: milliseconds, or with a unit" \
+expect "watch --interval 0" 2 "--interval '0': expected a duration from 1ms to 60 minutes: milliseconds, or with a unit" \
 	"$MA" watch 1 --interval 0
 expect "watch --duration 1.5" 2 "--duration '1.5': expected a duration: seconds, or with a unit" "$MA" watch 1 --duration 1.5
 expect "heap-dump -o without a value" 2 "-o needs a value" "$MA" heap-dump 1 -o
