@@ -31,6 +31,7 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "commands.h"
 #include "format.h"
 #include "ma_error.h"
@@ -62,10 +63,7 @@
 /* Out of descriptors or memory for accept(): leave the backlog alone this long. */
 #define LISTENER_PAUSE_NS (100 * 1000000ULL)
 
-static const char usage_text[] =
-	"usage: memattach export --listen ADDR (--pid PID ... | --match REGEX)\n"
-	"                        [--timeout TIME] [--scrape-timeout TIME]\n"
-	"                        [--once [--format FMT]] [--strict]\n\n"
+static const char about[] =
 	"Serve the jemalloc readings of live processes to Prometheus: every GET\n"
 	"/metrics on ADDR scrapes each target once (one short borrow of one of its\n"
 	"threads) and answers in the OpenMetrics text format: the headline gauges\n"
@@ -79,32 +77,13 @@ static const char usage_text[] =
 	"and a line on stderr, never the end of the exporter.  A client whose\n"
 	"Accept header does not name OpenMetrics (curl, a browser) gets the\n"
 	"Prometheus text format 0.0.4 instead, which promtool check metrics reads.\n"
-	"Runs on one target take turns with any other memattach.\n\n"
+	"Runs on one target take turns with any other memattach.\n"
+	"\n"
 	"Clients are served side by side: requests that arrive together share one\n"
 	"scrape.  A request must arrive whole within 5 s of connecting and its\n"
 	"answer be read within 10 s, else the connection is closed; at most 256\n"
 	"connections are open at once (fewer under a low RLIMIT_NOFILE), a new one\n"
-	"past that closing the oldest that has not sent its whole request.\n\n"
-	"  --listen ADDR  HOST:PORT to listen on (e.g. 127.0.0.1:9464)\n"
-	"  --pid PID      a process to export; repeatable\n"
-	"  --match REGEX  export every jemalloc process whose name (comm) matches\n"
-	"                 the extended REGEX, looked up again at each scrape\n"
-	"  --timeout TIME per target, give up finding a safe thread after TIME\n"
-	"                 (milliseconds, or with a unit: 500ms, 2s; default 1000ms)\n"
-	"  --scrape-timeout TIME\n"
-	"                 a whole scrape reads targets for at most TIME (5s, below\n"
-	"                 Prometheus's 10 s), those that answered last time first;\n"
-	"                 the rest count as failed this time\n"
-	"  --once         print one scrape on stdout and exit (no server)\n"
-	"  --format FMT   what --once prints: openmetrics (the default) or\n"
-	"                 prometheus (text format 0.0.4)\n"
-	"  --strict       never stop a thread blocked in epoll_wait and the like\n"
-	"                 (by default, an event loop's thread such as redis's is\n"
-	"                 borrowed when no better one exists: its wait is issued\n"
-	"                 again at once; only a memattach killed within\n"
-	"                 microseconds of that stop leaves it an EINTR)\n"
-	"exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen\n"
-	"             or (--once) a target could not be read, 2 usage error\n";
+	"past that closing the oldest that has not sent its whole request.\n";
 
 static const char *const content_types[] = {
 	[MA_OM_OPENMETRICS] = "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -800,56 +779,68 @@ static int run_server(struct exporter *e)
 }
 
 /* The milliseconds after option ARGV[I] into *OUT; 0, or a usage error. */
-static int parse_ms(char **argv, int i, int *out)
+/* --allow-eintr-wait: the default now, the old spelling accepted (ctx: the exporter). */
+static int allow_eintr_wait(const struct ma_opt *o, const char *value)
 {
-	long v;
-
-	if (!ma_parse_duration_ms(argv[i + 1], 1, &v) || v <= 0 || v > 600000)
-		return ma_usage_error(argv[0], "%s '%s': expected a duration from 1ms to 10 minutes: "
-				      "milliseconds, or with a unit (500ms, 2s, 1m)", argv[i], argv[i + 1]);
-	*out = (int)v;
+	(void)value;
+	((struct exporter *)o->ctx)->strict = false;
 	return 0;
 }
 
+/* --pid PID, repeatable (ctx: the exporter). */
+static int add_pid(const struct ma_opt *o, const char *value)
+{
+	struct exporter *e = o->ctx;
+
+	if (!ma_parse_pid(value, &e->pids[e->npids]))
+		return -1;
+	if (++e->npids == MAX_TARGETS)
+		return ma_usage_error("export", "more than %d --pid", MAX_TARGETS - 1);
+	return 0;
+}
 static int parse_args(int argc, char **argv, struct exporter *e)
 {
 	const char *format = NULL;
-	int rc;
+	long deadline = e->deadline_ms, budget = e->budget_ms;
+	const struct ma_opt opts[] = {
+		{ .kind = MA_OPT_STR, .name = "--listen", .metavar = "ADDR", .dst = &e->listen,
+		  .in_args = true, .help = "HOST:PORT to listen on (e.g. 127.0.0.1:9464)" },
+		{ .kind = MA_OPT_CALL, .name = "--pid", .metavar = "PID", .takes_value = true,
+		  .call = add_pid, .ctx = e, .in_args = true, .help = "a process to export; repeatable" },
+		{ .kind = MA_OPT_STR, .name = "--match", .metavar = "REGEX", .dst = &e->match,
+		  .in_args = true,
+		  .help = "export every jemalloc process whose name (comm) matches the extended REGEX, "
+			  "looked up again at each scrape" },
+		{ .kind = MA_OPT_DURATION, .name = "--timeout", .metavar = "TIME", .dst = &deadline,
+		  .unit_ms = 1, .min = 1, .max = 600000,
+		  .help = "per target, give up finding a safe thread after TIME (milliseconds, or with "
+			  "a unit: 500ms, 2s; default 1000ms)" },
+		{ .kind = MA_OPT_DURATION, .name = "--scrape-timeout", .metavar = "TIME", .dst = &budget,
+		  .unit_ms = 1, .min = 1, .max = 600000,
+		  .help = "a whole scrape reads targets for at most TIME (5s, below Prometheus's 10 s), "
+			  "those that answered last time first; the rest count as failed this time" },
+		MA_FLAG("--once", &e->once, "print one scrape on stdout and exit (no server)"),
+		MA_STR("--format", "FMT", &format,
+		       "what --once prints: openmetrics (the default) or prometheus (text format 0.0.4)"),
+		MA_FLAG("--strict", &e->strict,
+			"never stop a thread blocked in epoll_wait and the like (by default, an event "
+			"loop's thread such as redis's is borrowed when no better one exists: its wait is "
+			"issued again at once; only a memattach killed within microseconds of that stop "
+			"leaves it an EINTR)"),
+		{ .kind = MA_OPT_CALL, .name = "--allow-eintr-wait", .call = allow_eintr_wait, .ctx = e,
+		  .hidden = true },
+		MA_OPTS_END,
+	};
+	int rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+		.cmd = argv[0], .args = "--listen ADDR (--pid PID ... | --match REGEX)", .about = about,
+		.opts = opts,
+		.footer = "exit status: 0 stopped by SIGINT/SIGTERM or --once done, 1 cannot listen\n"
+			  "             or (--once) a target could not be read, 2 usage error" });
 
-	for (int i = 1; i < argc; i++) {
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return -1;
-		} else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
-			e->listen = argv[++i];
-		} else if (strcmp(argv[i], "--pid") == 0 && i + 1 < argc) {
-			if (!ma_parse_pid(argv[i + 1], &e->pids[e->npids]))
-				return ma_usage_error(argv[0], "--pid '%s': not a process id", argv[i + 1]);
-			if (++e->npids == MAX_TARGETS)
-				return ma_usage_error(argv[0], "more than %d --pid", MAX_TARGETS - 1);
-			i++;
-		} else if (strcmp(argv[i], "--match") == 0 && i + 1 < argc) {
-			e->match = argv[++i];
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-			if ((rc = parse_ms(argv, i++, &e->deadline_ms)))
-				return rc;
-		} else if (strcmp(argv[i], "--scrape-timeout") == 0 && i + 1 < argc) {
-			if ((rc = parse_ms(argv, i++, &e->budget_ms)))
-				return rc;
-		} else if (strcmp(argv[i], "--once") == 0) {
-			e->once = true;
-		} else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
-			format = argv[++i];
-		} else if (strcmp(argv[i], "--strict") == 0) {
-			e->strict = true;
-		} else if (strcmp(argv[i], "--allow-eintr-wait") == 0) {
-			e->strict = false; /* the default; the old spelling */
-		} else if (argv[i][0] == '-') {
-			return ma_usage_error(argv[0], "unknown option '%s'", argv[i]);
-		} else {
-			return ma_arg_error(argv[0], usage_text, argc, argv, i);
-		}
-	}
+	if (rc)
+		return rc;
+	e->deadline_ms = (int)deadline;
+	e->budget_ms = (int)budget;
 	if (!!e->npids == !!e->match)
 		return ma_usage_error(argv[0], "give --pid PID (one or more) or --match REGEX");
 	if (!e->listen && !e->once)

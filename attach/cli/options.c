@@ -157,7 +157,8 @@ static void want_of_call(const struct ma_opt *o, struct ma_opt *as)
 	if (o->call == ma_opt_timeout) {
 		as->kind = MA_OPT_DURATION;
 		as->max = 600000;
-	} else if (o->call == ma_opt_tid) {
+	} else if (o->call == ma_opt_tid || (o->metavar && (strcmp(o->metavar, "PID") == 0 ||
+							   strcmp(o->metavar, "TID") == 0))) {
 		as->kind = MA_OPT_ID;
 	}
 }
