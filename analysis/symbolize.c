@@ -23,12 +23,37 @@
 #include "ma_error.h"
 #include "symbolize.h"
 
+/* Keep TEXT (of kind FMT) among the other problems, unless one of its kind is there. */
+static void also_warn(struct ma_symbolizer *s, const char *fmt, const char *text)
+{
+	if (fmt == s->warning_fmt)
+		return;
+	for (unsigned i = 0; i < s->nalso; i++)
+		if (fmt == s->also_fmt[i])
+			return;
+	if (s->nalso < 2) {
+		s->also_fmt[s->nalso] = fmt;
+		snprintf(s->also[s->nalso++], sizeof(s->also[0]), "%s", text);
+	}
+}
+
 static void vwarn(struct ma_symbolizer *s, bool about_main, const char *fmt, va_list ap)
 {
-	/* The first problem is kept, but one about the main executable wins (--binary's). */
-	if (s->nwarnings++ == 0 || (about_main && !s->warning_main)) {
-		vsnprintf(s->warning, sizeof(s->warning), fmt, ap);
+	char text[512];
+
+	vsnprintf(text, sizeof(text), fmt, ap);
+	/* The first problem is kept, but one about the main executable goes first (--binary's). */
+	if (s->nwarnings++ == 0) {
+		snprintf(s->warning, sizeof(s->warning), "%s", text);
+		s->warning_fmt = fmt;
 		s->warning_main = about_main;
+	} else if (about_main && !s->warning_main) {
+		also_warn(s, s->warning_fmt, s->warning);
+		snprintf(s->warning, sizeof(s->warning), "%s", text);
+		s->warning_fmt = fmt;
+		s->warning_main = true;
+	} else {
+		also_warn(s, fmt, text);
 	}
 }
 

@@ -127,6 +127,9 @@ struct ma_symbolizer {
 	unsigned nwarnings;
 	char warning[512]; /* the first problem (missing file, no symbols...) */
 	bool warning_main; /* ... which is about the main executable */
+	char also[2][512]; /* up to two more problems of other kinds, in order */
+	unsigned nalso;
+	const char *warning_fmt, *also_fmt[2]; /* their kinds (the format they were made from) */
 	char note[640];
 	uint64_t cur_pc; /* the pc being symbolized (for new frames) */
 };

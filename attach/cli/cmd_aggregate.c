@@ -20,35 +20,11 @@
 #define CONTEXT_FRAMES 3
 #define STATS_TOLERANCE 0.10
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: memattach aggregate DUMP [--binary PATH] [--top N] [--cum] [--json]\n"
-		"                 [--folded] [--svg FILE] [--pprof FILE] [--stats FILE.json]\n"
-		"                 [--pid PID [--timeout TIME] [--tid TID] [--strict]]\n\n"
-		"Where the heap is: the allocation sites of a jemalloc heap_v2 dump\n"
-		"(MALLOC_CONF=prof:true), unsampled per stack as jeprof does, by scaled\n"
-		"in-use bytes.  'scale' is scaled/raw: ~1 means one or a few large\n"
-		"allocations (raw bytes are real), >>1 many small ones.\n\n"
-		"output:\n"
-		"  --top N, -n N          sites shown (default 20, 0 = all)\n"
-		"  --cum                  inclusive totals per function instead of sites\n"
-		"  --json                 JSON: period, total_raw_bytes, total_scaled_bytes,\n"
-		"                         sites[{leaf, scaled_bytes, raw_bytes, objects,\n"
-		"                         scale, share, frames}]\n"
-		"  --folded               'frame;frame;leaf bytes' per stack (flamegraph.pl,\n"
-		"                         inferno, speedscope)\n"
-		"  --svg FILE             write a flame graph to open in a browser\n"
-		"  --pprof FILE           write gzipped pprof protobuf (go tool pprof)\n"
-		"  --pid PID              the same with stats.allocated read live from PID;\n"
-		"                         with it --timeout TIME (default 2s), --tid TID and\n"
-		"                         --strict, as for stats\n"
-		"  --stats FILE.json      compare the scaled total with stats.allocated of a\n"
-		"                         malloc_stats_print JSON file (stats-dump)\n"
-		"%s"
-		"\nexit status: 0 success, 1 unreadable or invalid dump, 2 usage error\n",
-		ma_profcmd_help);
-}
+static const char about[] =
+	"Where the heap is: the allocation sites of a jemalloc heap_v2 dump\n"
+	"(MALLOC_CONF=prof:true), unsampled per stack as jeprof does, by scaled\n"
+	"in-use bytes.  'scale' is scaled/raw: ~1 means one or a few large\n"
+	"allocations (raw bytes are real), >>1 many small ones.\n";
 
 struct stats_check {
 	bool have;
@@ -155,6 +131,8 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 		ma_json_str(&j, NULL, b->hp.warning);
 	if (b->sym.nwarnings)
 		ma_json_str(&j, NULL, b->sym.warning);
+	for (unsigned i = 0; i < b->sym.nalso; i++)
+		ma_json_str(&j, NULL, b->sym.also[i]);
 	if (b->sym.opts.lines && ma_sym_no_lines_note(&b->sym))
 		ma_json_str(&j, NULL, b->sym.note);
 	ma_json_arr_close(&j);
@@ -285,51 +263,47 @@ int cmd_aggregate(int argc, char **argv)
 	struct ma_profcmd c;
 	struct ma_profbundle b;
 	struct stats_check sc = { 0 };
-	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL, *v;
+	const char *dump = NULL, *svg = NULL, *pprof = NULL, *stats = NULL;
 	bool cum = false, folded = false, borrow_opts = false;
 	struct ma_session_opts o = { .deadline_ms = 2000 };
 	pid_t pid = 0;
-	int rc = MA_EXIT_OK, r;
+	int rc = MA_EXIT_OK;
 
-	if (ma_profcmd_wants_help(argc, argv, usage))
-		return MA_EXIT_OK;
 	ma_profcmd_init(&c, argv[0], 20);
-	for (int i = 1; i < argc; i++) {
-		r = ma_profcmd_opt(&c, argc, argv, &i);
-		if (r == 0) {
-			if (strcmp(argv[i], "--cum") == 0) {
-				cum = true;
-				continue;
-			}
-			if (strcmp(argv[i], "--folded") == 0) {
-				folded = true;
-				continue;
-			}
-			if (ma_parse_borrow_arg(argc, argv, &i, &o)) {
-				borrow_opts = true;
-				continue;
-			}
-			if ((r = ma_profcmd_value(c.cmd, "--svg", argc, argv, &i, &v)) > 0)
-				svg = v;
-			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--pprof", argc, argv, &i, &v)) > 0)
-				pprof = v;
-			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--stats", argc, argv, &i, &v)) > 0)
-				stats = v;
-			else if (r == 0 && (r = ma_profcmd_value(c.cmd, "--pid", argc, argv, &i, &v)) > 0 &&
-				 !ma_parse_pid(v, &pid))
-				r = -ma_cmd_error(c.cmd, 1, "bad --pid '%s'", v);
-			else if (r == 0 && argv[i][0] == '-' && argv[i][1] != '\0')
-				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[i]);
-			else if (r == 0 && !dump)
-				dump = argv[i], r = 1;
-			else if (r == 0)
-				r = -ma_cmd_error(c.cmd, 1, "one dump only (got '%s' too); "
-					"'memattach diff A B' compares two", argv[i]);
-		}
-		if (r < 0) {
+	{
+		const struct ma_opt opts[] = {
+			MA_HEADING("output:"),
+			MA_TOP("--top", "-n", &c.top, "sites shown (default 20, 0 = all)"),
+			MA_FLAG("--cum", &cum, "inclusive totals per function instead of sites"),
+			MA_FLAG("--json", &c.json,
+				"JSON: period, total_raw_bytes, total_scaled_bytes, sites[{leaf, "
+				"scaled_bytes, raw_bytes, objects, scale, share, frames}]"),
+			MA_FLAG("--folded", &folded,
+				"'frame;frame;leaf bytes' per stack (flamegraph.pl, inferno, speedscope)"),
+			MA_STR("--svg", "FILE", &svg, "write a flame graph to open in a browser"),
+			MA_STR("--pprof", "FILE", &pprof, "write gzipped pprof protobuf (go tool pprof)"),
+			MA_STR("--stats", "FILE.json", &stats,
+			       "compare the scaled total with stats.allocated of a malloc_stats_print "
+			       "JSON file (stats-dump)"),
+			{ .kind = MA_OPT_ID, .name = "--pid", .metavar = "PID", .dst = &pid,
+			  .help = "the same with stats.allocated read live from PID, borrowing one of "
+				  "its threads as stats does (with the three options below)" },
+			MA_OPTS_BORROW_WITH(&o, "with --pid: end that run within TIME (milliseconds, or "
+						"with a unit: 500ms, 2s; default 2s)"),
+			MA_OPTS_PROFCMD(&c),
+			MA_OPTS_END,
+		};
+
+		rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+			.cmd = argv[0], .args = "DUMP", .about = about, .opts = opts,
+			.footer = "\nexit status: 0 success, 1 unreadable or invalid dump, 2 usage error",
+			.positional = &dump, .npositional = 1 });
+		if (rc) {
 			ma_profcmd_release(&c);
-			return MA_EXIT_USAGE;
+			return rc < 0 ? MA_EXIT_OK : rc;
 		}
+		borrow_opts = ma_opts_given(argc, argv, "--timeout") || ma_opts_given(argc, argv, "--tid") ||
+			      ma_opts_given(argc, argv, "--strict");
 	}
 	if (!dump) {
 		ma_profcmd_release(&c);

@@ -21,37 +21,23 @@
 #define HEAP_TOP 15 /* growers and shrinkers shown by default */
 #define BINS_TOP 10 /* bin rows shown by default */
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: memattach diff A B [--top N] [--json] [--binary-a PATH] [--binary-b PATH]\n\n"
-		"Compare two jemalloc heap dumps (e.g. before and after a change, from\n"
-		"two different builds): allocation sites are aligned by their demangled\n"
-		"name, which survives unrelated rebuilds, and listed by growth (B - A)\n"
-		"and by shrinkage, with each side's scaled bytes and scale (scale ~1: a\n"
-		"few large blocks; >>1: many small ones, look a frame or two up).\n\n"
-		"A and B may instead be two snapshot directories (memattach snapshot PID\n"
-		"-o DIR): then the report is the headline counters (allocated, active,\n"
-		"resident, mapped, retained, metadata, tcache_bytes, VmRSS, VmHWM,\n"
-		"page_slack = resident - active, slab_waste = active - allocated) with\n"
-		"A, B, B - A and the change in %%; the small bins whose waste or live\n"
-		"regions changed, by |waste change|; and the diff of the two heap dumps\n"
-		"as above (or why a snapshot has none: taken without prof:true).\n\n"
-		"  --top N, -n N          growers and shrinkers shown (default %d each,\n"
-		"                         0 = all);\n"
-		"                         with snapshots also bin rows (default %d)\n"
-		"  --json                 JSON: a{}, b{}, delta_bytes, growers[], shrinkers[];\n"
-		"                         snapshots: a{}, b{}, headline[{key,a,b,delta,\n"
-		"                         delta_pct}], bins_changed, bins[{size,waste_a,\n"
-		"                         waste_b,waste_delta,curregs_a,...}], heap (the\n"
-		"                         dump diff object, or null), heap_skipped\n"
-		"  --binary-a PATH        main executable for A (--binary: both)\n"
-		"  --binary-b PATH        main executable for B\n"
-		"%s"
-		"\nA snapshot directory and a dump file cannot be mixed: pass DIR/heap.heap.\n"
-		"exit status: 0 success, 1 unreadable dump or snapshot, 2 usage error\n",
-		HEAP_TOP, BINS_TOP, ma_profcmd_help);
-}
+static const char about[] =
+	"Compare two jemalloc heap dumps (e.g. before and after a change, from\n"
+	"two different builds): allocation sites are aligned by their demangled\n"
+	"name, which survives unrelated rebuilds, and listed by growth (B - A)\n"
+	"and by shrinkage, with each side's scaled bytes and scale (scale ~1: a\n"
+	"few large blocks; >>1: many small ones, look a frame or two up).\n\n"
+	"A and B may instead be two snapshot directories (memattach snapshot PID\n"
+	"-o DIR): then the report is the headline counters (allocated, active,\n"
+	"resident, mapped, retained, metadata, tcache_bytes, VmRSS, VmHWM,\n"
+	"page_slack = resident - active, slab_waste = active - allocated) with\n"
+	"A, B, B - A and the change in %; the small bins whose waste or live\n"
+	"regions changed, by |waste change|; and the diff of the two heap dumps\n"
+	"as above (or why a snapshot has none: taken without prof:true).  A\n"
+	"snapshot directory and a dump file cannot be mixed: pass DIR/heap.heap.\n";
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static void json_side(struct ma_json *j, const char *key, struct ma_profbundle *b)
 {
@@ -503,29 +489,27 @@ static int snapshot_mode(const char *cmd, const char *const path[2])
 static int parse_args(struct ma_profcmd *c, int argc, char **argv, const char *path[2],
 		      const char *bin[2])
 {
-	const char *v;
-	int r;
+	const struct ma_opt opts[] = {
+		MA_TOP("--top", "-n", &c->top,
+		       "growers and shrinkers shown (default " STR(HEAP_TOP) " each, 0 = all); with "
+		       "snapshots also bin rows (default " STR(BINS_TOP) ")"),
+		MA_FLAG("--json", &c->json,
+			"JSON: a{}, b{}, delta_bytes, growers[], shrinkers[]; snapshots: a{}, b{}, "
+			"headline[{key,a,b,delta, delta_pct}], bins_changed, bins[{size,waste_a, "
+			"waste_b,waste_delta,curregs_a,...}], heap (the dump diff object, or null), "
+			"heap_skipped"),
+		MA_STR("--binary-a", "PATH", &bin[0], "main executable for A (--binary: both)"),
+		MA_STR("--binary-b", "PATH", &bin[1], "main executable for B"),
+		MA_OPTS_PROFCMD(c),
+		MA_OPTS_END,
+	};
+	int rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+		.cmd = argv[0], .args = "A B", .about = about, .opts = opts,
+		.footer = "\nexit status: 0 success, 1 unreadable dump or snapshot, 2 usage error",
+		.positional = path, .npositional = 2 });
 
-	if (ma_profcmd_wants_help(argc, argv, usage))
-		return -1;
-	for (int a = 1; a < argc; a++) {
-		r = ma_profcmd_opt(c, argc, argv, &a);
-		if (r == 0 && (r = ma_profcmd_value(c->cmd, "--binary-a", argc, argv, &a, &v)) > 0)
-			bin[0] = v;
-		else if (r == 0 && (r = ma_profcmd_value(c->cmd, "--binary-b", argc, argv, &a, &v)) > 0)
-			bin[1] = v;
-		else if (r == 0 && argv[a][0] == '-' && argv[a][1] != '\0')
-			r = -ma_cmd_error(c->cmd, 1, "unknown option '%s'; see --help", argv[a]);
-		else if (r == 0 && !path[0])
-			path[0] = argv[a], r = 1;
-		else if (r == 0 && !path[1])
-			path[1] = argv[a], r = 1;
-		else if (r == 0)
-			r = -ma_cmd_error(c->cmd, 1, "two dumps or snapshots only (got '%s' too)",
-					  argv[a]);
-		if (r < 0)
-			return MA_EXIT_USAGE;
-	}
+	if (rc)
+		return rc;
 	if (!path[1])
 		return ma_usage_error(c->cmd, "two dumps or two snapshot directories are required");
 	return 0;

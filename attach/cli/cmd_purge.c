@@ -196,6 +196,8 @@ int cmd_purge(int argc, char **argv)
 	struct ma_live_visit v;
 	bool json = false;
 	int rc;
+
+	memset(&r, 0, sizeof(r));
 	const struct ma_opt opts[] = {
 		MA_FLAG("--json", &json, "machine-readable output (sizes in bytes, times in ns)"),
 		MA_OPTS_BORROW(&o),

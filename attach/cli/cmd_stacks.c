@@ -14,24 +14,10 @@
 #include "ma_error.h"
 #include "profcmd.h"
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: memattach stacks DUMP SUBSTRING [-n N] [--any-frame] [--json]\n"
-		"                        [--binary PATH]\n\n"
-		"The full call chains (allocation site first) of the stacks whose\n"
-		"allocation site matches SUBSTRING, in its mangled or demangled form\n"
-		"(demangled Rust/C++ names look like '<app::Foo>::bar'), heaviest first.\n\n"
-		"  -n N, --top N          stacks shown (default 10, 0 = all)\n"
-		"  --any-frame            match SUBSTRING in any frame of a stack, not only its\n"
-		"                         allocation site (as pprof's -focus)\n"
-		"  --json                 JSON: stacks[{scaled_bytes, raw_bytes, objects, scale,\n"
-		"                         frames[{name, symbol, object, file, line}]}]\n"
-		"%s"
-		"\nexit status: 0 success (also when nothing matches), 1 unreadable dump,\n"
-		"2 usage error\n",
-		ma_profcmd_help);
-}
+static const char about[] =
+	"The full call chains (allocation site first) of the stacks whose\n"
+	"allocation site matches SUBSTRING, in its mangled or demangled form\n"
+	"(demangled Rust/C++ names look like '<app::Foo>::bar'), heaviest first.\n";
 
 /* Where a frame's object and file:line go when they do not fit beside its name:
  * under it, 4 columns in (they start with a space of their own, the second of
@@ -60,31 +46,34 @@ int cmd_stacks(int argc, char **argv)
 	size_t *hits = NULL, nhits = 0, shown;
 	double hit_bytes = 0;
 	bool any_frame = false;
-	int rc, r;
+	int rc;
 
-	if (ma_profcmd_wants_help(argc, argv, usage))
-		return MA_EXIT_OK;
 	ma_profcmd_init(&c, argv[0], 10);
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--any-frame") == 0) {
-			any_frame = true;
-			continue;
-		}
-		r = ma_profcmd_opt(&c, argc, argv, &i);
-		if (r == 0) {
-			if (argv[i][0] == '-' && argv[i][1] != '\0')
-				r = -ma_cmd_error(c.cmd, 1, "unknown option '%s'; see --help", argv[i]);
-			else if (!dump)
-				dump = argv[i];
-			else if (!needle)
-				needle = argv[i];
-			else
-				r = -ma_cmd_error(c.cmd, 1, "unexpected argument '%s'; see --help", argv[i]);
-		}
-		if (r < 0) {
+	{
+		const char *args[2] = { NULL, NULL };
+		const struct ma_opt opts[] = {
+			MA_TOP("--top", "-n", &c.top, "stacks shown (default 10, 0 = all)"),
+			MA_FLAG("--any-frame", &any_frame,
+				"match SUBSTRING in any frame of a stack, not only its allocation site (as "
+				"pprof's -focus)"),
+			MA_FLAG("--json", &c.json,
+				"JSON: stacks[{scaled_bytes, raw_bytes, objects, scale, frames[{name, "
+				"symbol, object, file, line}]}]"),
+			MA_OPTS_PROFCMD(&c),
+			MA_OPTS_END,
+		};
+
+		rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){
+			.cmd = argv[0], .args = "DUMP SUBSTRING", .about = about, .opts = opts,
+			.footer = "\nexit status: 0 success (also when nothing matches), 1 unreadable "
+				  "dump,\n2 usage error",
+			.positional = args, .npositional = 2 });
+		if (rc) {
 			ma_profcmd_release(&c);
-			return MA_EXIT_USAGE;
+			return rc < 0 ? MA_EXIT_OK : rc;
 		}
+		dump = args[0];
+		needle = args[1];
 	}
 	if (!dump || !needle) {
 		ma_profcmd_release(&c);

@@ -247,6 +247,16 @@ int ma_opts_parse(int argc, char **argv, const struct ma_cmd_spec *c)
 	return 0;
 }
 
+bool ma_opts_given(int argc, char **argv, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], name, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+			return true;
+	return false;
+}
+
 /* ---- the usage ---- */
 
 /* Write TEXT from column COL (already there) to the width, continuing at COL. */

@@ -60,6 +60,8 @@ struct ma_cmd_spec {
  * come as "--name VALUE" or "--name=VALUE".
  */
 int ma_opts_parse(int argc, char **argv, const struct ma_cmd_spec *c);
+/* Was option NAME given in ARGV (as "NAME" or "NAME=...")? */
+bool ma_opts_given(int argc, char **argv, const char *name);
 /* The usage of C, generated from its table, on F. */
 void ma_opts_usage(FILE *f, const struct ma_cmd_spec *c);
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "format.h"
+#include "options.h"
 #include "heapprof.h"
 #include "profile.h"
 #include "symbolize.h"
@@ -21,6 +22,7 @@ struct ma_profcmd {
 	const char *cmd; /* for messages */
 	struct ma_sym_opts sym;
 	struct ma_prefix_map maps[MA_PROFCMD_MAX_LIST];
+	char *map_from[MA_PROFCMD_MAX_LIST]; /* maps[i].from, owned */
 	struct ma_prof_opts prof;
 	regex_t skip[MA_PROFCMD_MAX_LIST];
 	bool json;
@@ -37,25 +39,35 @@ struct ma_profbundle {
 	bool loaded;
 };
 
-/* Help text for the shared options. */
-extern const char ma_profcmd_help[];
-
 void ma_profcmd_init(struct ma_profcmd *c, const char *cmd, long default_top);
 void ma_profcmd_release(struct ma_profcmd *c);
-/* -h or --help anywhere in ARGV: print USAGE to stdout and return true. */
-bool ma_profcmd_wants_help(int argc, char **argv, void (*usage)(FILE *f));
 
-/*
- * If argv[*i] is a shared option, consume it (and its value) and return 1;
- * return 0 if it is not one; on a bad value print the error and return -1
- * (exit status 2).  Values are accepted as "--opt V" or "--opt=V".
- */
-int ma_profcmd_opt(struct ma_profcmd *c, int argc, char **argv, int *i);
+/* --prefix-map OLD=NEW and --skip REGEX, repeatable (ctx: the struct ma_profcmd). */
+int ma_profcmd_prefix_map(const struct ma_opt *o, const char *value);
+int ma_profcmd_skip(const struct ma_opt *o, const char *value);
 
-/* "--name V" / "--name=V" at argv[*i]: 1 and *val set, 0 not this option,
- * -1 value missing (printed). */
-int ma_profcmd_value(const char *cmd, const char *name, int argc, char **argv, int *i,
-		     const char **val);
+/* The options every heap-profile command takes, into C: symbols, frames, input. */
+#define MA_OPTS_PROFCMD(c)                                                                         \
+	MA_HEADING("symbols:"),                                                                   \
+	MA_STR("--binary", "PATH", &(c)->sym.binary,                                              \
+	       "use PATH for the dump's main executable (when the file in the dump is gone or "   \
+	       "was rebuilt)"),                                                                   \
+	{ .kind = MA_OPT_CALL, .name = "--prefix-map", .metavar = "OLD=NEW", .takes_value = true, \
+	  .call = ma_profcmd_prefix_map, .ctx = (c),                                              \
+	  .help = "read files under OLD from NEW instead (dumps taken in a container); "          \
+		  "repeatable" },                                                                 \
+	MA_FLAG("--lines", &(c)->sym.lines, "file:line and inlined functions (DWARF, slower)"),  \
+	MA_HEADING("frames:"),                                                                    \
+	MA_FLAG("--keep-allocator-frames", &(c)->prof.keep_allocator,                             \
+		"keep jemalloc's own leading frames"),                                            \
+	{ .kind = MA_OPT_CALL, .name = "--skip", .metavar = "REGEX", .takes_value = true,         \
+	  .call = ma_profcmd_skip, .ctx = (c),                                                    \
+	  .help = "also drop leading frames matching REGEX (extended regex on demangled or "      \
+		  "mangled names, e.g. 'alloc::raw_vec|operator new'); repeatable" },              \
+	MA_HEADING("input:"),                                                                     \
+	MA_FLAG("--allow-truncated", &(c)->allow_truncated,                                       \
+		"report from a dump cut inside MAPPED_LIBRARIES (refused otherwise: frames in the "  \
+		"objects cut off would stay unnamed)")
 
 /* Load PATH into B, print warnings to stderr.  0, or an exit status. */
 int ma_profcmd_load(struct ma_profcmd *c, struct ma_profbundle *b, const char *path);

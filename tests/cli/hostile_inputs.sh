@@ -23,7 +23,7 @@ PY
 	local rc mb
 	read -r rc mb <"$TMP/rusage"
 	if [ "$rc" = "$want" ] && [ "$mb" -lt "${MAXMB:-200}" ] && says "$pat" "$TMP/err" &&
-		[ "$(unwrapped "$TMP/err" | wc -l)" -le 2 ]; then
+		[ "$(unwrapped "$TMP/err" | wc -l)" -le "${MAXLINES:-2}" ]; then
 		pass "$name (exit $rc, ${mb} MB: $(head -1 "$TMP/err"))"
 	else
 		fail "$name: exit $rc (want $want), ${mb} MB, stderr: $(head -c 300 "$TMP/err")"
@@ -89,7 +89,9 @@ head -c $((off + 400)) "$D/prof_c.heap" >"$TMP/cutmaps.heap"
 run_bounded "dump cut inside MAPPED_LIBRARIES: exit 1, the cut named, how to go on" 1 \
 	"cut inside MAPPED_LIBRARIES \\([0-9]+ mappings read\\).*--allow-truncated" \
 	"$MA" aggregate "$TMP/cutmaps.heap"
-run_bounded "... with --allow-truncated: a report and the cut named" 0 \
+# Three lines: the cut, the addresses it left outside every mapping, and
+# (the committed dump's program was rebuilt since) that program's file.
+MAXLINES=3 run_bounded "... with --allow-truncated: a report and the cut named" 0 \
 	"truncated: .*cut inside MAPPED_LIBRARIES: frames in objects listed after the cut stay unnamed" \
 	"$MA" aggregate "$TMP/cutmaps.heap" --allow-truncated
 check "... and the frames outside every listed mapping are warned about" \
