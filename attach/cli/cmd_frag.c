@@ -14,6 +14,7 @@
 #include "bins.h"
 #include "bins_report.h"
 #include "cmdutil.h"
+#include "options.h"
 #include "outfile.h"
 #include "commands.h"
 #include "emit.h"
@@ -26,13 +27,7 @@
 #include "ma_error.h"
 #include "safepoint.h"
 
-static const char usage_text[] =
-	"usage: memattach frag start PID [--shift N | --focus SIZE] [--max-samples N] [--hooks] [--json]\n"
-	"       memattach frag report (PID | --from FILE) [--top N] [--json] [-o FILE]\n"
-	"                             [--no-flush] [--skip REGEX]...\n"
-	"       memattach frag status PID [--json]\n"
-	"       memattach frag stop PID [--json]\n"
-	"   (live forms also take --timeout TIME and --tid TID)\n\n"
+static const char about[] =
 	"Attribute the slab waste of a running process (active - allocated: free\n"
 	"regions in partly used slabs) to the allocation sites whose surviving\n"
 	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
@@ -43,33 +38,7 @@ static const char usage_text[] =
 	"stacks; 'report' asks jemalloc (experimental.utilization.batch_query) how\n"
 	"full each sampled object's slab is and estimates, per stack, the waste its\n"
 	"survivors pin; 'stop' restores the slots and frees the agent's memory.\n"
-	"Reports cover allocations made since 'frag start'.\n\n"
-	"  start:\n"
-	"  --shift N        sample each allocation with probability 1/2^N (default 8;\n"
-	"                   0 records every allocation).  Costs: hooks put every\n"
-	"                   malloc/free on jemalloc's slow path; sampled ones unwind\n"
-	"  --focus SIZE     record every allocation of one small size class (and\n"
-	"                   nothing else): the report then says, per 4 KiB page,\n"
-	"                   whether its survivors come from one leaf (cohort) or\n"
-	"                   several (mixed), exactly\n"
-	"  --max-samples N  samples held at most (default 4000000, 16 bytes each, in\n"
-	"                   a table that grows as needed; each of its 64 stripes\n"
-	"                   holds N/64, rounded up); samples beyond it are dropped\n"
-	"                   and counted (status and report say so)\n"
-	"  report:\n"
-	"  --from FILE      recompute a report saved with -o (no process needed)\n"
-	"  -o FILE          also save the samples, stacks (with names) and slab answers\n"
-	"  --top N          rows per table (default 15, 0 = all)\n"
-	"  --no-flush       do not flush the threads' tcaches first (cached regions\n"
-	"                   then count as live and the waste is a lower bound)\n"
-	"  --skip REGEX     also drop a stack's leading frames whose name matches\n"
-	"                   REGEX (extended regex, e.g. 'xmalloc|operator new'),\n"
-	"                   keeping at least one, as aggregate's --skip: sites and\n"
-	"                   leaves are then their callers; repeatable\n"
-	"  all:\n"
-	"  --json           machine-readable output (sizes in bytes)\n"
-	MA_HELP_BORROW
-	"exit status: 0 success, 1 the operation failed, 2 usage error\n";
+	"Reports cover allocations made since 'frag start'.\n";
 
 #define DEFAULT_SHIFT 8
 #define MIN_CAPACITY (1ULL << 16) /* 64 stripes of 1024 slots */
@@ -126,99 +95,150 @@ static int mark_skipped(const struct frag_args *a, struct ma_frag_data *d)
 	return 0;
 }
 
-/* The options of the frag subcommands, what their value must be, and which subcommand takes them. */
-static const struct frag_opt {
-	const char *name, *sub, *value;
-} frag_opts[] = {
-	{ "--shift", "start", "N, 0 to 20" },
-	{ "--focus", "start", "SIZE, a small size class in bytes" },
-	{ "--max-samples", "start", "N, 1 or more" },
-	{ "--hooks", "start", NULL },
-	{ "--from", "report", "FILE" },
-	{ "-o", "report", "FILE" },
-	{ "--top", "report", "N, 0 (all) or more" },
-	{ "--no-flush", "report", NULL },
-	{ "--skip", "report", "REGEX" },
-};
+/* --skip REGEX (ctx: the frag arguments). */
+static int skip_opt(const struct ma_opt *o, const char *value)
+{
+	return add_skip(o->ctx, value);
+}
+
+#define FRAG_JSON(a) MA_FLAG("--json", &(a)->json, "machine-readable output (sizes in bytes)")
 
 /*
- * ARGV[I] is a frag option this subcommand did not accept: say why (another
- * subcommand's option, or a bad or missing value).  0 if it is none of them.
+ * The table of subcommand SUB (start, report, status, stop) into OPTS (room
+ * for FRAG_MAX_OPTS), and its spec.  False if SUB is none of them.
  */
-static int frag_option_error(const char *sub, int argc, char **argv, int i)
+#define FRAG_MAX_OPTS 16
+static bool frag_table(const char *sub, struct frag_args *a, struct ma_opt *opts, struct ma_cmd_spec *c)
 {
-	for (size_t k = 0; k < sizeof(frag_opts) / sizeof(frag_opts[0]); k++) {
-		const struct frag_opt *o = &frag_opts[k];
+	const struct ma_opt start[] = {
+		{ .kind = MA_OPT_COUNT, .name = "--shift", .metavar = "N", .dst = &a->shift, .max = 20,
+		  .help = "sample each allocation with probability 1/2^N (default 8; 0 records every "
+			  "allocation).  Costs: hooks put every malloc/free on jemalloc's slow path; "
+			  "sampled ones unwind" },
+		{ .kind = MA_OPT_COUNT, .name = "--focus", .metavar = "SIZE", .dst = &a->focus, .min = 1,
+		  .help = "record every allocation of one small size class (and nothing else): the "
+			  "report then says, per 4 KiB page, whether its survivors come from one leaf "
+			  "(cohort) or several (mixed), exactly" },
+		{ .kind = MA_OPT_COUNT, .name = "--max-samples", .metavar = "N", .dst = &a->max_samples,
+		  .min = 1,
+		  .help = "samples held at most (default 4000000, 16 bytes each, in a table that grows "
+			  "as needed; each of its 64 stripes holds N/64, rounded up); samples beyond it "
+			  "are dropped and counted (status and report say so)" },
+		MA_FLAG("--hooks", &a->hooks,
+			"where jemalloc is linked statically: sample through jemalloc's hooks (they crash "
+			"programs whose threads come and go)"),
+		FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END,
+	};
+	const struct ma_opt report[] = {
+		{ .kind = MA_OPT_STR, .name = "--from", .metavar = "FILE", .dst = &a->from, .in_args = true,
+		  .help = "recompute a report saved with -o (no process needed)" },
+		MA_STR("-o", "FILE", &a->out, "also save the samples, stacks (with names) and slab answers"),
+		MA_TOP("--top", NULL, &a->top, "rows per table (default 15, 0 = all)"),
+		MA_FLAG("--no-flush", &a->no_flush,
+			"do not flush the threads' tcaches first (cached regions then count as live and "
+			"the waste is a lower bound)"),
+		{ .kind = MA_OPT_CALL, .name = "--skip", .metavar = "REGEX", .takes_value = true,
+		  .call = skip_opt, .ctx = a,
+		  .help = "also drop a stack's leading frames whose name matches REGEX (extended regex, "
+			  "e.g. 'xmalloc|operator new'), keeping at least one, as aggregate's --skip: "
+			  "sites and leaves are then their callers; repeatable" },
+		FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END,
+	};
+	const struct ma_opt other[] = { FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END };
+	const struct ma_opt *t = strcmp(sub, "start") == 0    ? start
+				 : strcmp(sub, "report") == 0 ? report
+				 : strcmp(sub, "status") == 0 || strcmp(sub, "stop") == 0 ? other
+											 : NULL;
+	size_t n = 0;
 
-		if (strcmp(argv[i], o->name) != 0)
-			continue;
-		if (strcmp(sub, o->sub) != 0)
-			return ma_usage_error("frag", "frag %s does not take %s (an option of frag %s)",
-					      sub, o->name, o->sub);
-		if (i + 1 >= argc)
-			return ma_usage_error("frag", "%s needs a value: %s", o->name, o->value);
-		return ma_usage_error("frag", "%s '%s': expected %s", o->name, argv[i + 1], o->value);
-	}
+	if (!t)
+		return false;
+	while (t[n].kind != MA_OPT_END)
+		n++;
+	memcpy(opts, t, (n + 1) * sizeof(*t));
+	*c = (struct ma_cmd_spec){ .opts = opts, .about = about, .footer = MA_FOOTER_EXIT,
+				   .pid = &a->pid,
+				   .args = strcmp(sub, "report") == 0 ? "(PID | --from FILE)" : "PID" };
+	return true;
+}
+
+static const char *const frag_subs[] = { "start", "report", "status", "stop" };
+
+/* Does subcommand SUB's table name the option ARG (LEN bytes)? */
+static bool sub_takes(const char *sub, struct frag_args *a, const char *arg, size_t len)
+{
+	struct ma_opt opts[FRAG_MAX_OPTS];
+	struct ma_cmd_spec c;
+
+	if (!frag_table(sub, a, opts, &c))
+		return false;
+	for (const struct ma_opt *o = opts; o->kind != MA_OPT_END; o++)
+		if ((strlen(o->name) == len && strncmp(o->name, arg, len) == 0) ||
+		    (o->alias && strlen(o->alias) == len && strncmp(o->alias, arg, len) == 0))
+			return true;
+	return false;
+}
+
+/* ARG, an option SUB does not take, of another subcommand: say so.  0 if it is none. */
+static int other_subs_option(const char *sub, const char *arg, struct frag_args *a)
+{
+	size_t len = strcspn(arg, "=");
+
+	if (sub_takes(sub, a, arg, len))
+		return 0;
+	for (size_t k = 0; k < 4; k++)
+		if (strcmp(frag_subs[k], sub) != 0 && sub_takes(frag_subs[k], a, arg, len))
+			return ma_usage_error("frag", "frag %s does not take %.*s (an option of frag %s)",
+					      sub, (int)len, arg, frag_subs[k]);
 	return 0;
+}
+
+/* `memattach frag --help`: what frag does, then each subcommand's options. */
+static void frag_usage(struct frag_args *a)
+{
+	printf("usage: memattach frag start|report|status|stop ...\n");
+	for (size_t k = 0; k < 4; k++) {
+		struct ma_opt opts[FRAG_MAX_OPTS];
+		struct ma_cmd_spec c;
+		char cmd[32];
+
+		frag_table(frag_subs[k], a, opts, &c);
+		snprintf(cmd, sizeof(cmd), "frag %s", frag_subs[k]);
+		c.cmd = cmd;
+		c.about = NULL;
+		c.footer = NULL;
+		putchar('\n');
+		ma_opts_usage(stdout, &c);
+	}
+	printf("\n%s\n%s\n", about, MA_FOOTER_EXIT);
 }
 
 static int parse_args(int argc, char **argv, struct frag_args *a)
 {
-	const char *cmd = "frag";
+	struct ma_opt opts[FRAG_MAX_OPTS];
+	struct ma_cmd_spec c;
+	char cmd[32];
+	int rc;
 
-	for (int i = 1; i < argc; i++)
-		if (ma_is_help(argv[i])) {
-			fputs(usage_text, stdout);
-			return -1;
-		}
-	if (argc < 2)
-		return ma_usage_error(cmd, "missing subcommand: start, report, status or stop");
-	a->sub = argv[1];
-	if (strcmp(a->sub, "start") && strcmp(a->sub, "report") && strcmp(a->sub, "status") &&
-	    strcmp(a->sub, "stop"))
-		return ma_usage_error(cmd, "unknown subcommand '%s': start, report, status or stop",
-				      a->sub);
-	for (int i = 2; i < argc; i++) {
-		const char *s = argv[i];
-		bool start = strcmp(a->sub, "start") == 0, report = strcmp(a->sub, "report") == 0;
-
-		if (strcmp(s, "--json") == 0) {
-			a->json = true;
-		} else if (start && strcmp(s, "--shift") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &a->shift) && a->shift <= 20) {
-			a->have_shift = true;
-			i++;
-		} else if (start && strcmp(s, "--focus") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &a->focus) && a->focus > 0) {
-			a->have_focus = true;
-			i++;
-		} else if (start && strcmp(s, "--max-samples") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &a->max_samples) && a->max_samples > 0) {
-			i++;
-		} else if (report && strcmp(s, "--from") == 0 && i + 1 < argc) {
-			a->from = argv[++i];
-		} else if (report && strcmp(s, "-o") == 0 && i + 1 < argc) {
-			a->out = argv[++i];
-		} else if (report && strcmp(s, "--top") == 0 && i + 1 < argc &&
-			   ma_parse_long(argv[i + 1], &a->top)) {
-			i++;
-		} else if (report && strcmp(s, "--no-flush") == 0) {
-			a->no_flush = true;
-		} else if (report && strcmp(s, "--skip") == 0 && i + 1 < argc) {
-			int rc = add_skip(a, argv[++i]);
-
-			if (rc)
-				return rc;
-		} else if (start && strcmp(s, "--hooks") == 0) {
-			a->hooks = true;
-		} else if (ma_parse_live_arg(argc, argv, &i, &a->pid, &a->o)) {
-			continue;
-		} else {
-			int rc = frag_option_error(a->sub, argc, argv, i);
-
-			return rc ? rc : ma_pid_arg_error(cmd, usage_text, argc, argv, i, a->pid);
-		}
+	if (argc < 2 || ma_is_help(argv[1])) {
+		if (argc < 2)
+			return ma_usage_error("frag", "missing subcommand: start, report, status or stop");
+		frag_usage(a);
+		return -1;
 	}
+	a->sub = argv[1];
+	if (!frag_table(a->sub, a, opts, &c))
+		return ma_usage_error("frag", "unknown subcommand '%s': start, report, status or stop",
+				      a->sub);
+	snprintf(cmd, sizeof(cmd), "frag %s", a->sub);
+	c.cmd = cmd;
+	for (int i = 2; i < argc; i++)
+		if (argv[i][0] == '-' && !ma_is_help(argv[i]) && (rc = other_subs_option(a->sub, argv[i], a)))
+			return rc;
+	if ((rc = ma_opts_parse(argc - 1, argv + 1, &c)))
+		return rc;
+	a->have_shift = ma_opts_given(argc, argv, "--shift");
+	a->have_focus = ma_opts_given(argc, argv, "--focus");
 	if (a->have_shift && a->have_focus)
 		return ma_usage_error(cmd, "--shift and --focus exclude each other");
 	if (a->from && a->pid)

@@ -37,9 +37,9 @@ static void want_of(const struct ma_opt *o, char *buf, size_t n)
 		if (o->zero_all)
 			snprintf(buf, n, "a count, 0 or more (0 = all)");
 		else if (o->max)
-			snprintf(buf, n, "N, %ld to %ld", o->min, o->max);
+			snprintf(buf, n, "%s, %ld to %ld", o->metavar ? o->metavar : "N", o->min, o->max);
 		else
-			snprintf(buf, n, "N, %ld or more", o->min);
+			snprintf(buf, n, "%s, %ld or more", o->metavar ? o->metavar : "N", o->min);
 		return;
 	case MA_OPT_DURATION:
 		say_ms(lo, sizeof(lo), o->min);
