@@ -1,6 +1,6 @@
 /*
- * cmdutil.h - what the commands share: argument parsing with one error
- * message each, and the run of a live command (ma_live_run).
+ * cmdutil.h - what the commands share: values and messages (the option
+ * tables are options.h), and the run of a live command (ma_live_run).
  */
 #ifndef MA_CMDUTIL_H
 #define MA_CMDUTIL_H
@@ -54,26 +54,6 @@ void ma_print_named(const char *lead, const char *name, const char *where, size_
 /* A usage error: one message on stderr pointing at --help; returns exit 2. */
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/*
- * The usage error for argv[I], which the command did not accept: an option
- * of the command (found in its USAGE text) with a missing or malformed
- * value says which value it wants; an unknown option or a stray argument
- * says so.  Returns exit status 2.
- */
-int ma_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i);
-/* ma_arg_error for a command taking a PID: argv[i] named as no process id while PID is 0. */
-int ma_pid_arg_error(const char *cmd, const char *usage, int argc, char **argv, int i, pid_t pid);
-
-
-/*
- * The arguments every live command takes: the PID, --timeout MS (how long
- * to look for a thread safe to borrow) and --tid TID (borrow that thread,
- * still refused if unsafe; one that never called into jemalloc is
- * borrowed).  True if argv[*i] was one (and *i moved past its value).
- */
-bool ma_parse_live_arg(int argc, char **argv, int *i, pid_t *pid, struct ma_session_opts *o);
-/* The same without the PID: --timeout, --tid, --strict (and --allow-eintr-wait). */
-bool ma_parse_borrow_arg(int argc, char **argv, int *i, struct ma_session_opts *o);
 
 /*
  * A live command's run, the one shape every live command has: open CMD's
@@ -104,27 +84,5 @@ struct ma_live_cmd {
 };
 int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 
-/*
- * The help of the options every command that borrows a thread takes:
- * MA_HELP_BORROW for a command that borrows once, MA_HELP_TID_STRICT after
- * a --timeout line of the command's own (watch, threads: theirs differ).
- */
-#define MA_HELP_BORROW                                                              \
-	"  --timeout TIME\n"                                                         \
-	"                end the whole run within TIME (milliseconds, or with a\n"  \
-	"                unit: 500ms, 2s, 1m): the wait for its turn, finding a\n"  \
-	"                thread, its calls (default: 2000ms to find one, then\n"    \
-	"                each call its own limit)\n" MA_HELP_TID_STRICT
-#define MA_HELP_TID_STRICT                                                          \
-	"  --tid TID     borrow this thread (still refused if unsafe; one that\n"    \
-	"                never called into jemalloc is borrowed: that creates its\n"  \
-	"                allocator state: a tcache, and perhaps an arena, its\n"     \
-	"                mappings and a jemalloc background thread; the run then\n"  \
-	"                says what the process gained)\n"                            \
-	"  --strict      never stop a thread blocked in epoll_wait and the like\n"   \
-	"                (by default one is borrowed when no better thread exists:\n" \
-	"                its wait is issued again at once; only a memattach killed\n" \
-	"                within microseconds of that stop leaves it an EINTR, as a\n" \
-	"                SIGSTOP would)\n"
 
 #endif
