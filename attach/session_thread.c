@@ -521,6 +521,55 @@ static int stop_seized(struct ma_session *s, const struct ma_thread_info *ti, in
 }
 
 /*
+ * A thread stopped inside a restartable sequence's critical section (rseq:
+ * glibc registers an area for every thread; per-CPU code such as
+ * tcmalloc's or librseq's runs such sections) must resume at the section's
+ * abort handler: the kernel sends it there when it next returns to user
+ * space, but only if its ip is still in the section -- with the ip at our
+ * stub it merely forgets the section, and the stub's restore would put the
+ * thread back in the middle of it, to commit with a stale CPU (an outside
+ * attack lost millions of per-CPU counter updates).  So the ip the thread
+ * is given back is the abort handler's, as the kernel would choose; the
+ * section pointer is left for the kernel to clear (were memattach killed
+ * before it moves the ip, the kernel still aborts the section itself).
+ * 0 when IP is in no section (or *ABORT_IP set); MA_E_NOSAFE when the
+ * abort handler lacks the registered signature (the kernel would kill the
+ * process there: the thread is left to it).
+ */
+static int rseq_abort_ip(pid_t tid, uint64_t ip, uint64_t *abort_ip, char *why, size_t whylen)
+{
+	struct __ptrace_rseq_configuration conf;
+	struct {
+		uint32_t version, flags;
+		uint64_t start_ip, post_commit_offset, abort_ip;
+	} cs;
+	uint64_t cs_ptr = 0;
+	uint32_t sig = 0;
+
+	*abort_ip = 0;
+	memset(&conf, 0, sizeof(conf));
+	if (ma_ptrace(PTRACE_GET_RSEQ_CONFIGURATION, tid, (void *)sizeof(conf), &conf) < 0 ||
+	    !conf.rseq_abi_pointer)
+		return 0; /* no rseq area (or a kernel before 5.13: see the README's limits) */
+	/* struct rseq: cpu_id_start, cpu_id (u32 each), then the u64 rseq_cs */
+	if (ma_mem_read(tid, conf.rseq_abi_pointer + 8, &cs_ptr, sizeof(cs_ptr)) != 0 || !cs_ptr ||
+	    ma_mem_read(tid, cs_ptr, &cs, sizeof(cs)) != 0) {
+		ma_err_clear();
+		return 0;
+	}
+	if (ip < cs.start_ip || ip - cs.start_ip >= cs.post_commit_offset)
+		return 0;
+	if (ma_mem_read(tid, cs.abort_ip - 4, &sig, sizeof(sig)) != 0 || sig != conf.signature) {
+		ma_err_clear();
+		snprintf(why, whylen, "inside a restartable sequence whose abort handler lacks its "
+			 "signature (the kernel ends such a process)");
+		return MA_E_NOSAFE;
+	}
+	*abort_ip = cs.abort_ip;
+	return 0;
+}
+
+/*
  * Save the stopped thread's registers, signal mask and extended state.
  * Our stop made its syscall fail with EINTR: issue it again at once,
  * before anything else, so a memattach that dies from here on leaves no
@@ -530,16 +579,22 @@ static int stop_seized(struct ma_session *s, const struct ma_thread_info *ti, in
  * The thread is let go on a failure.
  */
 static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uint64_t began,
-		      uint64_t nvcsw)
+		      uint64_t nvcsw, char *why, size_t whylen)
 {
 	struct user_regs_struct first;
 	bool reissued = false;
+	uint64_t abort_ip;
 	int rc;
 
-	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs))) {
+	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs)) ||
+	    (rc = rseq_abort_ip(ti->tid, ma_arch_ip(&s->saved.regs), &abort_ip, why, whylen))) {
 		thread_release_untouched(s, 0);
 		return rc;
 	}
+	/* Given back at the section's abort handler (rseq_abort_ip); the thread's own ip is not touched. */
+	s->rseq_ip = abort_ip ? ma_arch_ip(&s->saved.regs) : 0;
+	if (abort_ip)
+		ma_arch_set_ip(&s->saved.regs, abort_ip);
 	first = s->saved.regs;
 	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
@@ -582,9 +637,12 @@ static struct try_verdict let_go(struct ma_session *s, bool maybe_exec, bool hop
 static struct try_verdict judge_held(struct ma_session *s, const struct ma_thread_info *ti,
 				     struct ma_backtrace *bt, char *why, size_t whylen)
 {
+	struct user_regs_struct where = s->saved.regs;
 	bool never = false;
 
-	if (ma_unwind(s->t, ti->tid, &s->saved.regs, bt) != 0) {
+	if (s->rseq_ip) /* judged where it is, not where it will resume (rseq_abort_ip) */
+		ma_arch_set_ip(&where, s->rseq_ip);
+	if (ma_unwind(s->t, ti->tid, &where, bt) != 0) {
 		ma_err_clear();
 		snprintf(why, whylen, "stack could not be unwound");
 		return let_go(s, true, false);
@@ -664,7 +722,8 @@ static struct try_verdict try_thread(struct ma_session *s, const struct ma_threa
 	}
 	s->seized = true;
 	s->t_stop_ns = ma_now_ns();
-	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)) || (rc = save_state(s, ti, began, nvcsw)))
+	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)) ||
+	    (rc = save_state(s, ti, began, nvcsw, why, whylen)))
 		return verdict_of(rc);
 	return judge_held(s, ti, btp ? btp : &local, why, whylen);
 }

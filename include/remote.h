@@ -91,6 +91,7 @@ struct ma_session {
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
+	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
