@@ -128,14 +128,53 @@ static bool trap_allowed(struct ma_session *s)
 	return filter_allows(s, &q, 1);
 }
 
+/*
+ * What jemalloc itself may do to memory inside our calls, over the sizes it
+ * works in: map extents (a thread's first call creates its tcache and
+ * perhaps an arena; a heap dump allocates), unmap them, purge and advise
+ * them.  A filter that answers anything but ALLOW to one of these (KILL:
+ * the process dies; TRAP: a fault inside jemalloc that holds a lock, which
+ * no containment can give back; ERRNO: jemalloc's own failure paths) makes
+ * the thread one memattach does not borrow.  Lengths from a page to a
+ * terabyte catch filters keyed on a length threshold.  Into Q (room for
+ * JE_QUERIES); returns how many.
+ */
+#define JE_QUERIES 128
+static size_t jemalloc_memory_queries(struct ma_sc_query *q, uint64_t ip)
+{
+	static const uint64_t lens[] = { PAGE, 16UL << 10, 64UL << 10, 256UL << 10, 2UL << 20,
+					 16UL << 20, 256UL << 20, 4ULL << 30, 1ULL << 40 };
+	static const uint64_t advice[] = { MADV_DONTNEED, MADV_FREE, MADV_DONTDUMP, MADV_DODUMP,
+					   MADV_HUGEPAGE, MADV_NOHUGEPAGE };
+	static const uint64_t flags[] = { MAP_PRIVATE | MAP_ANONYMOUS,
+					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED };
+	static const uint64_t prot[] = { PROT_READ | PROT_WRITE, PROT_NONE };
+	uint64_t any = UNCHOSEN_ADDR;
+	size_t n = 0;
+
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		for (size_t a = 0; a < sizeof(advice) / sizeof(advice[0]); a++)
+			q[n++] = (struct ma_sc_query){ SYS_madvise, { any, lens[l], advice[a], 0, 0, 0 },
+						       ip, "madvise (jemalloc's purge and advice)" };
+		for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++)
+			for (size_t p = 0; p < sizeof(prot) / sizeof(prot[0]); p++)
+				q[n++] = (struct ma_sc_query){ SYS_mmap,
+							       { f == 2 ? any : 0, lens[l], prot[p],
+								 flags[f], (uint64_t)-1, 0 },
+							       ip, "mmap (jemalloc's extents)" };
+		q[n++] = (struct ma_sc_query){ SYS_munmap, { any, lens[l], 0, 0, 0, 0 }, ip,
+					       "munmap (jemalloc's extents)" };
+	}
+	return n;
+}
+
 int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 {
 	uint64_t ip = s->stub + MA_STUB_MARKER_END, any = UNCHOSEN_ADDR;
 	struct ma_sc_query q[] = {
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
-		/* What jemalloc itself does inside our calls (purge, decay, locks). */
-		{ SYS_madvise, { any, PAGE, MADV_DONTNEED, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
-		{ SYS_madvise, { any, PAGE, MADV_FREE, 0, 0, 0 }, ip, "madvise (jemalloc's purge)" },
+		/* jemalloc's locks inside our calls (its memory: jemalloc_memory_queries) */
 		{ SYS_futex, { any, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 		{ SYS_futex, { any, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0 }, ip, "futex (jemalloc's locks)" },
 	};
@@ -150,6 +189,7 @@ int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	struct ma_sc_query qmask = { SYS_rt_sigprocmask, { SIG_SETMASK, s->area + MA_AREA_SIGMASK, 0, 8, 0, 0 },
 				     s->stub + MA_STUB_RESTORE_SYSCALL_END,
 				     "rt_sigprocmask (the stub's self-restore)" };
+	struct ma_sc_query jq[JE_QUERIES];
 	int mode = s->early_seccomp_mode, rc;
 
 	if (mode < 0 || ma_arch_stopped_after_seccomp_change(&s->saved.regs))
@@ -159,6 +199,7 @@ int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 		return 0;
 	s->filtered = true;
 	if ((rc = ma_seccomp_check(s->t->pid, s->tid, q, sizeof(q) / sizeof(q[0]))) ||
+	    (rc = ma_seccomp_check(s->t->pid, s->tid, jq, jemalloc_memory_queries(jq, ip))) ||
 	    (!on_stack && (rc = ma_seccomp_check(s->t->pid, s->tid, qmap, 2))))
 		return rc;
 	s->stub_sigreturns = stub_may_sigreturn(s);
@@ -437,7 +478,7 @@ static int map_scratch(struct ma_session *s, size_t data_size)
  * more than the call needs, see ON_STACK_ROOM).  Nothing to map, nothing
  * to remove, nothing a killed run leaves behind.
  */
-static bool scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
+bool session_scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
 {
 	uint64_t bottom = thread_stack_bottom(s);
 
@@ -495,6 +536,9 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	s->sites_had_stub = leftover_any_site_has_stub(s);
 	open_mem_fd(s);
+	/* What the hold needs, so each candidate's seccomp filter is judged in its own (judge_held). */
+	s->want_data = data;
+	s->data_on_stack_ok = o->data_size != 0;
 	if ((rc = thread_choose(s, o)))
 		goto fail;
 	if ((rc = ma_target_code_unchanged(t)))
@@ -505,7 +549,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		stale_found |= stale[i];
 	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
 	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
-	on_stack = o->data_size && scratch_fits_on_stack(s, data);
+	on_stack = o->data_size && session_scratch_fits_on_stack(s, data);
+	/* Judged in the choice already (judge_held), now with the stub site this session took. */
 	if ((rc = session_check_seccomp(s, data + STACK_SIZE, on_stack)))
 		goto fail;
 	if ((rc = write_stub(s)))

@@ -82,6 +82,7 @@ void leftover_remove(struct ma_session *s, const bool *stale);
 
 /* remote_call.c */
 int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack);
+bool session_scratch_fits_on_stack(const struct ma_session *s, size_t data_size);
 int session_write_stub_header(struct ma_session *s);
 
 #endif

@@ -586,15 +586,11 @@ static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uin
 	uint64_t abort_ip;
 	int rc;
 
-	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs)) ||
-	    (rc = rseq_abort_ip(ti->tid, ma_arch_ip(&s->saved.regs), &abort_ip, why, whylen))) {
+	s->rseq_ip = 0;
+	if ((rc = ma_arch_get_regs(ti->tid, &s->saved.regs))) {
 		thread_release_untouched(s, 0);
 		return rc;
 	}
-	/* Given back at the section's abort handler (rseq_abort_ip); the thread's own ip is not touched. */
-	s->rseq_ip = abort_ip ? ma_arch_ip(&s->saved.regs) : 0;
-	if (abort_ip)
-		ma_arch_set_ip(&s->saved.regs, abort_ip);
 	first = s->saved.regs;
 	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
@@ -615,6 +611,21 @@ static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uin
 		ma_arch_set_regs(ti->tid, &s->saved.regs);
 		reissued = false;
 	}
+	/*
+	 * Not in a syscall (none runs in an rseq section), and after the
+	 * re-issue above, which must come first: given back at the section's
+	 * abort handler (rseq_abort_ip); the thread's own ip is not touched.
+	 */
+	if (!ma_arch_interrupted_eintr(&first)) {
+		if ((rc = rseq_abort_ip(ti->tid, ma_arch_ip(&first), &abort_ip, why, whylen))) {
+			thread_release_untouched(s, 0);
+			return rc;
+		}
+		if (abort_ip) {
+			s->rseq_ip = ma_arch_ip(&first);
+			ma_arch_set_ip(&s->saved.regs, abort_ip);
+		}
+	}
 	if (!reissued)
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
 	return 0;
@@ -631,6 +642,34 @@ static struct try_verdict let_go(struct ma_session *s, bool maybe_exec, bool hop
 	if (maybe_exec && exec_since_opened(s))
 		v.rc = MA_E_EXITED;
 	return v;
+}
+
+/*
+ * Would the held thread's seccomp filter refuse a syscall of the session or
+ * of jemalloc inside its calls (session_check_seccomp)?  Judged for each
+ * candidate in its own hold, so a sandboxed thread that ranks first is
+ * passed over for another (the message is the refusal's); ma_session_open
+ * asks again once its stub site is taken.
+ */
+static bool refused_by_seccomp(struct ma_session *s, char *why, size_t whylen)
+{
+	size_t data = s->want_data ? s->want_data : DEFAULT_DATA;
+	uint64_t stub = s->stub;
+	int rc;
+
+	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
+	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
+	s->on_stack = s->data_on_stack_ok && session_scratch_fits_on_stack(s, data);
+	/* The stub's site is taken after the choice: the first one's address stands in for it. */
+	if (!s->stub && s->t->nstub_sites)
+		s->stub = s->t->stub_sites[0].addr;
+	rc = session_check_seccomp(s, data + STACK_SIZE, s->on_stack);
+	s->stub = stub;
+	if (rc == 0)
+		return false;
+	snprintf(why, whylen, "%s", ma_errmsg());
+	ma_err_clear();
+	return true;
 }
 
 /* Judge the held thread from its stack (BT gets the walk): safe, or let go. */
@@ -683,6 +722,8 @@ static struct try_verdict judge_held(struct ma_session *s, const struct ma_threa
 			 "was killed (its stub is restoring the thread's registers)");
 		return let_go(s, false, false);
 	}
+	if (refused_by_seccomp(s, why, whylen))
+		return let_go(s, false, true);
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return verdict_of(0);
 }

@@ -92,6 +92,9 @@ struct ma_session {
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */
+	size_t want_data; /* the scratch data the session wants (0: the default) */
+	bool data_on_stack_ok; /* ... which may go on the thread's stack */
+	bool on_stack; /* ... and would, in the thread judged last */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
