@@ -198,9 +198,13 @@ cc -O0 -o "$TMP/sec/secret" "$TMP/sec/s.c" && chmod 700 "$TMP/sec/secret"
 fn=$(nm "$TMP/sec/secret" | awk '$3 == "TOPSECRET_root_only_fn" { print $1 }')
 mkdir -m 777 "$PUB/d"
 crafted() { # crafted PATH-IN-MAPS: a dump whose one stack is in that file's function
+	local maj=0 min=0 ino=0
+	# the file's device and inode as a real dump lists them (else it counts as replaced since)
+	read -r maj min ino < <(stat -L -c '%Hd %Ld %i' "$1" 2>/dev/null) || true
 	printf 'heap_v2/524288\n  t*: 1: 1048576 [0: 0]\n  t0: 1: 1048576 [0: 0]\n'
 	printf '@ 0x%x\n  t*: 1: 1048576 [0: 0]\n  t0: 1: 1048576 [0: 0]\n\n' $((0x555555554000 + 0x$fn + 1))
-	printf 'MAPPED_LIBRARIES:\n555555554000-555555556000 r-xp 00000000 fe:00 1 %s\n' "$1"
+	printf 'MAPPED_LIBRARIES:\n555555554000-555555556000 r-xp 00000000 %02x:%02x %s %s\n' \
+		"${maj:-0}" "${min:-0}" "${ino:-0}" "$1"
 }
 crafted "$TMP/sec/secret" | "${EVE[@]}" tee "$PUB/d/eve.heap" >/dev/null
 "$MA" aggregate "$PUB/d/eve.heap" >"$TMP/agg.out" 2>&1
