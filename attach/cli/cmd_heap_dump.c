@@ -95,9 +95,7 @@ int cmd_heap_dump(int argc, char **argv)
 		MA_OPTS_END,
 	};
 
-	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
-								   .about = about, .opts = opts,
-								   .footer = MA_FOOTER_EXIT, .pid = &pid })))
+	if ((rc = ma_opts_parse_pid(argc, argv, about, opts, &pid)))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!pid || !out) {
 		return ma_usage_error(argv[0], "a PID and -o FILE are required");

@@ -204,9 +204,7 @@ int cmd_purge(int argc, char **argv)
 		MA_OPTS_END,
 	};
 
-	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
-								   .about = about, .opts = opts,
-								   .footer = MA_FOOTER_EXIT, .pid = &r.pid })))
+	if ((rc = ma_opts_parse_pid(argc, argv, about, opts, &r.pid)))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!r.pid) {
 		return ma_usage_error(argv[0], "a PID is required");

@@ -190,9 +190,7 @@ int cmd_stats(int argc, char **argv)
 		MA_OPTS_END,
 	};
 
-	if ((rc = ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID",
-								   .about = about, .opts = opts,
-								   .footer = MA_FOOTER_EXIT, .pid = &pid })))
+	if ((rc = ma_opts_parse_pid(argc, argv, about, opts, &pid)))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (format && strcmp(format, "openmetrics") != 0)
 		return ma_usage_error(argv[0], "--format '%s': the only format is 'openmetrics' (or --json)",

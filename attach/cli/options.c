@@ -247,6 +247,13 @@ int ma_opts_parse(int argc, char **argv, const struct ma_cmd_spec *c)
 	return 0;
 }
 
+int ma_opts_parse_pid(int argc, char **argv, const char *about, const struct ma_opt *opts, pid_t *pid)
+{
+	return ma_opts_parse(argc, argv, &(struct ma_cmd_spec){ .cmd = argv[0], .args = "PID", .about = about,
+							       .opts = opts, .footer = MA_FOOTER_EXIT,
+							       .pid = pid });
+}
+
 bool ma_opts_given(int argc, char **argv, const char *name)
 {
 	size_t n = strlen(name);

@@ -60,6 +60,11 @@ struct ma_cmd_spec {
  * come as "--name VALUE" or "--name=VALUE".
  */
 int ma_opts_parse(int argc, char **argv, const struct ma_cmd_spec *c);
+/*
+ * ma_opts_parse for the usual live command: "CMD PID [options]", ABOUT,
+ * OPTS, the usual exit statuses.
+ */
+int ma_opts_parse_pid(int argc, char **argv, const char *about, const struct ma_opt *opts, pid_t *pid);
 /* Was option NAME given in ARGV (as "NAME" or "NAME=...")? */
 bool ma_opts_given(int argc, char **argv, const char *name);
 /* The usage of C, generated from its table, on F. */

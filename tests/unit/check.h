@@ -19,4 +19,22 @@ static int check_failures;
 	} while (0)
 
 #define CHECK_DONE() return check_failures ? 1 : 0
+
+/*
+ * The profile of the heap_v2 text DUMP (allocator frames kept, frames
+ * named by address when it lists no mappings), for the tests of what is
+ * computed from a profile.  True when every step worked.
+ */
+#ifdef MA_PROFILE_H
+#include <string.h>
+static inline bool test_profile(const char *dump, struct ma_heapprof *hp, struct ma_symbolizer *sym,
+				struct ma_profile *p)
+{
+	struct ma_sym_opts so = { 0 };
+	struct ma_prof_opts po = { .keep_allocator = true };
+
+	return ma_heapprof_parse(hp, dump, strlen(dump), "test") == 0 && ma_sym_init(sym, hp, &so) == 0 &&
+	       ma_profile_build(p, hp, sym, &po) == 0;
+}
+#endif
 #endif

@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
 #include "flame.h"
 #include "heapprof.h"
 #include "profile.h"
 #include "symbolize.h"
+
+#include "check.h"
 
 /* Stacks (leaf first): 0x1000<-0x5000 1 MB, 0x2000<-0x5000 3 MB, 0x1000<-0x6000 2 MB, one empty. */
 static const char dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
@@ -80,14 +81,11 @@ int main(void)
 	struct ma_heapprof hp;
 	struct ma_symbolizer sym;
 	struct ma_profile p;
-	struct ma_sym_opts so = { 0 };
-	struct ma_prof_opts po = { .keep_allocator = true };
 	double s0, s1, s2, total;
 	char *folded, *svg, line[128];
 	struct box all, b5, b6, b51, b52, b61;
 
-	CHECK("dump parses", ma_heapprof_parse(&hp, dump, strlen(dump), "test") == 0);
-	CHECK("profile", ma_sym_init(&sym, &hp, &so) == 0 && ma_profile_build(&p, &hp, &sym, &po) == 0);
+	CHECK("profile", test_profile(dump, &hp, &sym, &p));
 	s0 = ma_profile_stack_bytes(&p, 0);
 	s1 = ma_profile_stack_bytes(&p, 1);
 	s2 = ma_profile_stack_bytes(&p, 2);

@@ -15,11 +15,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "check.h"
 #include "heapprof.h"
 #include "pprof.h"
 #include "profile.h"
 #include "symbolize.h"
+
+#include "check.h"
 
 static const char dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
 			   "@ 0x1000 0x5000\n  t*: 1: 1000000 [0: 0]\n"
@@ -195,8 +196,6 @@ int main(void)
 	struct ma_heapprof hp;
 	struct ma_symbolizer sym;
 	struct ma_profile p;
-	struct ma_sym_opts so = { 0 };
-	struct ma_prof_opts po = { .keep_allocator = true };
 	char path[] = "/tmp/ma-pprof-unit.XXXXXX";
 	int fd = mkstemp(path);
 	uint8_t *data = malloc(1 << 20);
@@ -205,8 +204,7 @@ int main(void)
 	double total = 0;
 	bool ids_resolve = true, leaf_first = false, values_match = true;
 
-	CHECK("profile", ma_heapprof_parse(&hp, dump, strlen(dump), "test") == 0 &&
-				 ma_sym_init(&sym, &hp, &so) == 0 && ma_profile_build(&p, &hp, &sym, &po) == 0);
+	CHECK("profile", test_profile(dump, &hp, &sym, &p));
 	CHECK("written", fd >= 0 && ma_pprof_write(fd, path, &p) == 0);
 	{
 		gzFile g = gzopen(path, "rb");
