@@ -32,12 +32,33 @@ opt.lg_prof_sample opt.tcache opt.background_thread background_thread opt.dirty_
 opt.muzzy_decay_ms"
 DAEMON_CHECKS=7 FRAG_CHECKS=3 HARNESS_CHECKS=6
 
+# unnice_builds: the background builds run at nice 19 so the other tests go
+# first; once this test, the last, waits for them, they get the normal
+# priority (at nice 19 on a machine whose CPUs other programs keep busy
+# they starved past this test's time limit: 848 s of waiting with 4 CPU
+# hogs per core).  Theirs are the processes at nice 19 working in the
+# checkout or its build/jemalloc.
+unnice_builds() {
+	local p ni
+	for p in /proc/[0-9]*; do
+		ni=$(awk '{ print $19 }' "$p/stat" 2>/dev/null)
+		[ "$ni" = 19 ] || continue
+		case $(readlink "$p/cwd" 2>/dev/null) in
+		"$ROOT" | "$JE_BUILD" | "$JE_BUILD"/*) renice -n 0 -p "${p#/proc/}" >/dev/null 2>&1 ;;
+		esac
+	done
+}
+
 mkdir -p "$JE_BUILD"
 echo "# waiting for the jemalloc builds (lock $JE_BUILD/.lock; log $JE_BUILD/make.log)"
 t0=$SECONDS
+( while :; do unnice_builds; sleep 2; done ) &
+renicer=$!
 (unset MAKEFLAGS MAKELEVEL MFLAGS MAKEOVERRIDES
  flock "$JE_BUILD/.lock" make -C "$ROOT" --no-print-directory jemalloc-matrix JE_SRC_DIR="$JE_SRC") \
 	>"$TMP/jm.log" 2>&1
+kill "$renicer" 2>/dev/null
+wait "$renicer" 2>/dev/null
 echo "# builds ready after $((SECONDS - t0)) s: $(tail -4 "$TMP/jm.log" | tr '\n' ' ')"
 
 versions=()
