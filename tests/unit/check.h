@@ -27,6 +27,18 @@ static int check_failures;
  */
 #ifdef MA_PROFILE_H
 #include <string.h>
+/*
+ * The dump the profile tests share: stacks (leaf first) 0x1000<-0x5000
+ * 1 MB, 0x2000<-0x5000 3 MB, 0x1000<-0x6000 2 MB, and an empty one at
+ * 0x1000<-0x7000; no mappings, so frames are named by address.
+ */
+static const char test_dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
+				"@ 0x1000 0x5000\n  t*: 1: 1000000 [0: 0]\n"
+				"@ 0x2000 0x5000\n  t*: 1: 3000000 [0: 0]\n"
+				"@ 0x1000 0x6000\n  t*: 1: 2000000 [0: 0]\n"
+				"@ 0x1000 0x7000\n  t*: 0: 0 [0: 0]\n"
+				"\nMAPPED_LIBRARIES:\n";
+
 static inline bool test_profile(const char *dump, struct ma_heapprof *hp, struct ma_symbolizer *sym,
 				struct ma_profile *p)
 {

@@ -18,13 +18,6 @@
 
 #include "check.h"
 
-/* Stacks (leaf first): 0x1000<-0x5000 1 MB, 0x2000<-0x5000 3 MB, 0x1000<-0x6000 2 MB, one empty. */
-static const char dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
-			   "@ 0x1000 0x5000\n  t*: 1: 1000000 [0: 0]\n"
-			   "@ 0x2000 0x5000\n  t*: 1: 3000000 [0: 0]\n"
-			   "@ 0x1000 0x6000\n  t*: 1: 2000000 [0: 0]\n"
-			   "@ 0x1000 0x7000\n  t*: 0: 0 [0: 0]\n"
-			   "\nMAPPED_LIBRARIES:\n";
 
 static char *capture(struct ma_profile *p, bool svg)
 {
@@ -85,7 +78,7 @@ int main(void)
 	char *folded, *svg, line[128];
 	struct box all, b5, b6, b51, b52, b61;
 
-	CHECK("profile", test_profile(dump, &hp, &sym, &p));
+	CHECK("profile", test_profile(test_dump, &hp, &sym, &p));
 	s0 = ma_profile_stack_bytes(&p, 0);
 	s1 = ma_profile_stack_bytes(&p, 1);
 	s2 = ma_profile_stack_bytes(&p, 2);

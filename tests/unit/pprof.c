@@ -22,12 +22,6 @@
 
 #include "check.h"
 
-static const char dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
-			   "@ 0x1000 0x5000\n  t*: 1: 1000000 [0: 0]\n"
-			   "@ 0x2000 0x5000\n  t*: 1: 3000000 [0: 0]\n"
-			   "@ 0x1000 0x6000\n  t*: 1: 2000000 [0: 0]\n"
-			   "@ 0x1000 0x7000\n  t*: 0: 0 [0: 0]\n"
-			   "\nMAPPED_LIBRARIES:\n";
 
 /* ---- a protobuf reader: enough for profile.proto ---- */
 struct pb {
@@ -204,7 +198,7 @@ int main(void)
 	double total = 0;
 	bool ids_resolve = true, leaf_first = false, values_match = true;
 
-	CHECK("profile", test_profile(dump, &hp, &sym, &p));
+	CHECK("profile", test_profile(test_dump, &hp, &sym, &p));
 	CHECK("written", fd >= 0 && ma_pprof_write(fd, path, &p) == 0);
 	{
 		gzFile g = gzopen(path, "rb");

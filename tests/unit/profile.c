@@ -8,34 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
 #include "heapprof.h"
 #include "ma_error.h"
 #include "profile.h"
 #include "symbolize.h"
 
-/* Three stacks with leaf 0x1000 (two) or 0x2000, one empty stack; no mappings: names are addresses. */
-static const char dump[] = "heap_v2/524288\n  t*: 4: 4000064 [0: 0]\n"
-			   "@ 0x1000 0x5000\n  t*: 1: 1000000 [0: 0]\n"
-			   "@ 0x2000 0x5000\n  t*: 1: 3000000 [0: 0]\n"
-			   "@ 0x1000 0x6000\n  t*: 1: 2000000 [0: 0]\n"
-			   "@ 0x1000 0x7000\n  t*: 0: 0 [0: 0]\n"
-			   "\nMAPPED_LIBRARIES:\n";
+#include "check.h"
+
 
 int main(void)
 {
 	struct ma_heapprof hp;
 	struct ma_symbolizer sym;
 	struct ma_profile p;
-	struct ma_sym_opts so = { 0 };
-	struct ma_prof_opts po = { .keep_allocator = true };
 	size_t *hits = NULL, n = 0;
 	double bytes = 0;
 	char leaf[256];
 
-	CHECK("dump parses", ma_heapprof_parse(&hp, dump, strlen(dump), "test") == 0 && hp.nstacks == 4);
-	CHECK("symbolizer", ma_sym_init(&sym, &hp, &so) == 0);
-	CHECK("profile", ma_profile_build(&p, &hp, &sym, &po) == 0);
+	CHECK("dump parsed (4 stacks), symbolizer, profile",
+	      test_profile(test_dump, &hp, &sym, &p) && hp.nstacks == 4);
 	snprintf(leaf, sizeof(leaf), "%s", ma_sym_func_name(&sym, sym.frames[ma_profile_frame(&p, 0, 0)].func));
 	CHECK("the leaf of stack 0 has a name", leaf[0] != '\0');
 
