@@ -478,12 +478,22 @@ static int map_scratch(struct ma_session *s, size_t data_size)
  * more than the call needs, see ON_STACK_ROOM).  Nothing to map, nothing
  * to remove, nothing a killed run leaves behind.
  */
-bool session_scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
+static bool scratch_fits_on_stack(const struct ma_session *s, size_t data_size)
 {
 	uint64_t bottom = thread_stack_bottom(s);
 
 	return data_size <= ON_STACK_MAX && bottom && s->area > bottom &&
 	       s->area - bottom > data_size + ON_STACK_ROOM;
+}
+
+int session_check_hold(struct ma_session *s)
+{
+	size_t data = s->want_data ? s->want_data : DEFAULT_DATA;
+
+	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
+	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
+	s->on_stack = s->data_on_stack_ok && scratch_fits_on_stack(s, data);
+	return session_check_seccomp(s, data + STACK_SIZE, s->on_stack);
 }
 
 static void scratch_on_stack(struct ma_session *s, size_t data_size)
@@ -499,7 +509,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	size_t data = o->data_size ? o->data_size : DEFAULT_DATA;
 	bool stale[MA_MAX_STUB_SITES];
 	uint64_t addrs[2];
-	bool busy_left, stale_found = false, on_stack;
+	bool busy_left, stale_found = false;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
@@ -547,17 +557,14 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 		goto fail;
 	for (size_t i = 0; i < t->nstub_sites; i++)
 		stale_found |= stale[i];
-	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
-	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
-	on_stack = o->data_size && session_scratch_fits_on_stack(s, data);
 	/* Judged in the choice already (judge_held), now with the stub site this session took. */
-	if ((rc = session_check_seccomp(s, data + STACK_SIZE, on_stack)))
+	if ((rc = session_check_hold(s)))
 		goto fail;
 	if ((rc = write_stub(s)))
 		goto fail;
 	/* A killed run's mappings go before ours come: its records never pile up. */
 	leftover_remove(s, stale);
-	if (on_stack)
+	if (s->on_stack)
 		scratch_on_stack(s, data);
 	else if ((rc = map_scratch(s, data)))
 		goto fail;

@@ -82,7 +82,12 @@ void leftover_remove(struct ma_session *s, const bool *stale);
 
 /* remote_call.c */
 int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack);
-bool session_scratch_fits_on_stack(const struct ma_session *s, size_t data_size);
+/*
+ * For the held thread: its state area below the stack pointer, whether the
+ * scratch data goes on its stack (s->on_stack), and its seccomp filter
+ * asked about everything the session and jemalloc will do.  0 or MA_E_*.
+ */
+int session_check_hold(struct ma_session *s);
 int session_write_stub_header(struct ma_session *s);
 
 #endif

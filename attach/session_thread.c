@@ -653,17 +653,13 @@ static struct try_verdict let_go(struct ma_session *s, bool maybe_exec, bool hop
  */
 static bool refused_by_seccomp(struct ma_session *s, char *why, size_t whylen)
 {
-	size_t data = s->want_data ? s->want_data : DEFAULT_DATA;
 	uint64_t stub = s->stub;
 	int rc;
 
-	s->area_len = ma_arch_state_area_size(s->saved.xstate_len);
-	s->area = ma_arch_state_area_addr(&s->saved.regs, s->saved.xstate_len);
-	s->on_stack = s->data_on_stack_ok && session_scratch_fits_on_stack(s, data);
 	/* The stub's site is taken after the choice: the first one's address stands in for it. */
 	if (!s->stub && s->t->nstub_sites)
 		s->stub = s->t->stub_sites[0].addr;
-	rc = session_check_seccomp(s, data + STACK_SIZE, s->on_stack);
+	rc = session_check_hold(s);
 	s->stub = stub;
 	if (rc == 0)
 		return false;

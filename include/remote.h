@@ -94,7 +94,7 @@ struct ma_session {
 	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */
 	size_t want_data; /* the scratch data the session wants (0: the default) */
 	bool data_on_stack_ok; /* ... which may go on the thread's stack */
-	bool on_stack; /* ... and would, in the thread judged last */
+	bool on_stack; /* ... and goes there, in the thread held (session_check_hold) */
 	size_t site; /* index into t->stub_sites */
 	uint64_t stub;
 	uint64_t area; /* state area on the thread's stack */
