@@ -9,16 +9,18 @@
 # runs ("PLAN N", tests/lib.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
-# Tests run MA_TEST_JOBS at a time (default 1: two at a time has not yet
-# been through a whole run; most of a live test's time is spent waiting on
-# its fixtures, and every test is written to pass on a loaded machine).  The longest tests
-# start first (the times of the last run, build/test-times, or the list
-# below on a fresh checkout), so the run ends with short ones.  Each
-# test's report is printed when it ends.
+# Tests run MA_TEST_JOBS at a time (default 2, the machines' cores): most
+# of a live test's time is spent waiting on its fixtures.  The tests whose
+# targets keep both CPUs busy by design (HEAVY below: allocation storms,
+# thread churn, 1,000 random kills) run alone, so that no other test's
+# target slows them and none slows another.  The longest tests start first
+# (the times of the last run, build/test-times, or the LONG list below on a
+# fresh checkout), so the run ends with short ones.  Each test's report is
+# printed when it ends.
 cd "$(dirname "$0")/.." || exit 2
 only=${1:-}
-jobs=${MA_TEST_JOBS:-1}
-[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+jobs=${MA_TEST_JOBS:-2}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=2
 results=build/test-results
 times_file=build/test-times
 rm -rf "$results" && mkdir -p "$results" || exit 2
@@ -29,6 +31,12 @@ LONG="attach/frag_random_kill.sh attach/safety_fork.sh attach/frag_churn.sh
 attach/stop_midrun.sh attach/safety_random_kill.sh attach/safety_every_step.sh
 attach/stress.sh attach/frag_every_step.sh attach/safety_ptrace_errors.sh
 attach/valgrind.sh attach/frag_storms.sh attach/safety_seccomp.sh"
+# Tests that use more than a CPU for most of their run (measured: CPU
+# seconds over 1.3 times their wall seconds): they run alone.
+HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/safety_random_kill.sh
+attach/stress.sh attach/safety_fork.sh attach/stop_midrun.sh attach/frag_storms.sh
+attach/registers.sh attach/width_live.sh attach/real_daemons.sh attach/concurrent.sh
+attach/safety_selfdeadlock.sh"
 # Waits for the background jemalloc builds (fixtures/jemalloc.mk): last.
 LAST="attach/version_matrix.sh"
 
@@ -110,10 +118,14 @@ running=0
 for t in "${tests[@]}"; do
 	name=${t%%$'\t'*} cmd=${t#*$'\t'}
 	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && continue
-	while [ "$running" -ge "$jobs" ]; do wait -n; running=$((running - 1)); print_finished; done
+	# A heavy test waits for every running test to end, and runs alone.
+	limit=$jobs
+	[[ " "${HEAVY//$'\n'/ }" " == *" $name "* ]] && limit=1
+	while [ "$running" -ge "$limit" ]; do wait -n; running=$((running - 1)); print_finished; done
 	# shellcheck disable=SC2086  # CMD is "bash FILE" or a path
 	run_one "$name" $cmd &
 	running=$((running + 1))
+	[ "$limit" -eq 1 ] && { wait -n; running=$((running - 1)); print_finished; }
 done
 wait
 print_finished
