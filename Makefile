@@ -35,7 +35,7 @@ CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
 
-.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall check-layers
+.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall check-layers golden docs
 all: $(B)/memattach
 
 deps:
@@ -115,6 +115,11 @@ test: deps
 	@$(MAKE) --no-print-directory check-layers
 	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
+
+# Rewrite the expected outputs of the golden cases (fixtures/golden/cases)
+# from this checkout's binary; the diff is then the review of the change.
+golden: all
+	GOLDEN_UPDATE=1 bash tests/cli/golden.sh >/dev/null
 
 demo: deps
 	$(MAKE) all fixtures
