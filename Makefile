@@ -121,6 +121,12 @@ test: deps
 golden: all
 	GOLDEN_UPDATE=1 bash tests/cli/golden.sh >/dev/null
 
+# The example outputs in README.md and attach/cli/README.md, made again from
+# real runs on the fixtures and on Debian's redis-server (tests/make_docs.py).
+docs: deps
+	$(MAKE) all fixtures
+	python3 tests/make_docs.py
+
 demo: deps
 	$(MAKE) all fixtures
 	bash fixtures/demo.sh
