@@ -6,7 +6,7 @@
 # "PASS name", "FAIL name ..." or "SKIP name ...".  A test that exits
 # non-zero without printing a FAIL line counts as one failure; so does one
 # that prints nothing at all.  A shell test declares how many checks it
-# runs ("PLAN N", tests/lib.sh's plan): running another number, or
+# runs ("PLAN N", tests/lib/common.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
 # Tests run MA_TEST_JOBS at a time (default 2, the machines' cores): most

@@ -8,7 +8,7 @@
 # frames are looked up in one pass over its tables.  What was read comes
 # from MEMATTACH_TEST_WORK=1 (one stderr line per file).  Each frame in the
 # generated code is named as nm names its address.  No timing.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 20
 
 mkdir -p "$TMP/bigbin"
@@ -30,7 +30,7 @@ names_agree() { # JSON OBJECT PID
 	local bias
 	bias=$(awk -v o="$2" '$6 == o && $3 == "00000000" {split($1, a, "-"); print a[1]; exit}' /proc/"$3"/maps)
 	nm -n --defined-only "$2" >"$TMP/nm.txt" 2>/dev/null
-	python3 - "$1" "$TMP/nm.txt" "$bias" "$2" <<'PY'
+	jcheck - "$1" "$TMP/nm.txt" "$bias" "$2" <<'PY'
 import bisect, json, sys
 threads = json.load(open(sys.argv[1]))["threads"]
 bias, obj = int(sys.argv[3], 16), sys.argv[4]
@@ -75,7 +75,7 @@ one_variant() { # PROG BIG_OBJECT_BASENAME
 		rc1=$?
 		MEMATTACH_TEST_WORK=1 "$MA_T" stats "$pid" --json >"$TMP/s_$size.json" 2>"$TMP/s_$size.err"
 		rc2=$?
-		n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["threads"]))' "$TMP/t_$size.json" 2>/dev/null)
+		n=$(jcheck 'print(len(json.load(open(sys.argv[1]))["threads"]))' "$TMP/t_$size.json" 2>/dev/null)
 		echo "# $prog -$size: $n threads, $(grep -c . "$TMP/t_$size.err") work lines; $big: threads $(grep " $obj " "$TMP/t_$size.err" | cut -d' ' -f4-)"
 		if [ $size = full ]; then
 			check "$prog: threads and stats exit 0 on 34 threads, every one listed" \

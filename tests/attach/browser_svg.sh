@@ -5,7 +5,7 @@
 # the DOM.  Checked: the title text is in the DOM, the script runs without a
 # console error (and zooms on a frame), and the screenshot shows what the
 # SVG draws -- each frame's colour over its area, each series' line.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 13
 
 command -v chromium >/dev/null || { fail "chromium is not installed (make deps installs it)"; exit 1; }
@@ -23,7 +23,7 @@ browse() {
 	timeout 90 chromium "${flags[@]}" --dump-dom "file://$svg" >"$5" 2>"$6"
 }
 size_of() { # size_of SVG: "W H" of the root element
-	python3 -c 'import sys, xml.etree.ElementTree as ET
+	jcheck 'import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot(); print(int(float(r.get("width"))), int(float(r.get("height"))))' "$1"
 }
 
@@ -61,7 +61,7 @@ blank = px.most_common(1)[0][1] / (img.width * img.height)
 assert blank < 0.9, blank
 PY
 # The zoom the script offers: clicking site_calloc widens it to the full width.
-python3 - "$TMP/flame.svg" "$TMP/zoom.svg" <<'PY'
+jcheck - "$TMP/flame.svg" "$TMP/zoom.svg" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
 click = """<script type="text/ecmascript"><![CDATA[
@@ -75,7 +75,7 @@ PY
 browse "$TMP/zoom.svg" "$fw" "$fh" "$TMP/zoom.png" "$TMP/zoom.dom" "$TMP/zoom.log"
 zw=$(grep -o 'data-zoomed="[0-9.]*"' "$TMP/zoom.dom" | grep -o '[0-9.]*')
 check "flame: a click zooms the frame to the full width ($zw px of $((fw - 20)))" \
-	python3 -c 'import sys; assert abs(float(sys.argv[1]) - float(sys.argv[2])) < 1' "${zw:-0}" "$((fw - 20))"
+	jcheck 'import sys; assert abs(float(sys.argv[1]) - float(sys.argv[2])) < 1' "${zw:-0}" "$((fw - 20))"
 check "flame: zooming raised no script error" test "$(grep -c 'CONSOLE' "$TMP/zoom.log")" -eq 0
 
 # --- the watch chart ---

@@ -3,7 +3,7 @@
 # serves a job every millisecond (waiting in an untimed futex between jobs,
 # like an event loop), the helpers idle.  Every run borrows a helper, never
 # the serving thread, and 'threads' shows the order and why.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 5
 
 fix_start manythreads -t 3 -s || { fail "manythreads -s: start"; exit 1; }
@@ -19,7 +19,7 @@ done
 check "$ok of $runs stats runs succeeded" test "$ok" -eq "$runs"
 check "the serving main thread was borrowed in $server of $runs runs (want 0)" test "$server" -eq 0
 "$MA" threads "$pid" --json >"$TMP/t.json"
-check "threads --json: the order, its class and the idle time of each thread" python3 - "$TMP/t.json" "$pid" <<'PY'
+check "threads --json: the order, its class and the idle time of each thread" jcheck - "$TMP/t.json" "$pid" <<'PY'
 import json, sys
 th = json.load(open(sys.argv[1]))["threads"]
 main = int(sys.argv[2])

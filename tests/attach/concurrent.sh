@@ -5,7 +5,7 @@
 # samples it every 50 ms.  Not one run may fail (a collision shows as
 # "already traced" or "not permitted"), the watch must take allocator
 # stats throughout, and the daemon's own integrity verdict must stay ok.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 6
 LOOPS=${LOOPS:-4} RUNS=${RUNS:-50}
 

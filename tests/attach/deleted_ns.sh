@@ -3,7 +3,7 @@
 # (with static jemalloc inside) was deleted after start, and one running
 # from a private tmpfs in another mount namespace.  The ELF is read through
 # /proc/PID/map_files; stats must still equal the target's own readings.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 16
 
 compare() { # compare NAME PID FD OUT

@@ -8,8 +8,8 @@
 # no other error, no death, the process neither stopped nor traced after.
 # The EINTR count per 1,000 kills is reported (README, Limits), never
 # judged: it depends on where the kills land.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 6
 need_fixtures epolld safety_tool
 RUNS=${RUNS:-1000}

@@ -12,8 +12,8 @@
 # `stats --tid` of sc_idle must move it (the check can see a stop), while
 # the two with a socket timeout are refused even named (issued again, their
 # wait would start its whole timeout once more).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 33
 need_fixtures sysc
 

@@ -3,7 +3,7 @@
 # the test hook MEMATTACH_TEST_FAULT) is contained: the signal is
 # suppressed, the thread restored, memattach reports the error, and the
 # target never notices.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 7
 CYCLES=${CYCLES:-20}
 

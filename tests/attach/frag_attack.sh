@@ -13,8 +13,8 @@
 #    reports are SIGKILLed after 0-400 ms, then a report or a stop follows.
 #    Before the fix the target died of SIGSEGV each time the kill landed in
 #    the query.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 7
 need_fixtures fragbench fragharness
 

@@ -10,8 +10,8 @@
 # libfragplug.so (lazy binding) after the start; the next report's pass
 # rewrites its slots, and at --shift 0 each of the 500 objects its
 # plug_site allocates afterwards is a sample.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 12
 need_fixtures fragchurn libfragplug.so
 
@@ -53,7 +53,7 @@ check "the target loads libfragplug.so ($ans)" [ "$ans" = LOADED ]
 "$MA" frag report "$P" --no-flush >/dev/null 2>&1 # its pass rewrites the new library's slots
 ans=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" "plug 500")
 "$MA" frag report "$P" --json --top 0 >"$TMP/r.json" 2>"$TMP/r.err"
-out=$(python3 -c 'import json,sys
+out=$(jcheck '
 r=json.load(open(sys.argv[1]))
 n=sum(s["samples"] for s in r["sites"] if s["leaf"]=="plug_site")
 print("plug_site samples", n); sys.exit(n != 500)' "$TMP/r.json" 2>&1)

@@ -22,8 +22,8 @@
 # agent's call, the memfd and dlopen, the restore and detach), and after
 # MID steps evenly spread between (the syscall stops of the remote calls,
 # one like the next); the check names say which steps were covered.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 29
 need_fixtures daemon
 export MEMATTACH_TEST_STEPS_CHANGES=1

@@ -14,8 +14,8 @@
 # Then 100 start/report/stop cycles on the shared daemon with 4 busy
 # workers: every command succeeds, the daemon's verdict stays ok, its
 # descriptors and mapping count do not grow, and the agent is loaded once.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 38
 need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
 
@@ -34,7 +34,7 @@ for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
 	check "$f: frag start --shift 2 ${hooks[*]} ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
 	bsleep 0.5
 	"$MA" frag report "$P" --json >"$TMP/r.json" 2>"$TMP/r.err"
-	out=$(python3 -c 'import json,sys,re
+	out=$(jcheck 'import json,sys,re
 r=json.load(open(sys.argv[1]))
 leaves=[s["leaf"] for s in r["sites"]]
 import re

@@ -12,11 +12,11 @@
 # is all-cohort on build and gives build_mixed's exact split; a report saved
 # with -o is recomputed identically with --from; the agent's status,
 # refusal of a second start, and errors; the fixture's verdict at the end.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 43
 [ -x "$FIX/fragharness" ] || { fail "fixture fragharness missing (make fixtures)"; exit 1; }
 
-py() { python3 -c "$@"; }
+py() { jcheck "$@"; }
 fix_start fragharness || { fail "fragharness did not start"; exit 1; }
 P=$FIX_PID
 

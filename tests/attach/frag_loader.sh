@@ -8,8 +8,8 @@
 # thread of it was left waiting in a dlopen of ours), and once the thread
 # is released frag start works.  Without the check, the start would borrow
 # the worker or main thread and leave it blocked in our dlopen.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 14
 need_fixtures dlthreads libdlblock.so
 

@@ -17,8 +17,8 @@
 # are the only outcomes allowed.  After every run the target must be alive.
 # At the end, per target: frag stop then start then stop work, nothing
 # is stopped or traced, the verdict is ok, the target still progresses.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 15
 need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-1000}

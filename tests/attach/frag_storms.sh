@@ -20,8 +20,8 @@
 # the loader busy), every target lives, and its verdict is ok at the end
 # (forkloop: forks made, every child exited 0; fragchurn: library cycles
 # made; storm: 0 lost signals); nothing is left stopped or traced.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 18
 need_fixtures forkloop fragchurn libfragplug.so storm execd
 CYCLES=${CYCLES:-20}

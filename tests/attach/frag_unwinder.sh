@@ -15,8 +15,8 @@
 # wrapper only a few milliseconds per call, so stop lets its borrowed
 # thread go and calls again (stop_runs > 1), and succeeds only after the
 # sleep ended (the tables are unmapped when nothing is in flight).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 11
 need_fixtures unwalloc
 

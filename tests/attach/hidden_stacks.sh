@@ -4,7 +4,7 @@
 # a signal handler on its alternate stack, and -- the case an outside
 # attacker found crashing the target -- a signal handler that switched
 # stacks (swapcontext) while the thread was inside jemalloc.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 9
 RUNS=${RUNS:-60}
 

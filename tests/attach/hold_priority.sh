@@ -6,8 +6,8 @@
 # hold's last PTRACE_DETACH before the drop, every raise is dropped, and
 # the run ends unraised.  A user without the right to real-time gets the
 # lowest nice RLIMIT_NICE permits instead, given back the same way.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 6
 need_fixtures holdmeter daemon
 command -v strace >/dev/null || { fail "strace missing (make deps)"; exit 1; }

@@ -10,7 +10,7 @@
 # control bytes and a byte that is not UTF-8 gives an exposition promtool
 # check metrics accepts (text 0.0.4) and whose OpenMetrics lines all parse.
 # No check is a time: outcomes only, with generous timeouts.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 24
 
 for p in promtool curl setpriv useradd; do

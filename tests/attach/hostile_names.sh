@@ -10,7 +10,7 @@
 # refusal naming the process print no control byte but newline (nor a C1
 # character), show the printable form (\xHH), and --json decodes to the
 # exact names (bytes that are not UTF-8 as U+FFFD).
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 24
 
 [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null ||
@@ -68,7 +68,7 @@ run() {
 # no_control FILE...: no control byte but newline (C0, DEL), no 0x9b, and
 # valid UTF-8 holding no C1 character; says what it found otherwise.
 no_control() {
-	python3 - "$@" <<'EOF'
+	jcheck - "$@" <<'EOF'
 import sys
 for path in sys.argv[1:]:
     b = open(path, "rb").read()
@@ -115,7 +115,7 @@ shows() {
 # byte) and PYTHON, given d (the document) and env (the exact names), is true.
 json() {
 	local name=$1 tag=$2 why
-	if why=$(no_control "$TMP/$tag.out" "$TMP/$tag.err" 2>&1 && python3 -c '
+	if why=$(no_control "$TMP/$tag.out" "$TMP/$tag.err" 2>&1 && jcheck '
 import json, os, sys
 env = {k: os.environb[k.encode()].decode("utf-8", "replace") for k in ("EVE", "EVIL", "COMM", "T1", "T2", "SYMBOL")}
 d = json.loads(open(sys.argv[1], "rb").read())
@@ -138,7 +138,7 @@ folded_ok() {
 # svg_ok: the flame graph parses as XML and titles the frame with its printable form.
 svg_ok() {
 	[ "$(cat "$TMP/svg.rc")" = 0 ] && no_control "$TMP/flame.svg" &&
-		python3 - "$TMP/flame.svg" "$SYM_P" <<'EOF'
+		jcheck - "$TMP/flame.svg" "$SYM_P" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 titles = [t.text or "" for t in ET.parse(sys.argv[1]).iter("{http://www.w3.org/2000/svg}title")]
 sys.exit(0 if any(t.startswith(sys.argv[2] + " (") for t in titles) else "no title names the frame")

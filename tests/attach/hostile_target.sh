@@ -14,8 +14,8 @@
 #  8. /tmp/memattach-UID made for another user: that user's runs still work.
 # (6, names with control bytes: hostile_names.sh; 9, the exporter's
 # clients: hostile_exporter.sh.)
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 30
 need_fixtures hostile daemon
 

@@ -2,7 +2,7 @@
 # SIGINT / SIGTERM of memattach at random moments: memattach finishes the
 # call it is in, restores the thread and detaches; the target is never left
 # traced or stopped and its registers stay intact.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 4
 CYCLES=${CYCLES:-40}
 

@@ -3,7 +3,7 @@
 # call (or at the return stub): the kernel lets the thread go, and the stub
 # in the scratch area restores every register and restarts the syscall the
 # thread was in.  The targets check their registers and syscall results.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 15
 CYCLES=${CYCLES:-20}
 

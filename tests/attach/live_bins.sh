@@ -3,7 +3,7 @@
 # fixture, against what the fixture built (its TRUTH line): exact waste of
 # the sparse and half-full classes, live == --stats on the same state, and
 # --flush-tcache turning the 448 B lower bound into the exact waste.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 24
 
 [ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
@@ -15,16 +15,13 @@ q=$(fix_cmd $PID $FD "$OUT" quiesce)
 check "fixture quiesced" test -n "$q"
 
 # waste of class SIZE in a bins --json document / in the truth
-waste_of() { python3 -c '
-import json,sys
+waste_of() { jcheck '
 d=json.load(open(sys.argv[1])); s=int(sys.argv[2])
 print([b["waste"] for b in d["bins"] if b["size"]==s][0])' "$1" "$2"; }
-truth_of() { python3 -c '
-import json,sys
+truth_of() { jcheck '
 d=json.load(open(sys.argv[1])); s=int(sys.argv[2])
 print([c["waste"] for c in d["classes"] if c["size"]==s][0])' "$TMP/truth.json" "$1"; }
-field_of() { python3 -c '
-import json,sys
+field_of() { jcheck '
 d=json.load(open(sys.argv[1])); s=int(sys.argv[2])
 print([b[sys.argv[3]] for b in d["bins"] if b["size"]==s][0])' "$1" "$2" "$3"; }
 
@@ -39,8 +36,7 @@ check "regime of 384 B (16 of 32 kept) is half-full" test "$(field_of "$TMP/live
 w448=$(waste_of "$TMP/live.json" 448); t448=$(truth_of 448)
 check "without flush, 448 B waste ($w448) is below the truth ($t448): cached regions count as live" \
 	test "$w448" -lt "$t448"
-check "bins --json lists all bins in order" python3 -c '
-import json,sys
+check "bins --json lists all bins in order" jcheck '
 b=json.load(open(sys.argv[1]))["bins"]
 assert len(b)==36 and [x["size"] for x in b]==sorted(x["size"] for x in b)
 assert all(set(x)>={"size","nregs","slab_size","curregs","curslabs","nonfull_slabs","util","waste","live_per_nonfull"} for x in b)' "$TMP/live.json"
@@ -48,13 +44,11 @@ assert all(set(x)>={"size","nregs","slab_size","curregs","curslabs","nonfull_sla
 # The same state through malloc_stats_print JSON.
 "$MA" stats-dump $PID -o "$TMP/stats.json" >"$TMP/sd.out"; rc=$?
 check "stats-dump exit 0" test $rc -eq 0
-check "stats-dump output is valid JSON with jemalloc's layout" python3 -c '
-import json,sys
+check "stats-dump output is valid JSON with jemalloc's layout" jcheck '
 d=json.load(open(sys.argv[1]))["jemalloc"]
 assert "stats.arenas" in d and len(d["arenas"]["bin"])==36' "$TMP/stats.json"
 "$MA" bins --stats "$TMP/stats.json" --json >"$TMP/file.json"
-check "bins live and bins --stats give the same bin table" python3 -c '
-import json,sys
+check "bins live and bins --stats give the same bin table" jcheck '
 a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
 assert a["bins"]==b["bins"] and a["tcache_bytes"]==b["tcache_bytes"], "differ"' "$TMP/live.json" "$TMP/file.json"
 "$MA" bins $PID --top 0 | sed -n '/^  *size  *nregs/,$p' >"$TMP/live.txt"
@@ -67,8 +61,7 @@ check "printed table is not empty" grep -q '^ *192 ' "$TMP/live.txt"
 check "bins --flush-tcache exit 0" test $rc -eq 0
 check "--flush-tcache: 448 B waste equals the truth ($t448)" \
 	test "$(waste_of "$TMP/flushed.json" 448)" = "$t448"
-check "--flush-tcache flushed the cachers and skipped none" python3 -c '
-import json,sys
+check "--flush-tcache flushed the cachers and skipped none" jcheck '
 f=json.load(open(sys.argv[1]))["tcache_flush"]
 assert f["flushed"]>=3 and f["skipped"]==0, f' "$TMP/flushed.json"
 check "--flush-tcache: tcache_bytes is 0 afterwards" test "$(json_get "$TMP/flushed.json" tcache_bytes)" = 0

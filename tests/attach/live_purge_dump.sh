@@ -3,7 +3,7 @@
 # a known 64 MiB, and heap-dump: on a prof target in a private mount
 # namespace (nothing left behind, the dump names the fixture's peak site),
 # on a target without prof (exact MALLOC_CONF), and with an unwritable -o.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 33
 
 [ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
@@ -14,7 +14,7 @@ fix_start frag -m bigfree || { fail "bigfree fixture start"; exit 1; }
 freed=$(sed -n 's/^TRUTH {"freed":\([0-9]*\)}/\1/p' "$FIX_OUT")
 "$MA" purge $FIX_PID --json >"$TMP/purge.json"; rc=$?
 check "purge exit 0" test $rc -eq 0
-py() { python3 -c "import json,sys; d=json.load(open('$TMP/purge.json')); $1"; }
+py() { jcheck "d=json.load(open('$TMP/purge.json')); $1"; }
 check "purge: resident dropped by at least the freed $freed bytes" \
 	py "assert -d['delta']['resident'] >= $freed, d['delta']"
 check "purge: RSS dropped by at least the freed $freed bytes" \
@@ -72,8 +72,7 @@ else
 		test -z "$(ls -l /proc/$PID/fd | grep -i memfd)"
 	"$MA" aggregate "$TMP/ns.heap" --json >"$TMP/agg.json" 2>"$TMP/agg.err"; rc=$?
 	if [ $rc -eq 0 ]; then
-		check "the dump parses with aggregate and its top site is peak_site" python3 -c '
-import json,sys
+		check "the dump parses with aggregate and its top site is peak_site" jcheck '
 s=json.load(open(sys.argv[1]))["sites"]
 assert s[0]["leaf"].startswith("peak_site"), s[0]["leaf"]' "$TMP/agg.json"
 	else
@@ -97,7 +96,7 @@ MALLOC_CONF=prof:true,prof_active:false,prof_final:false fix_start frag -m peak 
 check "inactive profile: a warning says so" grep -q 'inactive' "$TMP/inactive.err"
 "$MA" heap-dump $FIX_PID -o "$TMP/act.heap" --activate 2>/dev/null
 "$MA" stats $FIX_PID --json >"$TMP/act.json"
-check "--activate set prof.active" python3 -c '
+check "--activate set prof.active" jcheck '
 import json,sys; assert json.load(open(sys.argv[1]))["options"]["prof_active"] is True' "$TMP/act.json"
 # --- unwritable output: fails before touching the target ---
 "$MA" heap-dump $FIX_PID -o /proc/nonexistent/x.heap 2>"$TMP/unw.err"; rc=$?

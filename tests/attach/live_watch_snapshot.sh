@@ -3,7 +3,7 @@
 # fixture's transient peak (the kept dump's top site is peak_site), stops
 # cleanly on Ctrl-C and when the target exits; memattach snapshot writes a
 # complete, self-describing directory or nothing.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 39
 
 [ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
@@ -33,7 +33,7 @@ fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" unpeak >/dev/null
 kill -INT $WPID; wait $WPID; rc=$?
 check "watch stops on SIGINT with exit 0" test $rc -eq 0
 check "watch says it stopped" grep -q '^stopped (interrupted)' "$TMP/watch.out"
-check "series.csv has the header and rows" python3 -c '
+check "series.csv has the header and rows" jcheck '
 import csv,sys
 r=list(csv.DictReader(open(sys.argv[1])))
 assert len(r) >= 5 and list(r[0]) == ["t_ms","rss","hwm","allocated","active","resident","dump",
@@ -44,15 +44,14 @@ for x in r:
     v = {k: int(x[k]) for k in x}
     assert v["resident"] == v["active"] + v["dirty"] + v["metadata_resident"], x
     assert v["outside_jemalloc"] == v["rss"] - v["resident"], x' "$W/series.csv"
-check "chart.svg is well-formed and marks the dumps" python3 -c '
+check "chart.svg is well-formed and marks the dumps" jcheck '
 import sys, xml.etree.ElementTree as ET
 t=ET.parse(sys.argv[1]); ns="{http://www.w3.org/2000/svg}"
 assert any(e.get("class")=="dump" for e in t.iter(ns+"line"))
 assert sum(1 for e in t.iter(ns+"path") if e.get("d","").strip()) == 5' "$W/chart.svg"
 check "only one dump is kept, and no temporary file" test "$(ls -A "$W" | sort | tr '\n' ' ')" = "chart.svg peak.heap series.csv "
 "$MA" aggregate "$W/peak.heap" --json >"$TMP/wagg.json" 2>"$TMP/wagg.err"
-check "the kept dump's top site is the fixture's peak site" python3 -c '
-import json,sys
+check "the kept dump's top site is the fixture's peak site" jcheck '
 s=json.load(open(sys.argv[1]))["sites"]
 assert s[0]["leaf"].startswith("peak_site"), s[0]["leaf"]' "$TMP/wagg.json"
 v=$(fix_cmd $FIX_PID $FIX_FD "$FIX_OUT" verdict)
@@ -64,8 +63,7 @@ S=$TMP/snap
 check "snapshot exit 0" test $rc -eq 0
 check "snapshot holds manifest, stats, bins and heap" \
 	test "$(ls -A "$S" | sort | tr '\n' ' ')" = "bins.json heap.heap manifest.json stats.json "
-check "manifest names its files and the process" python3 -c '
-import json,sys
+check "manifest names its files and the process" jcheck '
 m=json.load(open(sys.argv[1]+"/manifest.json"))
 assert m["format"]=="memattach-snapshot" and m["pid"]==int(sys.argv[2])
 assert m["files"]=={"stats":"stats.json","bins":"bins.json","heap":"heap.heap"}
@@ -83,8 +81,7 @@ check "peak fixture exits 0" test $? -eq 0
 # --- snapshot without prof: no heap, said so ---
 fix_start frag -m peak || { fail "fixture start"; exit 1; }
 "$MA" snapshot $FIX_PID -o "$TMP/snap_np" >"$TMP/snapnp.out" 2>&1
-check "snapshot without prof: manifest says why there is no heap" python3 -c '
-import json,sys
+check "snapshot without prof: manifest says why there is no heap" jcheck '
 m=json.load(open(sys.argv[1]))
 assert m["files"]["heap"] is None and "MALLOC_CONF=prof:true" in m["heap_skipped"]' "$TMP/snap_np/manifest.json"
 
@@ -148,7 +145,7 @@ fix_cmd $LP $LFD "$LOUT" unpeak >/dev/null
 kill -INT $WPID; wait $WPID
 top=$(unwrapped "$TMP/w4.out" 2 | sed -n 's/.*highest during the watch \([^ ]* [^ ]*\) at .*(lifetime VmHWM \([^ ]* [^ ;)]*\)).*/\1|\2/p')
 check "the summary gives the watch's high apart from the lifetime VmHWM ($top)" \
-	python3 -c '
+	jcheck '
 import sys
 u = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 def b(s):
@@ -157,8 +154,7 @@ def b(s):
 top, life = sys.argv[1].split("|")
 assert b(top) < b(life) - 32 * (1 << 20), (top, life)' "$top"
 "$MA" aggregate "$W4/peak.heap" --json >"$TMP/w4agg.json" 2>/dev/null
-check "... and the kept dump's top site is the peak site" python3 -c '
-import json,sys
+check "... and the kept dump's top site is the peak site" jcheck '
 s=json.load(open(sys.argv[1]))["sites"]
 assert s[0]["leaf"].startswith("peak_site"), s[0]["leaf"]' "$TMP/w4agg.json"
 # --reset-hwm: VmHWM starts again from VmRSS
@@ -177,18 +173,15 @@ MALLOC_CONF=prof:true,prof_active:false fix_start frag -m peak || { fail "inacti
 "$MA" snapshot $FIX_PID -o "$TMP/snap_ina" >"$TMP/ina.out" 2>&1
 check "snapshot of prof_active:false says the heap profile is (nearly) empty" \
 	says '^heap.heap: profiling is inactive \(prof.active=false\).*--activate' "$TMP/ina.out" 2
-check "... and manifest.json carries it as heap_note" python3 -c '
-import json,sys
+check "... and manifest.json carries it as heap_note" jcheck '
 m=json.load(open(sys.argv[1]))
 assert m["files"]["heap"] == "heap.heap" and "prof.active=false" in m["heap_note"], m' "$TMP/snap_ina/manifest.json"
 "$MA" snapshot $FIX_PID -o "$TMP/snap_act" --activate >"$TMP/act.out" 2>&1
-check "snapshot --activate turns profiling on and says from when the profile counts" python3 -c '
-import json,sys
+check "snapshot --activate turns profiling on and says from when the profile counts" jcheck '
 m=json.load(open(sys.argv[1]))
 assert "set to true now" in m["heap_note"], m' "$TMP/snap_act/manifest.json"
 "$MA" snapshot $FIX_PID -o "$TMP/snap_act2" >"$TMP/act2.out" 2>&1
-check "... after which a snapshot has no note" python3 -c '
-import json,sys
+check "... after which a snapshot has no note" jcheck '
 m=json.load(open(sys.argv[1]))
 assert "heap_note" not in m and m["files"]["heap"] == "heap.heap", m' "$TMP/snap_act2/manifest.json"
 fix_quit $FIX_PID $FIX_FD

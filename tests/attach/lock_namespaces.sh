@@ -8,8 +8,8 @@
 # wrote their stubs over each other's and the target crashed (an outside
 # attack: 3 of 3 times within a second).  Not one run may fail, and the
 # daemon's verdict stays ok.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 7
 need_fixtures daemon
 RUNS=${RUNS:-60}

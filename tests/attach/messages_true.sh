@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Messages that say what was seen and what would help.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 27
 need_fixtures epolld
 
@@ -38,7 +38,7 @@ check "threads --strict: 'ONLY WITH --tid' ($(grep "^thread $pid" "$TMP/ths.txt"
 	says "^thread $pid \"epolld\" state S, in epoll_wait: ONLY WITH --tid \(.*--tid $pid" "$TMP/ths.txt" 4
 "$MA" threads "$pid" --json >"$TMP/th.json" 2>&1
 check "threads --json: verdict wait_reissued" \
-	python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["threads"][0]; assert t.get("verdict")=="wait_reissued", t' "$TMP/th.json"
+	jcheck 't=json.load(open(sys.argv[1]))["threads"][0]; assert t.get("verdict")=="wait_reissued", t' "$TMP/th.json"
 
 # 6. Every option a command mentions is one it takes (its --help lists it):
 # export offered --tid and rejected it, aggregate --pid offered

@@ -4,7 +4,7 @@
 # called into jemalloc still has no allocator state.  The target runs
 # with background_thread:true (a tcache created in a new thread can bring a
 # background thread with it) and has two threads that never allocate.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 28
 
 MALLOC_CONF=background_thread:true,prof:true,prof_active:true,prof_final:false \
@@ -49,8 +49,7 @@ for c in "${cmds[@]}"; do
 	rm -rf "$TMP/snap"
 done
 nbg=$(grep -lx jemalloc_bg_thd /proc/"$pid"/task/*/comm | wc -l)
-check "flush: the two never-allocating threads counted as no_tcache, only the $nbg background threads skipped" python3 -c '
-import json, sys
+check "flush: the two never-allocating threads counted as no_tcache, only the $nbg background threads skipped" jcheck '
 f = json.load(open(sys.argv[1]))["tcache_flush"]
 nbg = int(sys.argv[2])
 assert f["no_tcache"] == 2 and f["skipped"] == nbg and f["flushed"] == f["threads"] - 2 - nbg, f' \

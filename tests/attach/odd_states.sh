@@ -6,7 +6,7 @@
 # traced by strace; --tid of a jemalloc background thread; a non-dumpable
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 38
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
@@ -66,8 +66,7 @@ for _ in $(seq 50); do grep -q '^State:.*Z' /proc/"$FIX_PID"/status && break; sl
 check "main thread exited: /proc says the leader is a zombie" grep -q '^State:.*Z' /proc/"$FIX_PID"/status
 "$MA" stats "$FIX_PID" --json >"$TMP/x.json" 2>"$TMP/err"
 check "main thread exited: stats works ($(head -c 200 "$TMP/err"))" test $? -eq 0
-check "... with the process's VmRSS (read through a live thread)" python3 -c '
-import json, sys
+check "... with the process's VmRSS (read through a live thread)" jcheck '
 d = json.load(open(sys.argv[1])); assert d["rss"] > 1 << 20 and d["allocated"] > 0, d' "$TMP/x.json"
 "$MA" threads "$FIX_PID" >"$TMP/xt.txt" 2>&1
 check "main thread exited: threads works, the main thread 'has exited'" \
@@ -75,8 +74,7 @@ check "main thread exited: threads works, the main thread 'has exited'" \
 "$MA" bins "$FIX_PID" --flush-tcache --json >"$TMP/xb.json" 2>"$TMP/err"
 check "main thread exited: bins --flush-tcache works" test $? -eq 0 -a -s "$TMP/xb.json"
 "$MA" snapshot "$FIX_PID" -o "$TMP/xsnap" >/dev/null 2>"$TMP/err"
-check "main thread exited: snapshot names the executable" python3 -c '
-import json, sys
+check "main thread exited: snapshot names the executable" jcheck '
 m = json.load(open(sys.argv[1] + "/manifest.json")); assert m["exe"].endswith("/daemon"), m["exe"]' "$TMP/xsnap"
 at_once "main thread exited: stats --tid of it answers at once" 1 \
 	"thread $FIX_PID \([^)]*\) cannot be borrowed: has exited" "$MA" stats "$FIX_PID" --tid "$FIX_PID" --timeout 600000
@@ -117,7 +115,7 @@ fix_quit "$FIX_PID" "$FIX_FD"
 # event while the rest of the process is gone, the leader a zombie)
 fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
 w=$(tid_of "$FIX_PID" worker_1)
-python3 - "$w" >"$TMP/hold.out" 2>&1 <<'PY' & holder=$!
+jcheck - "$w" >"$TMP/hold.out" 2>&1 <<'PY' & holder=$!
 import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 L = ctypes.c_long

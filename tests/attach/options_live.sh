@@ -5,7 +5,7 @@
 # output, their summary goes to stderr; snapshot and watch refuse it and
 # create nothing), --top 0 = all in aggregate as in bins, --json on the
 # commands whose output is a file or folder.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 20
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon -t 2 ||
@@ -25,7 +25,7 @@ check "the dump from stdout reads back in aggregate (exit $rc)" [ "$rc" -eq 0 ]
 
 "$MA" stats-dump "$P" -o - >stats_print.json 2>sd.err; rc=$?
 check "stats-dump -o - writes malloc_stats_print JSON on stdout (exit $rc)" \
-	python3 -c "import json; assert 'jemalloc' in json.load(open('stats_print.json'))"
+	jcheck "import json; assert 'jemalloc' in json.load(open('stats_print.json'))"
 
 "$MA" snapshot "$P" -o - >/dev/null 2>snap.err; rc=$?
 check "snapshot -o - is refused (exit $rc: $(head -1 snap.err))" [ "$rc" -eq 1 ]
@@ -44,12 +44,12 @@ check "it took several samples ($(grep -o '[0-9]* samples' watch.out))" \
 	awk '/samples/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^samples/ && $i + 0 >= 2) ok = 1 } END { exit !ok }' watch.out
 
 # sites NAME ARGS...: how many sites aggregate --json lists with ARGS.
-sites() { "$MA" aggregate dump.heap "$@" --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)['sites']))"; }
+sites() { "$MA" aggregate dump.heap "$@" --json | jcheck "print(len(json.load(sys.stdin)['sites']))"; }
 n_big=$(sites --top 100000) n_top0=$(sites --top 0) n_top1=$(sites --top 1)
 check "aggregate --top 0 shows every site ($n_top0 sites, as --top 100000: $n_big; --top 1: $n_top1)" \
 	[ "$n_top0" -eq "$n_big" -a "$n_top0" -ge 2 -a "$n_top1" -eq 1 ]
 # --json on the commands whose output is a file or a folder: what was written.
-jcheck() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); $2" "$1"; }
+jcheck() { jcheck "d=json.load(open(sys.argv[1])); $2" "$1"; }
 "$MA" heap-dump "$P" -o hd.heap --json >hd.json
 check "heap-dump --json: file, bytes as on disk, sample period" \
 	jcheck hd.json "import os; assert d['file'] == 'hd.heap' and d['bytes'] == os.path.getsize('hd.heap') and d['lg_prof_sample'] == 19 and d['pid'] == $P, d"

@@ -5,7 +5,7 @@
 # 'bins --json' say about the same quiet target.  A target that cannot be
 # read (not jemalloc) is a metric and a log line, and the exporter lives on.
 # 'stats --format openmetrics' passes promtool's linter.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 22
 
 for p in prometheus promtool; do
@@ -20,11 +20,11 @@ q=$(fix_cmd "$pid" "$FIX_FD" "$FIX_OUT" quiesce) # nothing allocates until resum
 check "daemon quiesced" test -n "$q"
 sleep 1000 & SPID=$!; track $SPID # a process without jemalloc
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { jcheck 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 EP=$(free_port) PP=$(free_port)
 "$MA" export --listen 127.0.0.1:$EP --pid "$pid" --pid $SPID >"$TMP/exp.out" 2>"$TMP/exp.err" &
 XPID=$!; track $XPID
-get() { python3 -c 'import sys,urllib.request
+get() { jcheck 'import sys,urllib.request
 r=urllib.request.urlopen(sys.argv[1], timeout=20)
 sys.stdout.write(r.headers.get("Content-Type","")+"\n"+r.read().decode())' "$1"; }
 for _ in $(seq 50); do get "http://127.0.0.1:$EP/metrics" >"$TMP/m.txt" 2>/dev/null && break; sleep 0.1; done
@@ -46,7 +46,7 @@ EOF
 prometheus --config.file="$TMP/prom.yml" --storage.tsdb.path="$TMP/tsdb" \
 	--web.listen-address=127.0.0.1:$PP >"$TMP/prom.log" 2>&1 &
 PPID_=$!; track $PPID_
-query() { python3 -c 'import json,sys,urllib.request,urllib.parse
+query() { jcheck 'import json,sys,urllib.request,urllib.parse
 u="http://127.0.0.1:%s/api/v1/query?query=%s" % (sys.argv[1], urllib.parse.quote(sys.argv[2]))
 d=json.load(urllib.request.urlopen(u, timeout=5))
 r=d["data"]["result"]

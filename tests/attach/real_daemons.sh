@@ -9,7 +9,7 @@
 # and MEMORY MALLOC-STATS; the commands that need profiling refused clearly
 # where it is off; and at the end both daemons answer, are the same
 # processes with the same threads, and logged no EINTR.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 48
 
 for tool in redis-server redis-cli redis-benchmark kresd kdig curl; do

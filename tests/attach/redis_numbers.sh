@@ -8,7 +8,7 @@
 #   allocator_rss_bytes  = dirty + metadata_resident  (resident - active)
 # and the decomposition must add up to VmRSS.  Redis's background threads
 # may purge between the two readings: up to 5 attempts until one pair agrees.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 11
 
 if ! command -v redis-server >/dev/null; then

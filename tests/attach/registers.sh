@@ -3,7 +3,7 @@
 # control word, ymm0-15 (and zmm16-31 with AVX-512) are borrowed 200 times
 # each at arbitrary instructions; the target compares the registers
 # continuously and reports any change.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 5
 CYCLES=${CYCLES:-200}
 

@@ -6,8 +6,8 @@
 # as the kernel would send it, not in the middle of the section (an outside
 # attack lost millions of updates before memattach did so).  The fixture
 # counts its commits against its counters and says "lost=0" or not.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 6
 [ -x "$FIX/rseqd" ] || { fail "build/fixtures/rseqd missing (make fixtures)"; exit 1; }
 

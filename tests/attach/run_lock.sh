@@ -5,8 +5,8 @@
 # names who holds the lock (not advising a longer --timeout when that is not a
 # memattach run: it may never let go); an export scrape of both reads B
 # though A (listed first) cannot be read; and runs leave no lock file anywhere.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 7
 need_fixtures daemon
 

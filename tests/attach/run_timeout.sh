@@ -5,8 +5,8 @@
 # says so, and leaves the thread to finish the call and restore itself,
 # which it does once released; a run waiting for that one's turn ends
 # within its own --timeout, naming the holder.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 12
 need_fixtures slowpurge manythreads
 

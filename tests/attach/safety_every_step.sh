@@ -29,8 +29,8 @@
 # to STEP_CAP/2, then at evenly spread steps (the check names say so).
 # MAX_DEATHS (default 5): a sweep stops after that many target deaths (the
 # restarts are slow; the check names say where it stopped).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 103
 need_fixtures daemon regs sysc sigs
 STEP_CAP=${STEP_CAP:-250}

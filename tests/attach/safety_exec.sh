@@ -12,8 +12,8 @@
 # image whose threads have not allocated yet -- not a
 # refusal the old image's maps explain wrongly ("a stack that is not its
 # own", "does not use jemalloc", "did not stop").
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 10
 need_fixtures execd
 GENS=${GENS:-100}

@@ -10,8 +10,8 @@
 # cannot hide it), its workers keep allocating and its verdict stays ok.
 # Progress is checked every 50 runs and after any run that failed or took
 # over 2 s; a target that stops forking ends the loop (a deadlock).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 6
 need_fixtures forkloop
 RUNS=${RUNS:-500}

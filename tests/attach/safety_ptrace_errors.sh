@@ -29,8 +29,8 @@
 # the stub's syscalls was once taken for "some other syscall" and the
 # thread ran on into the stub's restore path, its epoll_wait given EINTR
 # (an outside attack, 3 of 8 runs of bins --flush-tcache).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 command -v strace >/dev/null || { plan 1; fail "strace missing (make deps)"; exit 1; }
 need_fixtures daemon sigs
 NAMES=(daemon)

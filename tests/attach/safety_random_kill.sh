@@ -20,8 +20,8 @@
 # verdict ok (regs: 0 mismatches), still making progress, memattach works
 # on it, and after that normal run it has the anonymous executable
 # mappings and descriptors it had at the start.  0 deaths expected.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 28
 need_fixtures daemon sysc regs sigs safety_tool
 RUNS=${RUNS:-1000}

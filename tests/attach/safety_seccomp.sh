@@ -13,8 +13,8 @@
 # verdict ok; memattach either succeeds (exit 0) or refuses (exit 1 with a
 # message that mentions seccomp).  The table of which succeeded and which
 # were refused is printed.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 47
 need_fixtures seccomp_daemon
 SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask rt_sigaction 127 15 131"}

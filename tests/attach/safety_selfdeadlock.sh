@@ -7,8 +7,8 @@
 # see that at once, give the call up and restore the thread, never leave
 # it waiting for itself, and say what it saw (the mutex and its holder).  RUNS runs with --tid of the forking thread: no
 # hang, every run ok or "given up", the target keeps forking, verdict ok.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 7
 need_fixtures forkloop
 RUNS=${RUNS:-100}

@@ -13,8 +13,8 @@
 # may hang; the target's verdict stays ok and it keeps working.
 # The daemon runs in a process group of its own in our session, so SIGTSTP
 # stops it (an orphaned group would ignore SIGTSTP).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 10
 need_fixtures daemon safety_tool
 RUNS=${RUNS:-200}

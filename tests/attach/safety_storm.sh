@@ -7,8 +7,8 @@
 # siginfo, to that thread; its read() never fails with EINTR.  The fixture
 # drains the storm before each verdict and counts sent / received / lost /
 # out of order.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 9
 need_fixtures storm
 shopt -s extglob

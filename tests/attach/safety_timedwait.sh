@@ -16,8 +16,8 @@
 #      before any stop (20 runs back to back), plain `stats`
 #      borrows another thread (20 runs); not one wait over 1.5 times its
 #      timeout.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 12
 need_fixtures timedwait
 DURATION=${DURATION:-4}

@@ -9,8 +9,8 @@
 # is named; without --tid it borrows another.  The fixture's verdict says
 # whether every round of new threads finished.  (An outside attack killed
 # the target in 11 of 11 runs and deadlocked it in 7 of 7 before this.)
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 16
 [ -x "$FIX/sandboxed" ] || { fail "build/fixtures/sandboxed missing (make fixtures)"; exit 1; }
 

@@ -12,8 +12,8 @@
 # killed right after step 3 (seize, interrupt, the stop seen), RUNS more
 # after step 4.  The fixture's sequence numbers must show every signal
 # delivered once, in order.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 6
 RUNS=${RUNS:-300}
 need_fixtures sigs

@@ -10,7 +10,7 @@
 # tells that from the interrupted context (fixtures/sigs.c).  The loop
 # runs CYCLES times and for at least MIN_SECS: the no-restart sender's 10 ms
 # interval then gives over 100 signals however fast memattach is.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 10
 CYCLES=${CYCLES:-200}
 MIN_SECS=${MIN_SECS:-2}

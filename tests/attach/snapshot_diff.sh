@@ -5,7 +5,7 @@
 # bin rows follow from the two bins.json files, the heap part is the dump
 # diff of the two heap.heap files (its top grower the fixture's peak_site);
 # a snapshot without prof says why there is no heap part; bad arguments.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 30
 
 [ -x "$FIX/frag" ] || { fail "build/fixtures/frag missing (make fixtures)"; exit 1; }
@@ -28,15 +28,13 @@ check "fixture exits 0" test $? -eq 0
 # --- JSON: headline, bins, heap ---
 "$MA" diff "$A" "$B" --json --top 1000 >"$TMP/d.json" 2>"$TMP/d.err"
 check "diff A B --json exit 0 ($(head -c 200 "$TMP/d.err"))" test $? -eq 0
-check "a/b name both snapshots" python3 -c '
-import json,sys
+check "a/b name both snapshots" jcheck '
 d=json.load(open(sys.argv[1]))
 for s,dir in (("a",sys.argv[2]),("b",sys.argv[3])):
     m=json.load(open(dir+"/manifest.json"))
     assert d[s]["dir"]==dir and d[s]["pid"]==m["pid"] and d[s]["comm"]==m["comm"], d[s]
     assert d[s]["time"]==m["time"] and d[s]["heap"]==dir+"/heap.heap"' "$TMP/d.json" "$A" "$B"
-check "headline deltas are manifest B - A exactly (and the gaps)" python3 -c '
-import json,sys
+check "headline deltas are manifest B - A exactly (and the gaps)" jcheck '
 d=json.load(open(sys.argv[1]))
 ma,mb=(json.load(open(x+"/manifest.json")) for x in sys.argv[2:4])
 def val(m,k):
@@ -55,13 +53,11 @@ for r in d["headline"]:
     assert all(type(r[k]) is int for k in ("a","b","delta"))
     if a: assert abs(r["delta_pct"]-100*(b-a)/a)<1e-3*max(1,abs(r["delta_pct"])), r
     else: assert r["delta_pct"] is None' "$TMP/d.json" "$A" "$B"
-check "allocated grew by at least the fixture's peak ($peak_bytes B)" python3 -c '
-import json,sys
+check "allocated grew by at least the fixture's peak ($peak_bytes B)" jcheck '
 d=json.load(open(sys.argv[1]))
 r=[r for r in d["headline"] if r["key"]=="allocated"][0]
 assert r["delta"]>=int(sys.argv[2]), r' "$TMP/d.json" "$peak_bytes"
-check "bin rows follow from the two bins.json files" python3 -c '
-import json,sys
+check "bin rows follow from the two bins.json files" jcheck '
 d=json.load(open(sys.argv[1]))
 ba,bb=({b["size"]:b for b in json.load(open(x+"/bins.json"))["bins"]} for x in sys.argv[2:4])
 z={"waste":0,"curregs":0,"curslabs":0}
@@ -77,29 +73,26 @@ got=[{k:r[k] for k in want[0]} for r in d["bins"]] if want else d["bins"]
 assert d["bins_changed"]==len(want), (d["bins_changed"],len(want))
 assert got==want, (got,want)' "$TMP/d.json" "$A" "$B"
 "$MA" diff "$A/heap.heap" "$B/heap.heap" --json --top 1000 >"$TMP/h.json" 2>/dev/null
-check "heap part is the dump diff of A/heap.heap and B/heap.heap" python3 -c '
-import json,sys
+check "heap part is the dump diff of A/heap.heap and B/heap.heap" jcheck '
 d=json.load(open(sys.argv[1])); h=json.load(open(sys.argv[2]))
 assert d["heap_skipped"] is None and d["heap"]==h
 assert d["heap"]["growers"][0]["leaf"].startswith("peak_site"), d["heap"]["growers"][0]' \
 	"$TMP/d.json" "$TMP/h.json"
 "$MA" diff "$A" "$B" --json --top 1 >"$TMP/d1.json"
-check "--top 1 limits the bin rows" python3 -c '
-import json,sys
+check "--top 1 limits the bin rows" jcheck '
 d=json.load(open(sys.argv[1]))
 assert len(d["bins"])==min(1,d["bins_changed"]) and len(d["heap"]["growers"])<=1' "$TMP/d1.json"
 
 # --- the human report ---
 "$MA" diff "$A" "$B" >"$TMP/d.txt" 2>&1
 check "diff A B exit 0" test $? -eq 0
-check "report: both snapshots' pid and time" python3 -c '
-import json,sys
+check "report: both snapshots' pid and time" jcheck '
 t=open(sys.argv[1]).read().splitlines()
 for tag,dir,line in (("A",sys.argv[2],t[0]),("B",sys.argv[3],t[1])):
     m=json.load(open(dir+"/manifest.json"))
     assert line.startswith(tag+" "+dir+": pid %d (%s) at %s" % (m["pid"],m["comm"],m["time"])), line' \
 	"$TMP/d.txt" "$A" "$B"
-check "report: every headline row" python3 -c '
+check "report: every headline row" jcheck '
 import sys
 t=open(sys.argv[1]).read()
 for k in ["allocated","active","resident","mapped","retained","metadata","tcache_bytes",
@@ -108,7 +101,7 @@ for k in ["allocated","active","resident","mapped","retained","metadata","tcache
 "$MA" diff "$A/heap.heap" "$B/heap.heap" >"$TMP/h.txt" 2>&1
 check "report: the heap part is the dump diff's output" \
 	cmp -s <(sed -n '/^heap dumps:$/,$p' "$TMP/d.txt" | tail -n +2) "$TMP/h.txt"
-nb=$(python3 -c 'import json,sys; print(min(json.load(open(sys.argv[1]))["bins_changed"],10))' "$TMP/d.json")
+nb=$(jcheck 'print(min(json.load(open(sys.argv[1]))["bins_changed"],10))' "$TMP/d.json")
 rows=$(sed -n '/^bins whose/,/^$/p' "$TMP/d.txt" | grep -cE '^ +[0-9]+ ')
 check "report: $nb bin rows (default --top 10)" test "$rows" -eq "$nb"
 
@@ -121,8 +114,7 @@ fix_quit $FIX_PID $FIX_FD
 check "no-prof fixture exits 0 (verdict ok)" test $? -eq 0
 "$MA" diff "$A" "$N" --json >"$TMP/n.json" 2>"$TMP/n.err"
 check "diff with a no-prof snapshot: exit 0" test $? -eq 0
-check "... heap null, heap_skipped says why" python3 -c '
-import json,sys
+check "... heap null, heap_skipped says why" jcheck '
 d=json.load(open(sys.argv[1]))
 assert d["heap"] is None and d["b"]["heap"] is None and d["a"]["heap_skipped"] is None
 assert "no heap dump in B" in d["heap_skipped"] and "MALLOC_CONF=prof:true" in d["heap_skipped"], d["heap_skipped"]

@@ -3,7 +3,7 @@
 # headline values the target reads itself at the same quiet moment (and
 # the parts of resident computed from the target's own dirty/muzzy page
 # counts), and the target's own integrity verdict must stay ok.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 75
 
 KEYS="allocated active resident mapped retained metadata"

@@ -19,8 +19,8 @@
 #   - every run that failed says the process was stopped;
 #   - after the SIGCONT no thread stays stopped or traced, and the target's
 #     own checks (checksummed objects) still pass.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 11
 need_fixtures daemon slowpurge
 RUNS=${RUNS:-150}

@@ -3,7 +3,7 @@
 # workers allocate and free as fast as they can (-p 0): every run must
 # succeed, the target must stay alive and responsive, and its checksums
 # must stay intact.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 5
 RUNS=${RUNS:-1000}
 

@@ -3,7 +3,7 @@
 # borrowed 200 times each (memattach stats --tid); the target checks every
 # syscall result and counts any EINTR or wrong result as an error.  One in
 # recv with SO_RCVTIMEO is refused, named or not.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 21
 CYCLES=${CYCLES:-200}
 

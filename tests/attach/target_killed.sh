@@ -8,8 +8,8 @@
 # jemalloc".  RUNS runs of each of stats, bins and threads, each on a fresh
 # daemon, killed after a random delay within the command's own run time
 # (measured first on a live daemon, so the kills spread over the run).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 CMDS=(stats bins threads)
 plan $((3 * ${#CMDS[@]}))
 need_fixtures daemon

@@ -2,8 +2,8 @@
 # The test hooks (MEMATTACH_TEST_*: kill after step K, count steps, let a
 # thread inside fork() through...) exist only in build/memattach-test; the
 # shipped build/memattach neither contains their names nor obeys them.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 5
 need_fixtures daemon
 

@@ -2,8 +2,8 @@
 # threads takes the options the manual gives every command that stops
 # threads: --tid (only that thread), --timeout, --strict (both used to be
 # rejected as unknown).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 4
 need_fixtures daemon
 fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }

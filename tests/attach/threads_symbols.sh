@@ -2,7 +2,7 @@
 # tests/attach/threads_symbols.sh - 'threads' names frames with the same
 # symbolizer as 'aggregate': libc frames through libc's separate debug file
 # (libc6-dbg), checked against an independent reading of that file by nm.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 8
 
 fix_start daemon -t 3 || { fail "daemon: start"; exit 1; }
@@ -25,7 +25,7 @@ id=$(readelf -n "$libc" | awk '/Build ID/ {print $3}')
 dbg=/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
 nm -n --defined-only "$dbg" >"$TMP/nm.txt" 2>/dev/null
 check "libc's debug file has symbols for nm ($dbg)" test -s "$TMP/nm.txt"
-check "every libc frame's name and offset agree with nm" python3 - "$TMP/t.json" "$TMP/nm.txt" "$bias" <<'PY'
+check "every libc frame's name and offset agree with nm" jcheck - "$TMP/t.json" "$TMP/nm.txt" "$bias" <<'PY'
 import bisect, json, sys
 th = json.load(open(sys.argv[1]))["threads"]
 bias = int(sys.argv[3], 16)
@@ -54,7 +54,7 @@ PY
 # threads in steady waits (main in pthread_join, ctl in read) compared.
 "$MA" threads "$pid" --json >"$TMP/own.json" 2>/dev/null
 MEMATTACH_TEST_LIBUNWIND_TABLES=1 "$MA_T" threads "$pid" --json >"$TMP/lib.json" 2>/dev/null
-check "stacks from the in-memory tables equal libunwind's own (main and ctl threads)" python3 - "$TMP/own.json" "$TMP/lib.json" <<'PY'
+check "stacks from the in-memory tables equal libunwind's own (main and ctl threads)" jcheck - "$TMP/own.json" "$TMP/lib.json" <<'PY'
 import json, sys
 def stacks(p):
     return {t["name"]: [f["ip"] for f in t["frames"]] for t in json.load(open(p))["threads"] if t["name"] in ("daemon", "ctl")}

@@ -7,8 +7,8 @@
 # goes below the stack pointer: the thread is never borrowed.  Other
 # threads are, and the data stays intact.  (An outside attack: 1,728
 # bytes below such a stack overwritten by every stats.)
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 8
 need_fixtures userstack
 RUNS=${RUNS:-20}

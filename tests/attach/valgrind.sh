@@ -4,7 +4,7 @@
 # paths (no such process, no jemalloc, a hopeless --tid, a stopped process,
 # a device as input), frag start/status/report/stop: zero invalid accesses, zero uses of uninitialised
 # bytes (also in what is written into the target), zero leaks.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 36
 D=$ROOT/fixtures/dumps
 

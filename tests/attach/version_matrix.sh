@@ -16,7 +16,7 @@
 # jemalloc.mk); this test takes their lock, so it waits for them, and
 # builds what is missing when it runs alone.  A version whose build is
 # missing or failed is a FAIL.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 
 JE_SRC=${JE_SRC_DIR:-$ROOT/../shared/jemalloc}
 JE_BUILD=$ROOT/build/jemalloc
@@ -93,7 +93,7 @@ NOSTATS_CHECKS=4
 n=$((n + NOSTATS_CHECKS))
 plan "$n"
 
-py() { python3 -c "$@"; }
+py() { jcheck "$@"; }
 
 # maps_only V PID: PID maps V's libjemalloc.so.2 and no other libjemalloc.
 maps_only() {

@@ -3,8 +3,8 @@
 # thread never leaves jemalloc: fixtures/stall.c) is exit 1 with the
 # reason, not a success with nothing recorded; samples that take longer
 # than --interval are said to have run behind.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 3
 need_fixtures stall
 "$FIX/stall" >"$TMP/s.out" 2>&1 &

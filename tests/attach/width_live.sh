@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/attach/width_live.sh - every command's text fits a terminal of 100
-# columns (TEXT_WIDTH, tests/lib.sh) against live targets: the demo daemon
+# columns (TEXT_WIDTH, tests/lib/common.sh) against live targets: the demo daemon
 # with heap profiling (C) and without, the C++ daemon, epolld (its only
 # thread waits in epoll_wait: --strict refuses it), the sysc fixture (a
 # thread in recv with a timeout, refused even with --tid), manythreads
@@ -12,8 +12,8 @@
 # line (marked "names: ").  Counted are display columns (UTF-8 characters) on stdout and
 # stderr; JSON, OpenMetrics and --folded are machine formats and not run
 # (export --once is run for its messages: only its stderr is text).
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 need_fixtures daemon daemon_cxx epolld sysc manythreads
 PROF=prof:true,prof_active:true,prof_final:false,lg_prof_sample:17
 
@@ -79,7 +79,7 @@ for sc in "${scenarios[@]}"; do
 		check "$sc: its messages fit $TEXT_WIDTH columns${wide:+: $wide}" [ -z "$wide" ]
 		continue
 	fi
-	# "names: ": C++ names, which may be longer than a line (tests/lib.sh, fits)
+	# "names: ": C++ names, which may be longer than a line (tests/lib/common.sh, fits)
 	names=0
 	[[ $sc == "names: "* ]] && names=1 sc=${sc#names: }
 	# shellcheck disable=SC2086

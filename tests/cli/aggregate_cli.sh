@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # aggregate / stacks / diff: exit codes, bad input, output formats.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 45
 export LC_ALL=C
 D=$ROOT/fixtures/dumps
@@ -41,9 +41,9 @@ check "diff of a directory: not supported yet" exit_and_says $rc 2 'not supporte
 # CRLF and LF give the same numbers
 "$MA" aggregate "$D/prof_c.heap" --json >"$TMP/lf.json" 2>/dev/null
 "$MA" aggregate "$D/prof_c_crlf.heap" --json >"$TMP/crlf.json" 2>/dev/null
-check "CRLF = LF" python3 -c 'import json,sys
+check "CRLF = LF" jcheck '
 a,b=(json.load(open(p)) for p in sys.argv[1:3]); sys.exit(0 if a["total_scaled_bytes"]==b["total_scaled_bytes"]>0 and len(a["sites"])==len(b["sites"]) else 1)' "$TMP/lf.json" "$TMP/crlf.json"
-check "JSON has the stable keys" python3 -c 'import json,sys
+check "JSON has the stable keys" jcheck '
 d=json.load(open(sys.argv[1]))
 assert all(k in d for k in ("period","total_raw_bytes","total_scaled_bytes","sites"))
 assert all(all(k in s for k in ("leaf","scaled_bytes","raw_bytes","objects","scale","share")) for s in d["sites"])' "$TMP/lf.json"
@@ -52,22 +52,22 @@ assert all(all(k in s for k in ("leaf","scaled_bytes","raw_bytes","objects","sca
 if MALLOC_CONF=prof:true,prof_final:false "$FIX/prof_c" "$TMP/c.heap" >/dev/null; then
 	"$MA" aggregate "$TMP/c.heap" --json >"$TMP/c.json"
 	"$MA" aggregate "$TMP/c.heap" --folded >"$TMP/c.folded"
-	check "folded: one 'a;b;c bytes' line per stack, innermost last" python3 -c 'import json,re,sys
+	check "folded: one 'a;b;c bytes' line per stack, innermost last" jcheck 'import json,re,sys
 lines=open(sys.argv[1]).read().splitlines()
 assert lines and all(re.match(r"^[^ ].* \d+$", l) for l in lines)
 tot=sum(int(l.rsplit(" ",1)[1]) for l in lines); d=json.load(open(sys.argv[2]))
 assert abs(tot-d["total_scaled_bytes"]) <= len(lines)
 assert any(l.split(" ")[0].endswith(";site_small_64") and l.startswith("_start;") for l in lines)' "$TMP/c.folded" "$TMP/c.json"
 	"$MA" aggregate "$TMP/c.heap" --cum --json >"$TMP/cum.json"
-	check "--cum: main holds what the sites hold" python3 -c 'import json,sys
+	check "--cum: main holds what the sites hold" jcheck '
 d=json.load(open(sys.argv[1])); f={x["name"]:x for x in d["functions"]}
 s=sum(x["scaled_bytes"] for x in d["sites"] if x["leaf"].startswith("site_"))
 assert abs(f["main"]["cum_bytes"]-s) <= 0.01*s and f["site_calloc"]["flat_bytes"]==f["site_calloc"]["cum_bytes"]' "$TMP/cum.json"
 	"$MA" aggregate "$TMP/c.heap" --svg "$TMP/c.svg" --pprof "$TMP/c.pb.gz" >/dev/null
-	check "svg: well-formed XML with the sites" python3 -c 'import sys,xml.dom.minidom as m
+	check "svg: well-formed XML with the sites" jcheck 'import sys,xml.dom.minidom as m
 d=m.parse(sys.argv[1]); t=" ".join(x.firstChild.data for x in d.getElementsByTagName("title") if x.firstChild)
 assert "site_small_64" in t and "site_calloc" in t' "$TMP/c.svg"
-	check "pprof: gzipped profile.proto with inuse_space samples" python3 - "$TMP/c.pb.gz" "$TMP/c.json" <<'PY'
+	check "pprof: gzipped profile.proto with inuse_space samples" jcheck - "$TMP/c.pb.gz" "$TMP/c.json" <<'PY'
 import gzip, json, sys
 buf = gzip.open(sys.argv[1]).read()
 def varint(b, i):
@@ -105,7 +105,7 @@ assert abs(tot - d["total_scaled_bytes"]) <= len(samples), (tot, d["total_scaled
 assert "site_small_64" in names
 PY
 	"$MA" stacks "$TMP/c.heap" site_calloc --json >"$TMP/st.json"
-	check "stacks: full chain of the matching leaf" python3 -c 'import json,sys
+	check "stacks: full chain of the matching leaf" jcheck '
 d=json.load(open(sys.argv[1])); f=[x["name"] for x in d["stacks"][0]["frames"]]
 assert d["matched_stacks"]==1 and f[0]=="site_calloc" and "run_all" in f and "main" in f' "$TMP/st.json"
 	"$MA" stacks "$TMP/c.heap" no_such_function_xyz >"$TMP/st.txt"
@@ -115,14 +115,14 @@ assert d["matched_stacks"]==1 and f[0]=="site_calloc" and "run_all" in f and "ma
 	check "stacks: a caller's name finds no site but says deeper frames hold it" \
 		bash -c "grep -q '^0 stacks' '$TMP/st2.txt' && grep -q 'more stacks* hold .run_all. in a deeper frame.*--any-frame' '$TMP/st2.txt'"
 	"$MA" stacks "$TMP/c.heap" run_all --any-frame --json >"$TMP/st3.json"
-	check "stacks --any-frame: every stack under run_all, each with run_all in its chain" python3 -c 'import json,sys
+	check "stacks --any-frame: every stack under run_all, each with run_all in its chain" jcheck '
 d=json.load(open(sys.argv[1]))
 assert d["matched_stacks"] > 1, d["matched_stacks"]
 assert all(any(f["name"] == "run_all" for f in s["frames"]) for s in d["stacks"])' "$TMP/st3.json"
 	# diff: two different builds (PIE and static jemalloc) of the same program
 	if MALLOC_CONF=prof:true,prof_final:false "$FIX/prof_c_static" "$TMP/s.heap" >/dev/null; then
 		"$MA" diff "$TMP/c.heap" "$TMP/s.heap" --json >"$TMP/diff.json"
-		check "diff: sites align across binaries, large ones unchanged" python3 -c 'import json,sys
+		check "diff: sites align across binaries, large ones unchanged" jcheck '
 d=json.load(open(sys.argv[1])); names={x["leaf"] for x in d["growers"]+d["shrinkers"]}
 assert "site_big_malloc" not in names and "site_calloc" not in names
 assert d["a"]["total_scaled_bytes"]>0 and d["b"]["total_scaled_bytes"]>0
@@ -134,7 +134,7 @@ assert d["delta_bytes"]==d["b"]["total_scaled_bytes"]-d["a"]["total_scaled_bytes
 		check "diff from an empty dump: the total is 'new', not +0.0%" \
 			grep -q '^B - A: .* (new)$' "$TMP/fromzero.txt"
 		"$MA" diff "$TMP/c.heap" "$TMP/c.heap" --json >"$TMP/same.json"
-		check "diff of a dump with itself: no growers or shrinkers" python3 -c 'import json,sys
+		check "diff of a dump with itself: no growers or shrinkers" jcheck '
 d=json.load(open(sys.argv[1])); sys.exit(0 if not d["growers"] and not d["shrinkers"] and d["delta_bytes"]==0 else 1)' "$TMP/same.json"
 	fi
 	# --binary: the dump's path is gone; point at the binary elsewhere
@@ -143,14 +143,14 @@ d=json.load(open(sys.argv[1])); sys.exit(0 if not d["growers"] and not d["shrink
 	"$MA" aggregate "$TMP/gone.heap" --json 2>"$TMP/err" >"$TMP/gone.json"
 	check "binary gone: warning suggests --binary" grep -q -- '--binary' "$TMP/err"
 	"$MA" aggregate "$TMP/gone.heap" --binary "$TMP/moved_prof_c" --json >"$TMP/moved.json"
-	check "--binary restores the names" python3 -c 'import json,sys
+	check "--binary restores the names" jcheck '
 d=json.load(open(sys.argv[1])); sys.exit(0 if d["sites"][0]["leaf"].startswith("site_") else 1)' "$TMP/moved.json"
 	mkdir -p "$TMP/root/gone"; cp "$FIX/prof_c" "$TMP/root/gone/prof_c"
 	"$MA" aggregate "$TMP/gone.heap" --prefix-map "/gone=$TMP/root/gone" --json >"$TMP/pm.json"
-	check "--prefix-map restores the names" python3 -c 'import json,sys
+	check "--prefix-map restores the names" jcheck '
 d=json.load(open(sys.argv[1])); sys.exit(0 if d["sites"][0]["leaf"].startswith("site_") else 1)' "$TMP/pm.json"
 	"$MA" aggregate "$TMP/c.heap" --lines --json >"$TMP/lines.json" 2>"$TMP/lines.err"
-	check "--lines: file:line on the sites" python3 -c 'import json,sys
+	check "--lines: file:line on the sites" jcheck '
 d=json.load(open(sys.argv[1])); s=[x for x in d["sites"] if x["leaf"]=="site_calloc"][0]
 assert "prof_c.c:" in s["frames"][0]' "$TMP/lines.json"
 	# --lines on a binary without DWARF: said, naming it (not silently bare)

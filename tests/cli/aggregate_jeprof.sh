@@ -12,7 +12,7 @@
 #    prof_backtrace_impl/je_*): jeprof's leaf is then an allocator frame.
 #    For these, each memattach site jeprof does not list must match
 #    jeprof's cumulative bytes for that function instead.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 23
 
 if ! command -v jeprof >/dev/null; then fail "jeprof missing (make deps installs libjemalloc-dev)"; exit 1; fi
@@ -28,7 +28,7 @@ for fx in prof_c prof_c_nopie prof_c_static prof_cxx; do
 	jeprof --text --inuse_space --show_bytes --nodecount=100000 "$FIX/$fx" "$TMP/$fx.heap" \
 		>"$TMP/$fx.jeprof" 2>/dev/null ||
 		{ fail "jeprof $fx: jeprof failed"; continue; }
-	python3 - "$fx" "$TMP/$fx.json" "$TMP/$fx.jeprof" <<'PY'
+	jcheck - "$fx" "$TMP/$fx.json" "$TMP/$fx.jeprof" <<'PY'
 import json, re, subprocess, sys
 fx, ours_path, jp_path = sys.argv[1:4]
 

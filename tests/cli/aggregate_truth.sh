@@ -5,7 +5,7 @@
 # within +-20% (run at lg_prof_sample:17, 128 KiB, ~490 samples: the
 # sampling noise is ~4.5%, 20% is over 4 sigma; at 15% a CI run came out at
 # +15.3%).  Rust names must be what rustfilt prints.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 37
 export LC_ALL=C
 CONF=prof:true,prof_final:false,lg_prof_sample:17
@@ -17,11 +17,11 @@ MiB=1048576
 
 # site_bytes JSON LEAF_PREFIX FIELD: sum FIELD over sites whose leaf starts with LEAF_PREFIX
 site() {
-	python3 -c 'import json,sys
+	jcheck '
 d=json.load(open(sys.argv[1])); print(sum(s[sys.argv[3]] for s in d["sites"] if s["leaf"].startswith(sys.argv[2])))' "$@"
 }
 # within A B PCT: |A - B| <= PCT% of B
-within() { python3 -c 'import sys; a,b,p=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= p/100*b else 1)' "$@"; }
+within() { jcheck 'import sys; a,b,p=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= p/100*b else 1)' "$@"; }
 
 for fx in prof_c prof_c_nopie prof_c_static; do
 	[ -x "$FIX/$fx" ] || { fail "truth $fx: fixture not built"; continue; }
@@ -37,18 +37,18 @@ for fx in prof_c prof_c_nopie prof_c_static; do
 	n=$(site "$j" site_small_64 objects); b=$(site "$j" site_small_64 scaled_bytes)
 	check "truth $fx: 1,000,000 x 64 B objects within 20% ($n)" within "$n" 1000000 20
 	check "truth $fx: 1,000,000 x 64 B bytes within 20% ($b)" within "$b" 64000000 20
-	check "truth $fx: small site scale >> 1" python3 -c 'import json,sys
+	check "truth $fx: small site scale >> 1" jcheck '
 s=[s for s in json.load(open(sys.argv[1]))["sites"] if s["leaf"]=="site_small_64"][0]; sys.exit(0 if s["scale"]>100 else 1)' "$j"
-	check "truth $fx: jemalloc frames dropped (leaves are the sites)" python3 -c 'import json,sys
+	check "truth $fx: jemalloc frames dropped (leaves are the sites)" jcheck '
 l=[s["leaf"] for s in json.load(open(sys.argv[1]))["sites"]][:5]; sys.exit(0 if all(x.startswith("site_") for x in l) else 1)' "$j"
-	check "truth $fx: --stats within 10% of stats.allocated" python3 -c 'import json,sys
+	check "truth $fx: --stats within 10% of stats.allocated" jcheck '
 d=json.load(open(sys.argv[1]))["stats"]; sys.exit(0 if d["within_tolerance"] and abs(d["scaled_over_allocated"]-1)<=0.1 else 1)' "$j"
 done
 
 # --keep-allocator-frames shows jemalloc's frames as leaves instead
 if [ -f "$TMP/prof_c.heap" ]; then
 	"$MA" aggregate "$TMP/prof_c.heap" --json --keep-allocator-frames >"$TMP/keep.json"
-	check "truth: --keep-allocator-frames keeps jemalloc leaves" python3 -c 'import json,sys
+	check "truth: --keep-allocator-frames keeps jemalloc leaves" jcheck '
 d=json.load(open(sys.argv[1])); sys.exit(0 if all(s["object"].startswith("libjemalloc") for s in d["sites"]) else 1)' "$TMP/keep.json"
 	# A stats file far from the dump: warning naming lg_prof_sample:17
 	echo '{"jemalloc":{"version":"5.3.0","stats":{"allocated":1600000000000,"active":1}}}' >"$TMP/far.json"
@@ -77,7 +77,7 @@ if MALLOC_CONF=$CONF_FINE "$FIX/prof_rs" "$TMP/rs.heap" >/dev/null; then
 	check "truth prof_rs: 400,000 Box<[u64; 4]> + Vec within 25% ($b)" within "$b" $((400000 * 32 + 3670016)) 25
 	# Every Rust frame's name is what rustfilt prints for its symbol.
 	"$MA" stacks "$TMP/rs.heap" "" -n 1000 --json >"$TMP/rs.stacks.json"
-	python3 - "$TMP/rs.stacks.json" >"$TMP/rs.pairs" <<'PY'
+	jcheck - "$TMP/rs.stacks.json" >"$TMP/rs.pairs" <<'PY'
 import json, re, sys
 seen = set()
 for st in json.load(open(sys.argv[1]))["stacks"]:
@@ -103,7 +103,7 @@ PY
 	# make_boxes at the line of the source that calls it.
 	line=$(grep -n 'Box::new(\[' "$ROOT/fixtures/prof/prof_rs.rs" | cut -d: -f1)
 	"$MA" stacks "$TMP/rs.heap" GlobalAlloc --lines --json >"$TMP/rs.lines.json"
-	check "truth prof_rs: --lines shows Box::new inlined into make_boxes at line $line" python3 -c 'import json,sys
+	check "truth prof_rs: --lines shows Box::new inlined into make_boxes at line $line" jcheck '
 d=json.load(open(sys.argv[1])); ok=False
 for st in d["stacks"]:
     f=st["frames"]; n=[x["name"] for x in f]

@@ -2,7 +2,7 @@
 # Bad input gets one clear message on stderr (one line, or its continuation
 # lines when longer than the terminal) and the documented exit status: 1
 # when the operation fails on the target, 2 for usage errors.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 56
 
 # expect NAME STATUS PATTERN CMD...: exit status and one stderr message matching PATTERN.

@@ -3,7 +3,7 @@
 # READY, quiesce -> stats JSON (frozen until resume), resume -> OK,
 # verdict -> VERDICT ok, quit -> exit 0; plus the symbol-table properties
 # the attach tests rely on.  No memattach involved.
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../lib/common.sh"
 plan 75
 trap '' PIPE # a fixture that died must not kill the script via its FIFO
 
@@ -28,8 +28,7 @@ nrun=0
 
 # json_ok LINE: six integer keys, allocated > 0
 json_ok() {
-	python3 -c '
-import json, sys
+	jcheck '
 d = json.loads(sys.argv[1])
 keys = ["allocated", "active", "resident", "mapped", "retained", "metadata"]
 assert all(isinstance(d[k], int) for k in keys), d

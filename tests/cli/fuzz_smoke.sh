@@ -3,7 +3,7 @@
 # built by 'make test' (so it cannot rot) and runs a fixed number of inputs
 # mutated from the committed dumps under ASan and UBSan: no crash, no leak,
 # no undefined behaviour.  Longer runs: see the Makefile's fuzz target.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 2
 
 F=$ROOT/build/fuzz/heapprof

@@ -6,7 +6,7 @@
 # must print exactly its expected/NAME: stdout, stderr and exit status.  A
 # change of output is then a reviewed diff: `make golden` (GOLDEN_UPDATE=1)
 # rewrites the expected files.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 G=$ROOT/fixtures/golden
 mapfile -t cases < <(grep -v '^#' "$G/cases" | grep .)
 plan "${#cases[@]}"

@@ -3,7 +3,7 @@
 # without a writer, huge sparse files, absurd bin counts, binary data and
 # dumps cut inside MAPPED_LIBRARIES each end in well under the 20 s guard,
 # with exit 1 and one message saying what the input is, in bounded memory.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 19
 D=$ROOT/fixtures/dumps
 
@@ -11,7 +11,7 @@ D=$ROOT/fixtures/dumps
 # message matching PATTERN, under 20 s and 200 MB of memory (MAXMB=N: N MB).
 run_bounded() {
 	local name=$1 want=$2 pat=$3; shift 3
-	python3 - "$TMP/err" "$@" >"$TMP/rusage" <<'PY'
+	jcheck - "$TMP/err" "$@" >"$TMP/rusage" <<'PY'
 import resource, subprocess, sys
 with open(sys.argv[1], "w") as err:
     try:
@@ -58,7 +58,7 @@ run_bounded "NUL bytes in a line: binary data" 1 "line 2 is binary data \(NUL by
 	"$MA" aggregate "$TMP/nul.heap"
 run_bounded "bins --stats of a directory names it" 1 "'$TMP' is a directory" "$MA" bins --stats "$TMP"
 
-python3 - "$ROOT/fixtures/stats/one_arena.json" "$TMP/bins100k.json" <<'PY'
+jcheck - "$ROOT/fixtures/stats/one_arena.json" "$TMP/bins100k.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); j = d["jemalloc"]; n = 100000
 c = json.dumps(j["arenas"]["bin"][0]); b = json.dumps(dict(list(j["stats.arenas"].values())[0]["bins"][0], curslabs=1))
@@ -100,7 +100,7 @@ check "... and the frames outside every listed mapping are warned about" \
 # A pipe is read (bounded, like a FIFO with a writer): the same report.
 "$MA" aggregate "$D/prof_c.heap" --json >"$TMP/file.json" 2>/dev/null
 "$MA" aggregate <(cat "$D/prof_c.heap") --json >"$TMP/pipe.json" 2>/dev/null
-check "a dump read through a pipe gives the file's report" python3 -c 'import json, sys
+check "a dump read through a pipe gives the file's report" jcheck '
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert a["total_scaled_bytes"] == b["total_scaled_bytes"] > 0 and a["sites"] == b["sites"]' \
 	"$TMP/file.json" "$TMP/pipe.json"

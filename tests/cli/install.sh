@@ -3,7 +3,7 @@
 # man page and the bash completion in place; the man page renders without
 # warnings and covers every command and option of --help; the completion
 # offers commands, options and the PIDs of jemalloc processes only.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 30
 
 R=$TMP/root
@@ -69,7 +69,7 @@ dpid=$FIX_PID dfd=$FIX_FD dout=$FIX_OUT
 fix_start daemon_static -t 1 || { fail "daemon_static: start"; exit 1; }
 "$MA" ps --json >"$TMP/ps.json"
 check "ps --json: the daemon with its libjemalloc, the static one built in, not the sleep" \
-	python3 - "$TMP/ps.json" "$dpid" "$FIX_PID" "$other" <<'PY'
+	jcheck - "$TMP/ps.json" "$dpid" "$FIX_PID" "$other" <<'PY'
 import json, sys
 p = {x["pid"]: x for x in json.load(open(sys.argv[1]))["processes"]}
 d = p[int(sys.argv[2])]

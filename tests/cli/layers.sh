@@ -3,7 +3,7 @@
 # build keeps them, and the checker fails a build that breaks each rule
 # (objects made here: analysis calling the core, the core calling the
 # commands, two core modules calling each other).
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 5
 CHECK="$ROOT/tests/check_layers.py"
 

@@ -2,7 +2,7 @@
 # Only the project's fixed entries are tracked at the top level:
 # Makefile, README.md, attach/, analysis/, include/, tests/, fixtures/,
 # .ci/ (and .gitignore).  A stray file (an strace log, say) fails here.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 1
 allowed=" Makefile README.md attach analysis include tests fixtures .ci .gitignore "
 if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli/live_cli.sh - usage errors (exit 2), bad files (exit 1, one
 # line, nothing written) and --stats file mode of the live commands.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 35
 
 for c in bins purge heap-dump stats-dump watch snapshot; do
@@ -21,8 +21,7 @@ check "heap-dump without -o exits 2" test $? -eq 2
 
 # file mode on committed real outputs
 "$MA" bins --stats "$ROOT/fixtures/stats/one_arena.json" --json >"$TMP/one.json"
-check "bins --stats one arena (no merged): 48 B bin" python3 -c '
-import json,sys
+check "bins --stats one arena (no merged): 48 B bin" jcheck '
 b=[x for x in json.load(open(sys.argv[1]))["bins"] if x["size"]==48][0]
 assert (b["curregs"],b["curslabs"],b["nonfull_slabs"],b["waste"])==(700,4,3,4*12288-700*48), b' "$TMP/one.json"
 "$MA" bins --stats "$ROOT/fixtures/stats/two_arenas.json" --top 2 >"$TMP/two.txt"
@@ -41,7 +40,7 @@ check "truncated stats file: exit 1, says truncated" exit_and_says $rc 1 'trunca
 "$MA" bins --stats "$TMP/missing.json" >/dev/null 2>"$TMP/e"; rc=$?
 check "missing stats file: exit 1, says it cannot open it" exit_and_says $rc 1 "cannot open" "$TMP/e"
 # jemalloc's unescaped quote and 254-byte cut inside a string value
-python3 - "$ROOT/fixtures/stats/one_arena.json" "$TMP/quirks.json" <<'PY'
+jcheck - "$ROOT/fixtures/stats/one_arena.json" "$TMP/quirks.json" <<'PY'
 import sys
 d=open(sys.argv[1]).read()
 d=d.replace('"prof_prefix":"jeprof"', '"prof_prefix":"je"prof"', 1)
@@ -50,8 +49,7 @@ open(sys.argv[2],'w').write(d)
 PY
 "$MA" bins --stats "$TMP/quirks.json" --json >"$TMP/q.json" 2>"$TMP/e"; rc=$?
 check "unescaped and cut strings are tolerated" test $rc -eq 0
-check "... giving the same table as the clean file" python3 -c '
-import json,sys
+check "... giving the same table as the clean file" jcheck '
 assert json.load(open(sys.argv[1]))["bins"]==json.load(open(sys.argv[2]))["bins"]' "$TMP/q.json" "$TMP/one.json"
 
 # unwritable outputs and a missing process: exit 1, nothing written

@@ -5,7 +5,7 @@
 # and build ID (no "Main binary filename not available"), -list shows the
 # source lines of a site on a binary with debug info, -disasm its
 # instructions (on a non-PIE binary: see the end).
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 11
 
 if ! command -v go >/dev/null; then
@@ -22,7 +22,7 @@ check "aggregate --pprof wrote a profile" test -s "$TMP/c.pb.gz"
 go tool pprof -top -sample_index=inuse_space -unit=B -nodecount=100 "$TMP/c.pb.gz" >"$TMP/top.txt" 2>&1
 check "go tool pprof -top reads it, naming the main binary" grep -q '^File: prof_c$' "$TMP/top.txt"
 check "... with its build ID" grep -q "^Build ID: $(readelf -n "$FIX/prof_c" | sed -n 's/.*Build ID: //p')\$" "$TMP/top.txt"
-check "-top: the total equals aggregate's total_scaled_bytes, and each site its bytes" python3 - "$TMP/top.txt" "$TMP/c.json" <<'PY'
+check "-top: the total equals aggregate's total_scaled_bytes, and each site its bytes" jcheck - "$TMP/top.txt" "$TMP/c.json" <<'PY'
 import json, re, sys
 top = open(sys.argv[1]).read()
 d = json.load(open(sys.argv[2]))
@@ -40,7 +40,7 @@ for s in d["sites"]:
 PY
 go tool pprof -traces "$TMP/c.pb.gz" >"$TMP/traces.txt" 2>&1
 n=$(grep -c '^-----------+' "$TMP/traces.txt")
-stacks=$(python3 -c 'import json,sys; print(sum(s["stacks"] for s in json.load(open(sys.argv[1]))["sites"]))' "$TMP/c.json")
+stacks=$(jcheck 'print(sum(s["stacks"] for s in json.load(open(sys.argv[1]))["sites"]))' "$TMP/c.json")
 check "-traces: one trace per stack ($((n - 1)) traces, $stacks stacks)" [ $((n - 1)) -eq "$stacks" ]
 go tool pprof -raw "$TMP/c.pb.gz" >"$TMP/raw.txt" 2>&1
 check "-raw: a mapping for the binary with its path and build ID" \

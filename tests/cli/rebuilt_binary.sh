@@ -4,7 +4,7 @@
 # addresses with the wrong functions: its frames stay unnamed and a
 # warning says why, unless the user names the file (--binary,
 # --prefix-map).  The committed dump, pointed at a copy of prof_c.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 plan 6
 not() { ! "$@"; }
 D=$ROOT/fixtures/dumps

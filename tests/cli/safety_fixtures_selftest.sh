@@ -3,8 +3,8 @@
 # safety.mk) do what tests/attach/safety_*.sh rely on, without memattach:
 # each reports progress and a good verdict on its own, the seccomp filters
 # really bite, the exec chain completes, and safety_tool's helpers work.
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/../safety_lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 plan 25
 for f in forkloop storm seccomp_daemon timedwait execd safety_tool; do
 	[ -x "$FIX/$f" ] || { fail "build/fixtures/$f missing (make fixtures)"; exit 1; }

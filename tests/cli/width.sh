@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cli/width.sh - every command's text fits a terminal of 100 columns
-# (TEXT_WIDTH, tests/lib.sh) without a live target: each command of
+# (TEXT_WIDTH, tests/lib/common.sh) without a live target: each command of
 # 'memattach --help' (so a new one is covered as soon as it is listed) and
 # each frag subcommand with --help, an unknown option, no arguments and a
 # process that does not exist; the offline commands on the saved dumps and
@@ -8,7 +8,7 @@
 # (UTF-8 characters), on stdout and stderr alike; JSON and the other machine
 # formats are not text and are not run.  tests/attach/width_live.sh runs
 # the commands against live targets.
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 D=$ROOT/fixtures/dumps S=$ROOT/fixtures/stats
 NOPID=999999999
 

@@ -1,6 +1,6 @@
-# tests/lib.sh - helpers for shell tests.  Source it; report each check with
+# tests/lib/common.sh - helpers for shell tests.  Source it; report each check with
 # pass/fail/skip.  tests/run.sh counts the PASS/FAIL/SKIP lines.
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MA=${MA_BIN:-"$ROOT/build/memattach"}
 # The test build (the same code, plus the MEMATTACH_TEST_* hooks): for the
 # checks that need a hook; every other check runs the shipped binary.
@@ -99,6 +99,11 @@ fix_quit() {
 	wait "$pid"
 }
 
+# jcheck CODE [ARG...]: the one JSON checker (tests/lib/jcheck.py): CODE is
+# Python run as by python3 -c with json, sys, re, os and load(PATH) at hand;
+# a failed assert or a non-zero exit fails it, saying why in one line.
+jcheck() { python3 "$ROOT/tests/lib/jcheck.py" "$@"; }
+
 # json_get FILE KEY: print a top-level value of a JSON document.  A
 # one-line document's plain number is read without starting python (the
 # attach loops call this thousands of times); anything else goes to python.
@@ -115,7 +120,7 @@ json_get() {
 			return 0
 		fi
 	fi
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+	jcheck 'print(load(sys.argv[1])[sys.argv[2]])' "$1" "$2"
 }
 
 # --- text output fits a terminal (MA_TEXT_WIDTH, include/format.h) ---
@@ -166,7 +171,7 @@ fits() {
 	wide=$( { wider_lines "$TMP/fits.out" | sed 's/^/stdout /'; wider_lines "$TMP/fits.err" | sed 's/^/stderr /'; } )
 	if [ -n "$wide" ] && [ "${FITS_NAMES:-0}" = 1 ]; then
 		"$MA" "$@" --json >"$TMP/fits.json" 2>/dev/null </dev/null
-		wide=$(python3 -c '
+		wide=$(jcheck '
 import json, re, sys
 width = int(sys.argv[2])
 names = set()

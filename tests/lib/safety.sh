@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# tests/safety_lib.sh - helpers shared by tests/attach/safety_*.sh.  Source
-# it after tests/lib.sh.  (It lives outside tests/attach/ so that run.sh
+# tests/lib/safety.sh - helpers shared by tests/attach/safety_*.sh.  Source
+# it after tests/lib/common.sh.  (It lives outside tests/attach/ so that run.sh
 # does not take it for a test.)
 ulimit -c 0 2>/dev/null
 PROF_CONF=prof:true,prof_active:true,prof_final:false
