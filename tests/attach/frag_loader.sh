@@ -23,8 +23,8 @@ case_for() { # case_for BLOCK RELEASE WANT-MESSAGE ANSWER-AFTER-RELEASE
 	check "$1: frag start refused: exit 1, '$3' ($(cat "$TMP/e"))" exit_and_says "$rc" 1 "$3" "$TMP/e"
 	n=$(grep -c memattach-agent "/proc/$P/maps"; ls -l "/proc/$P/fd" | grep -c memattach-agent)
 	check "$1: nothing of the agent in the target: no dlopen was tried ($(echo $n))" [ "$(echo $n)" = "0 0" ]
-	r0=$(rounds); bsleep 0.3; r1=$(rounds)
-	check "$1: the target's worker keeps running ($r0 -> $r1 rounds)" [ "${r1:-0}" -gt "${r0:-0}" ]
+	grows 30 rounds; st=$?
+	check "$1: the target's worker keeps running ($GROWS_FROM -> $GROWS_TO rounds)" [ "$st" -eq 0 ]
 	fix_cmd "$P" "$FIX_FD" "$FIX_OUT" "$2" >"$TMP/ans"
 	check "$2: the held thread finishes ($(cat "$TMP/ans"))" grep -q "$4" "$TMP/ans"
 	"$MA" frag start "$P" >/dev/null 2>"$TMP/e2" && "$MA" frag stop "$P" >/dev/null 2>>"$TMP/e2"; rc=$?

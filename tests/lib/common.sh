@@ -48,6 +48,26 @@ tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
 	done
 	return 1
 }
+# A sleep that forks nothing: read with a timeout on a pipe nobody writes.
+exec {_BSLEEP_FD}<> <(:)
+bsleep() { read -r -t "$1" -u "$_BSLEEP_FD" _; return 0; }
+
+# grows TIMEOUT_S CMD...: CMD prints a count (forks, rounds, checks);
+# succeed as soon as it prints more than it did first, fail when TIMEOUT_S
+# (whole) seconds pass first.  GROWS_FROM and GROWS_TO: the first and the last
+# count.  A wait for the event, not a fixed sleep: it ends at once on an
+# idle machine and waits longer on a loaded one.
+grows() {
+	local end=$((SECONDS + $1)); shift
+	GROWS_FROM=$("$@") GROWS_TO=$GROWS_FROM
+	while :; do
+		bsleep 0.05
+		GROWS_TO=$("$@")
+		[ "${GROWS_TO:-0}" -gt "${GROWS_FROM:-0}" ] && return 0
+		[ "$SECONDS" -lt "$end" ] || return 1
+	done
+}
+
 # Register a background pid to be killed at exit.
 track() { _children+=("$1"); }
 

@@ -7,9 +7,6 @@ PROF_CONF=prof:true,prof_active:true,prof_final:false
 TOOL="$FIX/safety_tool"
 SAFETY_T0=$EPOCHREALTIME
 
-# A sleep that forks nothing: read with a timeout on a pipe nobody writes.
-exec {_BSLEEP_FD}<> <(:)
-bsleep() { read -r -t "$1" -u "$_BSLEEP_FD" _; return 0; }
 
 # Microseconds since the epoch, without a fork.
 now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
