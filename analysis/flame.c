@@ -146,42 +146,38 @@ static void color(uint32_t func, const char *name, int *r, int *g, int *b)
 	*b = (int)((h >> 16) % 55);
 }
 
-int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
+/* The call tree of P's stacks, root "all" at node 0, callers below callees;
+ * *maxdepth: the longest stack. */
+static int flame_tree(struct tree *t, struct ma_profile *p, size_t *maxdepth)
 {
-	struct tree t = { 0 };
-	struct ma_symbolizer *sym = p->sym;
-	double total = 0, minw;
-	uint32_t *stack = NULL, *depth = NULL;
-	double *xs = NULL;
-	size_t maxdepth = 0, sp = 0;
-	int rc = 0;
-
-	t.cap = 1024;
-	t.n = malloc(t.cap * sizeof(*t.n));
-	if (!t.n || tree_rehash(&t))
-		goto oom;
-	t.n[0] = (struct node){ UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
-	t.len = 1;
+	t->cap = 1024;
+	t->n = malloc(t->cap * sizeof(*t->n));
+	if (!t->n || tree_rehash(t))
+		return -1;
+	t->n[0] = (struct node){ UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
+	t->len = 1;
+	*maxdepth = 0;
 	for (size_t i = 0; i < p->hp->nstacks; i++) {
 		double bytes = ma_profile_stack_bytes(p, i);
 		uint32_t cur = 0, n = p->chain_len[i];
 
 		if (n == 0 || bytes <= 0)
 			continue;
-		t.n[0].value += bytes;
+		t->n[0].value += bytes;
 		for (uint32_t k = n; k-- > 0;) {
-			cur = tree_child(&t, cur, sym->frames[ma_profile_frame(p, i, k)].func);
+			cur = tree_child(t, cur, p->sym->frames[ma_profile_frame(p, i, k)].func);
 			if (cur == UINT32_MAX)
-				goto oom;
-			t.n[cur].value += bytes;
+				return -1;
+			t->n[cur].value += bytes;
 		}
-		if (n > maxdepth)
-			maxdepth = n;
+		if (n > *maxdepth)
+			*maxdepth = n;
 	}
-	total = t.n[0].value;
-	minw = total / (SVG_W - 2 * PAD) * 0.5; /* narrower than half a pixel: left out */
-	double height = (double)(maxdepth + 1) * ROW_H + 70;
+	return 0;
+}
 
+static void svg_head(FILE *f, double height, const char *title, double total)
+{
 	fprintf(f, "<?xml version=\"1.0\" standalone=\"no\"?>\n"
 		   "<svg version=\"1.1\" width=\"%.0f\" height=\"%.0f\" onload=\"init()\" "
 		   "viewBox=\"0 0 %.0f %.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n",
@@ -196,68 +192,77 @@ int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
 	fprintf(f, " (%.0f bytes, unsampled; click to zoom, Esc to reset)</text>\n"
 		   "<text id=\"details\" x=\"%.0f\" y=\"%.0f\"> </text>\n",
 		total, PAD, height - 12);
+}
+
+/* One frame: a box from x (a share of the total) as wide as its value, at row d. */
+static void svg_frame(FILE *f, const char *name, uint32_t func, double x, double value, uint32_t d,
+		      double total, double height)
+{
+	double px = PAD + x / total * (SVG_W - 2 * PAD);
+	double pw = value / total * (SVG_W - 2 * PAD);
+	double y = height - 40 - (double)(d + 1) * ROW_H;
+	int r, g, b, chars = (int)((pw - 6) / 7);
+
+	color(func, name, &r, &g, &b);
+	fprintf(f, "<g data-x=\"%.6f\" data-w=\"%.6f\" data-n=\"", x / total, value / total);
+	ma_xml_text(f, name, 300);
+	fputs("\"><title>", f);
+	ma_xml_text(f, name, 2000);
+	fprintf(f, " (%.0f bytes, %.2f%%)</title><rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" "
+		   "height=\"%d\" rx=\"2\" fill=\"rgb(%d,%d,%d)\"/><text x=\"%.2f\" y=\"%.0f\">",
+		value, 100 * value / total, px, y, pw, ROW_H - 1, r, g, b, px + 3, y + ROW_H - 5);
+	if (chars >= 3)
+		ma_xml_text(f, name, (size_t)chars - 2);
+	fputs("</text></g>\n", f);
+}
+
+/* A node still to draw in the depth-first walk, with its depth and x offset. */
+struct walk_item {
+	uint32_t id, depth;
+	double x;
+};
+
+int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
+{
+	struct tree t = { 0 };
+	struct walk_item *todo = NULL;
+	size_t maxdepth = 0, sp = 0, cap;
+	double total, minw, height;
+	int rc = 0;
+
+	if (flame_tree(&t, p, &maxdepth))
+		goto oom;
+	total = t.n[0].value;
+	minw = total / (SVG_W - 2 * PAD) * 0.5; /* narrower than half a pixel: left out */
+	height = (double)(maxdepth + 1) * ROW_H + 70;
+	svg_head(f, height, title, total);
 
 	/* Depth-first walk; x advances through siblings. */
-	stack = malloc((maxdepth + 2) * sizeof(uint32_t));
-	depth = malloc((maxdepth + 2) * sizeof(uint32_t));
-	xs = malloc((maxdepth + 2) * sizeof(double));
-	if (!stack || !depth || !xs)
+	cap = maxdepth + 2;
+	todo = malloc(cap * sizeof(*todo));
+	if (!todo)
 		goto oom;
-	stack[0] = 0;
-	depth[0] = 0;
-	xs[0] = 0;
-	sp = 1;
+	todo[sp++] = (struct walk_item){ 0, 0, 0 };
 	while (sp > 0 && total > 0) {
-		uint32_t id = stack[--sp], d = depth[sp];
-		double x = xs[sp];
-		struct node *n = &t.n[id];
+		struct walk_item w = todo[--sp];
+		struct node *n = &t.n[w.id];
+		double cx = w.x;
 
 		if (n->value < minw)
 			continue;
-		{
-			double px = PAD + x / total * (SVG_W - 2 * PAD);
-			double pw = n->value / total * (SVG_W - 2 * PAD);
-			double y = height - 40 - (double)(d + 1) * ROW_H;
-			const char *name = id ? ma_sym_func_name(sym, n->func) : "all";
-			int r, g, b, chars = (int)((pw - 6) / 7);
-
-			color(n->func, name, &r, &g, &b);
-			fprintf(f, "<g data-x=\"%.6f\" data-w=\"%.6f\" data-n=\"", x / total, n->value / total);
-			ma_xml_text(f, name, 300);
-			fputs("\"><title>", f);
-			ma_xml_text(f, name, 2000);
-			fprintf(f, " (%.0f bytes, %.2f%%)</title><rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" "
-				   "height=\"%d\" rx=\"2\" fill=\"rgb(%d,%d,%d)\"/><text x=\"%.2f\" y=\"%.0f\">",
-				n->value, 100 * n->value / total, px, y, pw, ROW_H - 1, r, g, b, px + 3,
-				y + ROW_H - 5);
-			if (chars >= 3)
-				ma_xml_text(f, name, (size_t)chars - 2);
-			fputs("</text></g>\n", f);
-		}
-		/* Push children with their x offsets (last pushed is drawn first). */
-		double cx = x;
-
+		svg_frame(f, w.id ? ma_sym_func_name(p->sym, n->func) : "all", n->func, w.x, n->value,
+			  w.depth, total, height);
+		/* Push the children with their x offsets (the last pushed is drawn first). */
 		for (uint32_t c = n->child; c != UINT32_MAX; c = t.n[c].sibling) {
-			if (sp >= maxdepth + 2) {
-				/* Grow: siblings can outnumber the depth. */
-				size_t nc = (sp + 1) * 2;
-				uint32_t *s2 = realloc(stack, nc * sizeof(uint32_t));
-				uint32_t *d2 = s2 ? realloc(depth, nc * sizeof(uint32_t)) : NULL;
-				double *x2 = d2 ? realloc(xs, nc * sizeof(double)) : NULL;
+			if (sp == cap) { /* siblings can outnumber the depth */
+				struct walk_item *grown = realloc(todo, cap * 2 * sizeof(*todo));
 
-				if (s2)
-					stack = s2;
-				if (d2)
-					depth = d2;
-				if (!x2)
+				if (!grown)
 					goto oom;
-				xs = x2;
-				maxdepth = nc - 2;
+				todo = grown;
+				cap *= 2;
 			}
-			stack[sp] = c;
-			depth[sp] = d + 1;
-			xs[sp] = cx;
-			sp++;
+			todo[sp++] = (struct walk_item){ c, w.depth + 1, cx };
 			cx += t.n[c].value;
 		}
 	}
@@ -268,9 +273,7 @@ int ma_flame_svg(FILE *f, struct ma_profile *p, const char *title)
 oom:
 	rc = ma_fail(MA_E_NOMEM, "out of memory drawing the flame graph");
 out:
-	free(stack);
-	free(depth);
-	free(xs);
+	free(todo);
 	free(t.n);
 	free(t.slots);
 	return rc;

@@ -258,6 +258,31 @@ static int write_pprof(struct ma_profcmd *c, const char *path, struct ma_profile
 	return rc ? ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : 0;
 }
 
+/* --stats FILE or --pid PID: SC gets stats.allocated and how TOTAL (the
+ * unsampled total) compares; a warning when it is off by more than the
+ * tolerance.  Returns the exit status of a failure, or 0. */
+static int compare_with_stats(struct ma_profcmd *c, double total, const char *stats, pid_t pid,
+			      struct ma_session_opts *o, struct stats_check *sc)
+{
+	char s1[32], s2[32];
+
+	if (stats ? stats_allocated(stats, &sc->allocated) != 0
+		  : live_allocated(c->cmd, pid, o, &sc->allocated) != 0)
+		return stats ? ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
+	sc->have = true;
+	sc->ratio = sc->allocated ? total / (double)sc->allocated : 0;
+	sc->off = fabs(sc->ratio - 1) > STATS_TOLERANCE;
+	if (sc->off)
+		ma_cmd_note(c->cmd, "warning: the unsampled total %s is %.0f%% %s stats.allocated %s; "
+			    "the sampling missed or overweighted small allocations: restart with "
+			    "MALLOC_CONF=prof:true,lg_prof_sample:17 (128 KiB sampling) for a closer "
+			    "picture",
+			    ma_fmt_scaled_bytes(s1, sizeof(s1), total, false), fabs(sc->ratio - 1) * 100,
+			    sc->ratio < 1 ? "below" : "above",
+			    ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc->allocated, false));
+	return 0;
+}
+
 int cmd_aggregate(int argc, char **argv)
 {
 	struct ma_profcmd c;
@@ -328,29 +353,8 @@ int cmd_aggregate(int argc, char **argv)
 				  "--pid PID (they say how to borrow one of its threads)");
 		goto out;
 	}
-	if (stats || pid) {
-		if (stats ? stats_allocated(stats, &sc.allocated) != 0
-			  : live_allocated(c.cmd, pid, &o, &sc.allocated) != 0) {
-			rc = stats ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
-			goto out;
-		}
-		sc.have = true;
-		sc.ratio = sc.allocated ? b.prof.total_bytes / (double)sc.allocated : 0;
-		sc.off = fabs(sc.ratio - 1) > STATS_TOLERANCE;
-		if (sc.off) {
-			char s1[32], s2[32];
-
-			ma_cmd_note(c.cmd, "warning: the unsampled total %s is %.0f%% %s "
-				    "stats.allocated %s; the sampling missed or overweighted "
-				    "small allocations: restart with "
-				    "MALLOC_CONF=prof:true,lg_prof_sample:17 (128 KiB sampling) "
-				    "for a closer picture",
-				    ma_fmt_scaled_bytes(s1, sizeof(s1), b.prof.total_bytes, false),
-				    fabs(sc.ratio - 1) * 100, sc.ratio < 1 ? "below" : "above",
-				    ma_fmt_scaled_bytes(s2, sizeof(s2), (double)sc.allocated,
-							false));
-		}
-	}
+	if ((stats || pid) && (rc = compare_with_stats(&c, b.prof.total_bytes, stats, pid, &o, &sc)))
+		goto out;
 	if (svg && write_svg(&c, svg, &b.prof, dump)) {
 		rc = MA_EXIT_FAIL;
 		goto out;

@@ -38,12 +38,103 @@ static void hint_deeper(const struct ma_profile *p, const char *needle, size_t n
 	ma_err_clear();
 }
 
+/* The stacks that matched, heaviest first: hits[0..n), the first shown printed. */
+struct stacks_match {
+	const size_t *hits;
+	size_t n, shown;
+	double bytes;
+};
+
+static void print_stacks_json(struct ma_profbundle *b, const char *dump, const char *needle,
+			      const struct stacks_match *m)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_str(&j, "dump", dump);
+	ma_json_str(&j, "match", needle);
+	ma_json_u64(&j, "period", b->hp.period);
+	ma_json_u64(&j, "matched_stacks", m->n);
+	ma_json_u64(&j, "matched_scaled_bytes", (uint64_t)llround(m->bytes));
+	ma_json_u64(&j, "total_scaled_bytes", (uint64_t)llround(b->prof.total_bytes));
+	ma_json_arr_open(&j, "stacks");
+	for (size_t h = 0; h < m->shown; h++) {
+		size_t i = m->hits[h];
+		const struct ma_hp_stack *st = &b->hp.stacks[i];
+
+		ma_json_obj_open(&j, NULL);
+		ma_json_u64(&j, "scaled_bytes", (uint64_t)llround(ma_profile_stack_bytes(&b->prof, i)));
+		ma_json_u64(&j, "raw_bytes", st->bytes);
+		ma_json_u64(&j, "objects", (uint64_t)llround(ma_profile_stack_objs(&b->prof, i)));
+		ma_json_u64(&j, "raw_objects", st->objs);
+		ma_json_double(&j, "scale", st->scale);
+		ma_json_arr_open(&j, "frames");
+		for (uint32_t k = 0; k < b->prof.chain_len[i]; k++) {
+			const struct ma_frame *f = &b->sym.frames[ma_profile_frame(&b->prof, i, k)];
+
+			ma_json_obj_open(&j, NULL);
+			ma_json_str(&j, "name", ma_sym_func_name(&b->sym, f->func));
+			ma_json_str(&j, "symbol", b->sym.funcs[f->func].key);
+			ma_json_str(&j, "object", ma_sym_obj_name(&b->sym, f->obj));
+			if (f->file) {
+				ma_json_str(&j, "file", f->file);
+				ma_json_i64(&j, "line", f->line);
+			}
+			ma_json_obj_close(&j);
+		}
+		ma_json_arr_close(&j);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void print_stacks_text(struct ma_profbundle *b, const char *needle, bool any_frame,
+			      const struct stacks_match *m)
+{
+	char s1[32], s2[32];
+
+	ma_print_wrapped(2, "%zu stacks with %s matching '%s': %s of %s (%.1f%%)\n", m->n,
+			 any_frame ? "a frame" : "an allocation site", ma_printable(needle),
+			 ma_fmt_scaled_bytes(s1, sizeof(s1), m->bytes, false),
+			 ma_fmt_scaled_bytes(s2, sizeof(s2), b->prof.total_bytes, false),
+			 b->prof.total_bytes > 0 ? 100 * m->bytes / b->prof.total_bytes : 0);
+	for (size_t h = 0; h < m->shown; h++) {
+		size_t i = m->hits[h];
+		const struct ma_hp_stack *st = &b->hp.stacks[i];
+
+		printf("\n#%zu  %s scaled, %s raw in %llu sampled objects, scale %.1f\n", h + 1,
+		       ma_fmt_scaled_bytes(s1, sizeof(s1), ma_profile_stack_bytes(&b->prof, i), false),
+		       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)st->bytes, false),
+		       (unsigned long long)st->objs, st->scale);
+		for (uint32_t k = 0; k < b->prof.chain_len[i]; k++) {
+			const struct ma_frame *f = &b->sym.frames[ma_profile_frame(&b->prof, i, k)];
+
+			char where[8192];
+			int n = snprintf(where, sizeof(where), " [%s]",
+					 ma_printable(ma_sym_obj_name(&b->sym, f->obj)));
+
+			if (f->file && n > 0 && (size_t)n < sizeof(where))
+				snprintf(where + n, sizeof(where) - (size_t)n, "  %s:%d",
+					 ma_printable(f->file), f->line);
+			ma_print_named("  ", ma_printable(ma_sym_func_name(&b->sym, f->func)),
+				       where, FRAME_HANG);
+		}
+	}
+	if (m->n > m->shown)
+		printf("\n(%zu more stacks; -n N shows more)\n", m->n - m->shown);
+	if (!any_frame)
+		hint_deeper(&b->prof, needle, m->n);
+}
+
 int cmd_stacks(int argc, char **argv)
 {
 	struct ma_profcmd c;
 	struct ma_profbundle b;
 	const char *dump = NULL, *needle = NULL;
-	size_t *hits = NULL, nhits = 0, shown;
+	size_t *hits = NULL, nhits = 0;
 	double hit_bytes = 0;
 	bool any_frame = false;
 	int rc;
@@ -88,84 +179,12 @@ int cmd_stacks(int argc, char **argv)
 		rc = ma_cmd_error(c.cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 		goto out;
 	}
-	shown = nhits < (size_t)c.top ? nhits : (size_t)c.top;
-	if (c.json) {
-		struct ma_json j;
+	struct stacks_match m = { hits, nhits, nhits < (size_t)c.top ? nhits : (size_t)c.top, hit_bytes };
 
-		ma_json_init(&j, stdout);
-		ma_json_obj_open(&j, NULL);
-		ma_json_str(&j, "dump", dump);
-		ma_json_str(&j, "match", needle);
-		ma_json_u64(&j, "period", b.hp.period);
-		ma_json_u64(&j, "matched_stacks", nhits);
-		ma_json_u64(&j, "matched_scaled_bytes", (uint64_t)llround(hit_bytes));
-		ma_json_u64(&j, "total_scaled_bytes", (uint64_t)llround(b.prof.total_bytes));
-		ma_json_arr_open(&j, "stacks");
-		for (size_t h = 0; h < shown; h++) {
-			size_t i = hits[h];
-			const struct ma_hp_stack *st = &b.hp.stacks[i];
-
-			ma_json_obj_open(&j, NULL);
-			ma_json_u64(&j, "scaled_bytes", (uint64_t)llround(ma_profile_stack_bytes(&b.prof, i)));
-			ma_json_u64(&j, "raw_bytes", st->bytes);
-			ma_json_u64(&j, "objects", (uint64_t)llround(ma_profile_stack_objs(&b.prof, i)));
-			ma_json_u64(&j, "raw_objects", st->objs);
-			ma_json_double(&j, "scale", st->scale);
-			ma_json_arr_open(&j, "frames");
-			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
-				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
-
-				ma_json_obj_open(&j, NULL);
-				ma_json_str(&j, "name", ma_sym_func_name(&b.sym, f->func));
-				ma_json_str(&j, "symbol", b.sym.funcs[f->func].key);
-				ma_json_str(&j, "object", ma_sym_obj_name(&b.sym, f->obj));
-				if (f->file) {
-					ma_json_str(&j, "file", f->file);
-					ma_json_i64(&j, "line", f->line);
-				}
-				ma_json_obj_close(&j);
-			}
-			ma_json_arr_close(&j);
-			ma_json_obj_close(&j);
-		}
-		ma_json_arr_close(&j);
-		ma_json_obj_close(&j);
-		ma_json_end(&j);
-	} else {
-		char s1[32], s2[32];
-
-		ma_print_wrapped(2, "%zu stacks with %s matching '%s': %s of %s (%.1f%%)\n", nhits,
-				 any_frame ? "a frame" : "an allocation site", ma_printable(needle),
-				 ma_fmt_scaled_bytes(s1, sizeof(s1), hit_bytes, false),
-				 ma_fmt_scaled_bytes(s2, sizeof(s2), b.prof.total_bytes, false),
-				 b.prof.total_bytes > 0 ? 100 * hit_bytes / b.prof.total_bytes : 0);
-		for (size_t h = 0; h < shown; h++) {
-			size_t i = hits[h];
-			const struct ma_hp_stack *st = &b.hp.stacks[i];
-
-			printf("\n#%zu  %s scaled, %s raw in %llu sampled objects, scale %.1f\n", h + 1,
-			       ma_fmt_scaled_bytes(s1, sizeof(s1), ma_profile_stack_bytes(&b.prof, i), false),
-			       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)st->bytes, false),
-			       (unsigned long long)st->objs, st->scale);
-			for (uint32_t k = 0; k < b.prof.chain_len[i]; k++) {
-				const struct ma_frame *f = &b.sym.frames[ma_profile_frame(&b.prof, i, k)];
-
-				char where[8192];
-				int n = snprintf(where, sizeof(where), " [%s]",
-						 ma_printable(ma_sym_obj_name(&b.sym, f->obj)));
-
-				if (f->file && n > 0 && (size_t)n < sizeof(where))
-					snprintf(where + n, sizeof(where) - (size_t)n, "  %s:%d",
-						 ma_printable(f->file), f->line);
-				ma_print_named("  ", ma_printable(ma_sym_func_name(&b.sym, f->func)),
-					       where, FRAME_HANG);
-			}
-		}
-		if (nhits > shown)
-			printf("\n(%zu more stacks; -n N shows more)\n", nhits - shown);
-		if (!any_frame)
-			hint_deeper(&b.prof, needle, nhits);
-	}
+	if (c.json)
+		print_stacks_json(&b, dump, needle, &m);
+	else
+		print_stacks_text(&b, needle, any_frame, &m);
 	rc = fflush(stdout) ? ma_cmd_error(c.cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 out:
 	free(hits);
