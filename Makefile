@@ -35,7 +35,7 @@ CLI_OBJ      := $(CLI_SRC:%.c=$(B)/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/unit/%)
 
-.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall check-layers golden docs
+.PHONY: all deps bench-deps install-packages demo test bench fixtures clean install uninstall check-layers golden docs soak
 all: $(B)/memattach
 
 deps:
@@ -115,6 +115,14 @@ test: deps
 	@$(MAKE) --no-print-directory check-layers
 	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
+
+# The same tests with the randomized campaigns at full size (1,000 random
+# kills each, 500 fork-loop runs...; tests/lib/common.sh, sized): about twice
+# as long as make test.
+soak: deps
+	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
+	@$(MAKE) --no-print-directory jemalloc-matrix-background
+	MA_SOAK=1 bash tests/run.sh
 
 # Rewrite the expected outputs of the golden cases (fixtures/golden/cases)
 # from this checkout's binary; the diff is then the review of the change.

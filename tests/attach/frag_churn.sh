@@ -3,7 +3,7 @@
 # creating detached threads without pause, each one malloc+free and exit,
 # plus two allocating workers).  jemalloc 5.3's hook install/remove killed
 # such targets (11 of 11 on the first start); the GOT mechanism touches no
-# jemalloc state.  100 start/report/stop cycles: every command succeeds,
+# jemalloc state.  CYCLES start/report/stop cycles (100; 40 in make test): every command succeeds,
 # the target never dies, threads keep being born during the cycles, the
 # verdict is ok.
 # Then objects loaded after frag start: fragchurn -c 0 dlopen()s
@@ -15,6 +15,7 @@
 plan 12
 need_fixtures fragchurn libfragplug.so
 
+CYCLES=${CYCLES:-$(sized 100 40)}
 born() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" born | awk '{ print $2 }'; }
 
 # --- churn ---
@@ -23,7 +24,7 @@ P=$FIX_PID
 b0=$(born); bsleep 1; b1=$(born)
 echo "# fragchurn: $((b1 - b0)) threads born and ended in about 1 s before the cycles"
 failed=0 deaths=0 first="" t0=$EPOCHREALTIME
-for i in $(seq 100); do
+for i in $(seq "$CYCLES"); do
 	for c in "start --shift $((i % 10))" "report --no-flush" "stop"; do
 		# shellcheck disable=SC2086
 		if ! "$MA" frag $c "$P" >/dev/null 2>"$TMP/c.err"; then
@@ -33,8 +34,8 @@ for i in $(seq 100); do
 	alive "$P" || { deaths=1; fixture_died "$P" "$(dirname "$FIX_OUT")"; echo "# died in cycle $i: $DIED_WHY"; break; }
 done
 b2=$(born)
-echo "# 100 cycles in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s; threads born meanwhile: $((b2 - b1))"
-check "fragchurn: 100 start/report/stop cycles, target alive ($deaths deaths)" [ "$deaths" -eq 0 ]
+echo "# $CYCLES cycles in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s; threads born meanwhile: $((b2 - b1))"
+check "fragchurn: $CYCLES start/report/stop cycles, target alive ($deaths deaths)" [ "$deaths" -eq 0 ]
 check "fragchurn: every command succeeded ($failed failures${first:+; first: $first})" [ "$failed" -eq 0 ]
 check "fragchurn: threads kept being born and ending during the cycles ($b1 -> $b2)" [ "${b2:-0}" -gt "${b1:-0}" ]
 check "fragchurn: no thread left traced" [ "$(traced_tasks "$P")" -eq 0 ]

@@ -24,7 +24,7 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 18
 need_fixtures forkloop fragchurn libfragplug.so storm execd
-CYCLES=${CYCLES:-20}
+CYCLES=${CYCLES:-$(sized 20 10)}
 
 # cycles PID N: N start/report/stop cycles; sets OTHER (exit codes but 0 and 1), OK, FIRST_OTHER
 cycles() {

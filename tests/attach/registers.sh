@@ -5,7 +5,7 @@
 # continuously and reports any change.
 . "$(dirname "$0")/../lib/common.sh"
 plan 5
-CYCLES=${CYCLES:-200}
+CYCLES=${CYCLES:-$(sized 200 100)}
 
 
 fix_start regs -i 2000000 || { fail "regs: start"; exit 1; }

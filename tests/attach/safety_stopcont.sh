@@ -17,8 +17,8 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 10
 need_fixtures daemon safety_tool
-RUNS=${RUNS:-200}
-REF_RUNS=${REF_RUNS:-100}
+RUNS=${RUNS:-$(sized 200 100)}
+REF_RUNS=${REF_RUNS:-$(sized 100 50)}
 SPAN_US=${SPAN_US:-}
 
 mkdir -p "$TMP/pgrp"

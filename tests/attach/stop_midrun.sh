@@ -23,7 +23,7 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 11
 need_fixtures daemon slowpurge
-RUNS=${RUNS:-150}
+RUNS=${RUNS:-$(sized 150 60)}
 LIMIT_MS=20000
 
 fix_start slowpurge || { fail "slowpurge: start"; exit 1; }

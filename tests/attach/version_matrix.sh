@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The version matrix: every jemalloc release in JE_SRC_DIR (default
-# ../shared/jemalloc), built by fixtures/jemalloc.mk into build/jemalloc/<v>/,
-# loaded into fixtures linked against Debian's libjemalloc.so.2 (same SONAME)
-# with LD_LIBRARY_PATH.  Per version:
+# ../shared/jemalloc), built by fixtures/jemalloc.mk into build/jemalloc/<v>/
+# (the release Debian ships as libjemalloc2 is Debian's library itself, not
+# built again), loaded into fixtures linked against Debian's libjemalloc.so.2
+# (same SONAME) with LD_LIBRARY_PATH.  Per version:
 #   - the build exists and is what the process maps;
 #   - daemon -q, without and with MALLOC_CONF=prof:true: stats, bins, bins
 #     --flush-tcache and purge equal the fixture's own reading (its quiesce

@@ -68,6 +68,13 @@ grows() {
 	done
 }
 
+# sized SOAK QUICK: the size of a randomized campaign (runs, kills,
+# cycles): SOAK under `make soak` (MA_SOAK=1), QUICK under `make test`,
+# which must end within 15 minutes on the 2-core machines.  QUICK is still
+# far beyond what found each earlier bug (1 target crash in 10 random kills,
+# a deadlock in the first fork loop); tests/README.md gives both sizes' figures.
+sized() { if [ "${MA_SOAK:-0}" = 1 ]; then echo "$1"; else echo "$2"; fi; }
+
 # Register a background pid to be killed at exit.
 track() { _children+=("$1"); }
 
