@@ -82,11 +82,8 @@ int cmd_stats_dump(int argc, char **argv)
 
 	if ((rc = ma_opts_parse_pid(argc, argv, about, opts, &pid)))
 		return rc < 0 ? MA_EXIT_OK : rc;
-	if (!pid || !out) {
-		return ma_usage_error(argv[0], "a PID and -o FILE are required");
-	}
-	if (json && ma_outfile_is_stdout(out))
-		return ma_usage_error(argv[0], "-o - and --json both want the standard output");
+	if ((rc = ma_check_pid_outfile(argv[0], pid, out, json)))
+		return rc;
 	/* Fail on an unwritable destination before touching the target. */
 	if (ma_outfile_open(&of, out))
 		return ma_cmd_error(argv[0], MA_EXIT_FAIL, "%s", ma_errmsg());

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "format.h"
 #include "ma_error.h"
+#include "outfile.h"
 #include "safepoint.h"
 
 void ma_put_wrapped(FILE *f, size_t hang, const char *text)
@@ -183,6 +184,15 @@ int ma_usage_error(const char *cmd, const char *fmt, ...)
 	put_message(cmd, suffix, fmt, ap);
 	va_end(ap);
 	return MA_EXIT_USAGE;
+}
+
+int ma_check_pid_outfile(const char *cmd, pid_t pid, const char *out, bool json)
+{
+	if (!pid || !out)
+		return ma_usage_error(cmd, "a PID and -o FILE are required");
+	if (json && ma_outfile_is_stdout(out))
+		return ma_usage_error(cmd, "-o - and --json both want the standard output");
+	return 0;
 }
 
 /*

@@ -54,6 +54,11 @@ void ma_print_named(const char *lead, const char *name, const char *where, size_
 /* A usage error: one message on stderr pointing at --help; returns exit 2. */
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The arguments of a command that writes a file of one process (heap-dump,
+ * stats-dump): a PID and -o FILE are given, and --json (JSON on the standard
+ * output) does not go with -o -.  Returns 0, or the usage error's exit 2. */
+int ma_check_pid_outfile(const char *cmd, pid_t pid, const char *out, bool json);
+
 
 /*
  * A live command's run, the one shape every live command has: open CMD's

@@ -49,28 +49,28 @@ n_big=$(sites --top 100000) n_top0=$(sites --top 0) n_top1=$(sites --top 1)
 check "aggregate --top 0 shows every site ($n_top0 sites, as --top 100000: $n_big; --top 1: $n_top1)" \
 	[ "$n_top0" -eq "$n_big" -a "$n_top0" -ge 2 -a "$n_top1" -eq 1 ]
 # --json on the commands whose output is a file or a folder: what was written.
-jcheck() { jcheck "d=json.load(open(sys.argv[1])); $2" "$1"; }
+jfile() { jcheck "d=json.load(open(sys.argv[1])); $2" "$1"; }
 "$MA" heap-dump "$P" -o hd.heap --json >hd.json
 check "heap-dump --json: file, bytes as on disk, sample period" \
-	jcheck hd.json "import os; assert d['file'] == 'hd.heap' and d['bytes'] == os.path.getsize('hd.heap') and d['lg_prof_sample'] == 19 and d['pid'] == $P, d"
+	jfile hd.json "import os; assert d['file'] == 'hd.heap' and d['bytes'] == os.path.getsize('hd.heap') and d['lg_prof_sample'] == 19 and d['pid'] == $P, d"
 "$MA" stats-dump "$P" -o sd.json --json >sdj.json
 check "stats-dump --json: file, bytes as on disk, version as in the file" \
-	jcheck sdj.json "import os; v = json.load(open('sd.json'))['jemalloc']['version']; assert d['bytes'] == os.path.getsize('sd.json') and d['version'] == v and d['narenas'] >= 1, d"
+	jfile sdj.json "import os; v = json.load(open('sd.json'))['jemalloc']['version']; assert d['bytes'] == os.path.getsize('sd.json') and d['version'] == v and d['narenas'] >= 1, d"
 "$MA" snapshot "$P" -o snap --json >snap.json
 check "snapshot --json: the files it lists are in the folder" \
-	jcheck snap.json "import os; assert d['heap'] and sorted(d['files']) == sorted(os.listdir('snap')), (d, os.listdir('snap'))"
+	jfile snap.json "import os; assert d['heap'] and sorted(d['files']) == sorted(os.listdir('snap')), (d, os.listdir('snap'))"
 "$MA" watch "$P" -o wj --duration 1s --interval 200ms --json >watch.json 2>watch.err
 check "watch --json: the summary on stdout, the running lines on stderr ($(head -1 watch.err | cut -c1-60))" \
-	jcheck watch.json "import os; assert d['reason'] == 'duration reached' and d['samples'] >= 2 and d['peak'] > 0 and all(os.path.exists('wj/' + f) for f in d['files']), d"
+	jfile watch.json "import os; assert d['reason'] == 'duration reached' and d['samples'] >= 2 and d['peak'] > 0 and all(os.path.exists('wj/' + f) for f in d['files']), d"
 "$MA" heap-dump "$P" -o - --json >/dev/null 2>hdboth.err; rc=$?
 check "heap-dump -o - --json is a usage error (exit $rc: $(head -1 hdboth.err))" [ "$rc" -eq 2 ]
 # One set of JSON key names; the names before 0.10 beside them, equal.
 check "stats --json: vm_rss and vm_hwm, and rss/hwm (until 0.11) equal to them" \
-	jcheck stats.json "assert d['vm_rss'] > 0 and d['vm_rss'] == d['rss'] and d['vm_hwm'] == d['hwm'], d"
+	jfile stats.json "assert d['vm_rss'] > 0 and d['vm_rss'] == d['rss'] and d['vm_hwm'] == d['hwm'], d"
 "$MA" purge "$P" --json >purge.json
 check "purge --json: vm_rss in before, after and delta, rss beside it" \
-	jcheck purge.json "assert all(d[k]['vm_rss'] == d[k]['rss'] for k in ('before', 'after', 'delta')), d"
+	jfile purge.json "assert all(d[k]['vm_rss'] == d[k]['rss'] for k in ('before', 'after', 'delta')), d"
 "$MA" diff dump.heap hd.heap --top 0 --json >diff.json
 check "diff --json: a site's sides as scaled_bytes_a/_b, a_scaled_bytes/b_ beside them" \
-	jcheck diff.json "s = d['growers'] + d['shrinkers']; assert s and all(x['scaled_bytes_a'] == x['a_scaled_bytes'] and x['objects_b'] == x['b_objects'] for x in s), d"
+	jfile diff.json "s = d['growers'] + d['shrinkers']; assert s and all(x['scaled_bytes_a'] == x['a_scaled_bytes'] and x['objects_b'] == x['b_objects'] for x in s), d"
 fix_quit "$P" "$FIX_FD" >/dev/null
