@@ -115,7 +115,8 @@ fix_quit "$FIX_PID" "$FIX_FD"
 # event while the rest of the process is gone, the leader a zombie)
 fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
 w=$(tid_of "$FIX_PID" worker_1)
-jcheck - "$w" >"$TMP/hold.out" 2>&1 <<'PY' & holder=$!
+# (python3 itself, not the jcheck helper: $! must be the holder, whose kill lets the exit finish)
+python3 - "$w" >"$TMP/hold.out" 2>&1 <<'PY' & holder=$!
 import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 L = ctypes.c_long
