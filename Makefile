@@ -111,9 +111,9 @@ check-layers: all
 	python3 tests/check_layers.py $(B)
 
 test: deps
-	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
 	@$(MAKE) --no-print-directory check-layers
+	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	bash tests/run.sh
 
 # The same tests with the randomized campaigns at full size (1,000 random
