@@ -119,10 +119,8 @@ test: deps
 # The same tests with the randomized campaigns at full size (1,000 random
 # kills each, 500 fork-loop runs...; tests/lib/common.sh, sized): about twice
 # as long as make test.
-soak: deps
-	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
-	@$(MAKE) --no-print-directory jemalloc-matrix-background
-	MA_SOAK=1 bash tests/run.sh
+soak:
+	MA_SOAK=1 $(MAKE) test
 
 # Rewrite the expected outputs of the golden cases (fixtures/golden/cases)
 # from this checkout's binary; the diff is then the review of the change.

@@ -403,7 +403,10 @@ def rewrite(only):
         try:
             for path in DOCS:
                 lines, bs = blocks(path)
-                for name, first, end, _ in reversed(bs):
+                made = []
+                # in the document's order: recipes share targets, and a
+                # later one may change what an earlier one shows (a flush)
+                for name, first, end, _ in bs:
                     if name is None or (only and name not in only):
                         continue
                     if name not in RECIPES:
@@ -411,8 +414,10 @@ def rewrite(only):
                     text = generate(name, t)
                     if not any(l.startswith("$ memattach") for l in text):
                         sys.exit("%s: example %s: the recipe showed no memattach command" % (path, name))
-                    lines[first + 1:end] = text
+                    made.append((first, end, text))
                     print("%s: %s (%d lines)" % (path, name, len(text)))
+                for first, end, text in reversed(made):  # from the end: line numbers hold
+                    lines[first + 1:end] = text
                 # written whole at the end: an interrupted run leaves the file as it was
                 with open(os.path.join(ROOT, path) + ".tmp", "w") as f:
                     f.write("\n".join(lines))
