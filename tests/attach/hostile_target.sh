@@ -91,15 +91,23 @@ check "5. the target lives on" eve_end
 # --- 2. the agent's memfd swapped for a root file ---
 { yes victim | head -c 100000; } 2>/dev/null >"$TMP/victim"; chmod 644 "$TMP/victim"
 before=$(sum "$TMP/victim")
-eve_target swap-agent "$TMP/victim" || fail "swap-agent target: start"
-for i in $(seq 6); do
+# The agent's memfd exists only during a target's first frag start (the
+# agent then stays loaded), a window of a few milliseconds the target's
+# swapper must be on a CPU for: one fresh target per try, until the swap
+# has happened (3 targets at least, 15 at most).
+swapped=0 ntries=0 died=0
+while [ $ntries -lt 15 ] && { [ $ntries -lt 3 ] || [ $swapped -eq 0 ]; }; do
+	ntries=$((ntries + 1))
+	eve_target swap-agent "$TMP/victim" || { fail "swap-agent target $ntries: start"; break; }
 	timeout 120 "$MA" frag start "$EPID" >/dev/null 2>&1 &&
 		timeout 120 "$MA" frag stop "$EPID" >/dev/null 2>&1
+	swapped=$((swapped + $(swaps)))
+	eve_end || died=$((died + 1))
 done
-check "2. frag start never writes the agent into a file swapped in ($(swaps) swaps)" \
+check "2. frag start never writes the agent into a file swapped in ($swapped swaps over $ntries targets)" \
 	[ "$(sum "$TMP/victim")" = "$before" ]
-check "2. the attack ran: the target swapped the memfd ($(swaps) times)" [ "$(swaps)" -gt 0 ]
-check "2. the target lives on" eve_end
+check "2. the attack ran: the targets swapped the memfd ($swapped times over $ntries targets)" [ "$swapped" -gt 0 ]
+check "2. the targets live on ($died of $ntries died)" [ "$died" -eq 0 ]
 
 # --- 3. watch's default folder made by eve, series.csv a link to root's file ---
 { yes keep | head -c 5000; } 2>/dev/null >"$TMP/victim3"; chmod 600 "$TMP/victim3"
