@@ -9,28 +9,45 @@
 # runs ("PLAN N", tests/lib/common.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
-# Tests run MA_TEST_JOBS at a time (default 2, the machines' cores): most
-# of a live test's time is spent waiting on its fixtures.  The tests whose
+# Tests run two at a time (the machines' cores) while the jemalloc builds
+# of the version matrix still run beside them at nice 19 (they take what
+# CPU the tests leave), three at a time once those are done (most of a
+# live test's time is spent waiting on its fixtures); MA_TEST_JOBS sets
+# one number for the whole run.  The tests whose
 # targets keep both CPUs busy by design (HEAVY below: allocation storms,
 # thread churn, 1,000 random kills) run alone, so that no other test's
 # target slows them and none slows another.  The longest tests start first
 # (the times of the last run, build/test-times, or the LONG list below on a
-# fresh checkout), so the run ends with short ones.  Each test's report is
-# printed when it ends.
+# fresh checkout), so the run ends with short ones; the version matrix,
+# which waits for those builds, starts as soon as they are done.  Each
+# test's report is printed when it ends.
 cd "$(dirname "$0")/.." || exit 2
 only=${1:-}
-jobs=${MA_TEST_JOBS:-2}
-[ "$jobs" -ge 1 ] 2>/dev/null || jobs=2
+jobs_given=${MA_TEST_JOBS:-}
+[ -z "$jobs_given" ] || [ "$jobs_given" -ge 1 ] 2>/dev/null || jobs_given=2
+je_lock=build/jemalloc/.lock
+# Are the background jemalloc builds over (their lock free, or never taken)?
+builds_done() { [ ! -e "$je_lock" ] || flock -n "$je_lock" true; }
+# set_jobs: JOBS, the tests to run at once now.
+builds_over=0
+set_jobs() {
+	[ -n "$jobs_given" ] && { JOBS=$jobs_given; return; }
+	[ "$builds_over" = 1 ] || ! builds_done || builds_over=1
+	if [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
+}
 results=build/test-results
 times_file=build/test-times
 rm -rf "$results" && mkdir -p "$results" || exit 2
 
 # The longest tests of a run on this machine, in order (a fresh checkout
 # has no build/test-times yet).
-LONG="attach/frag_random_kill.sh attach/safety_fork.sh attach/frag_churn.sh
-attach/stop_midrun.sh attach/safety_random_kill.sh attach/safety_every_step.sh
-attach/stress.sh attach/frag_every_step.sh attach/safety_ptrace_errors.sh
-attach/valgrind.sh attach/frag_storms.sh attach/safety_seccomp.sh"
+LONG="attach/safety_every_step.sh attach/frag_every_step.sh attach/frag_random_kill.sh
+attach/safety_ptrace_errors.sh attach/syscalls.sh attach/safety_fork.sh attach/frag_churn.sh
+attach/safety_seccomp.sh attach/valgrind.sh attach/safety_random_kill.sh attach/frag_harness.sh
+attach/seccomp_sandbox.sh attach/stress.sh attach/frag_flavours.sh attach/frag_attack.sh
+attach/stop_midrun.sh attach/target_killed.sh attach/frag_storms.sh attach/rseq.sh
+cli/aggregate_truth.sh attach/eintr_residual.sh attach/browser_svg.sh attach/safety_stopcont.sh
+cli/fixtures_selftest.sh attach/live_watch_snapshot.sh attach/hostile_exporter.sh"
 # Tests that use more than a CPU for most of their run (measured: CPU
 # seconds over 1.3 times their wall seconds): they run alone.
 HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/safety_random_kill.sh
@@ -87,14 +104,13 @@ list_tests() {
 }
 # Longest first: seconds from the last run, else the LONG list's rank.
 order_tests() {
-	awk -F'\t' -v long="$LONG" -v last="$LAST" -v times="$times_file" '
+	awk -F'\t' -v long="$LONG" -v times="$times_file" '
 		BEGIN {
 			n = split(long, l, /[ \n]+/); for (i = 1; i <= n; i++) if (l[i] != "") rank[l[i]] = 100000 - i
 			while ((getline line < times) > 0) { split(line, a, " "); secs[a[1]] = a[2] + 0; have = 1 }
 		}
 		{
 			w = have ? ($1 in secs ? secs[$1] : 1) : ($1 in rank ? rank[$1] : 0)
-			if ($1 == last) w = -1
 			printf "%d\t%d\t%s\n", w, NR, $0
 		}' | sort -t$'\t' -k1,1nr -k2,2n | cut -f3-
 }
@@ -110,22 +126,37 @@ print_finished() {
 	done
 }
 
-# The list is read whole before any test starts: `wait -n` below then
-# waits only for tests (a process substitution feeding the loop would be
-# one more child to wait for).
-mapfile -t tests < <(list_tests | order_tests)
-running=0
-for t in "${tests[@]}"; do
-	name=${t%%$'\t'*} cmd=${t#*$'\t'}
-	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && continue
-	# A heavy test waits for every running test to end, and runs alone.
-	limit=$jobs
+# start_test "NAME<TAB>CMD": start it when a slot is free (a heavy test
+# waits for every running test to end, and runs alone).
+start_test() {
+	local name=${1%%$'\t'*} cmd=${1#*$'\t'} limit
+	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && return
+	set_jobs; limit=$JOBS
 	[[ " "${HEAVY//$'\n'/ }" " == *" $name "* ]] && limit=1
 	while [ "$running" -ge "$limit" ]; do wait -n; running=$((running - 1)); print_finished; done
 	# shellcheck disable=SC2086  # CMD is "bash FILE" or a path
 	run_one "$name" $cmd &
 	running=$((running + 1))
 	[ "$limit" -eq 1 ] && { wait -n; running=$((running - 1)); print_finished; }
+}
+
+# The list is read whole before any test starts: `wait -n` below then
+# waits only for tests (a process substitution feeding the loop would be
+# one more child to wait for).
+mapfile -t tests < <(list_tests | order_tests)
+# The LAST test is taken out of the order; it starts at the first start
+# after the builds are done (or after every other test).
+order=() last_test=""
+for t in "${tests[@]}"; do
+	if [ "${t%%$'\t'*}" = "$LAST" ]; then last_test=$t; else order+=("$t"); fi
+done
+[ -n "$last_test" ] && order+=("")
+running=0
+for t in "${order[@]}"; do
+	if [ -n "$last_test" ] && { [ -z "$t" ] || builds_done; }; then
+		start_test "$last_test"; last_test=""
+	fi
+	[ -n "$t" ] && start_test "$t"
 done
 wait
 print_finished

@@ -3,7 +3,7 @@
 # creating detached threads without pause, each one malloc+free and exit,
 # plus two allocating workers).  jemalloc 5.3's hook install/remove killed
 # such targets (11 of 11 on the first start); the GOT mechanism touches no
-# jemalloc state.  CYCLES start/report/stop cycles (100; 40 in make test): every command succeeds,
+# jemalloc state.  CYCLES start/report/stop cycles (100; 30 in make test): every command succeeds,
 # the target never dies, threads keep being born during the cycles, the
 # verdict is ok.
 # Then objects loaded after frag start: fragchurn -c 0 dlopen()s
@@ -15,7 +15,7 @@
 plan 12
 need_fixtures fragchurn libfragplug.so
 
-CYCLES=${CYCLES:-$(sized 100 40)}
+CYCLES=${CYCLES:-$(sized 100 30)}
 born() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" born | awk '{ print $2 }'; }
 
 # --- churn ---

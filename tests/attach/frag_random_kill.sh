@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # memattach frag start / report / stop SIGKILLed at a random instant, RUNS
-# times (1,000 under make soak, 400 in make test), in turn on two self-checking targets that allocate
+# times (1,000 under make soak, 300 in make test), in turn on two self-checking targets that allocate
 # all the time:
 #   daemon     (-t 4: workers allocating and checking their objects)
 #   fragchurn  (detached threads created and ended without pause, each one
@@ -21,7 +21,7 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 15
 need_fixtures daemon fragchurn safety_tool
-RUNS=${RUNS:-$(sized 1000 400)}
+RUNS=${RUNS:-$(sized 1000 300)}
 CMDS=(start report stop)
 NAMES=(daemon fragchurn)
 declare -A ARGS_OF=([daemon]="-t 4" [fragchurn]="")

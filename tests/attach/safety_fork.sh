@@ -14,7 +14,7 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 6
 need_fixtures forkloop
-RUNS=${RUNS:-$(sized 500 250)}
+RUNS=${RUNS:-$(sized 500 200)}
 
 forkloop_start 2 || { fail "forkloop: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# memattach SIGKILLed at a random instant, RUNS times (1,000 under make soak, 400 in make test):
+# memattach SIGKILLed at a random instant, RUNS times (1,000 under make soak, 300 in make test):
 # each run of stats / bins --flush-tcache / heap-dump / purge is killed at
 # a uniformly random instant between its fork and its normal end
 # (safety_tool killat; the window is calibrated per target and command as
@@ -24,7 +24,7 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 28
 need_fixtures daemon sysc regs sigs safety_tool
-RUNS=${RUNS:-$(sized 1000 400)}
+RUNS=${RUNS:-$(sized 1000 300)}
 WINDOW_US=${WINDOW_US:-}
 CMDS=(stats bins heap-dump purge)
 NAMES=(daemon sysc regs sigs)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# RUNS (1,000 under make soak, 300 in make test) consecutive memattach stats runs against the C daemon while its
+# RUNS (1,000 under make soak, 200 in make test) consecutive memattach stats runs against the C daemon while its
 # workers allocate and free as fast as they can (-p 0): every run must
 # succeed, the target must stay alive and responsive, and its checksums
 # must stay intact.
 . "$(dirname "$0")/../lib/common.sh"
 plan 5
-RUNS=${RUNS:-$(sized 1000 300)}
+RUNS=${RUNS:-$(sized 1000 200)}
 
 fix_start daemon -t 4 -p 0 || { fail "daemon: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
