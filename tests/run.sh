@@ -28,12 +28,14 @@ jobs_given=${MA_TEST_JOBS:-}
 je_lock=build/jemalloc/.lock
 # Are the background jemalloc builds over (their lock free, or never taken)?
 builds_done() { [ ! -e "$je_lock" ] || flock -n "$je_lock" true; }
-# set_jobs: JOBS, the tests to run at once now.
+# builds_over: 1 once the builds were seen done (the version matrix then
+# takes their lock again: it stays 1).  Looked at before each start.
 builds_over=0
+see_builds() { [ "$builds_over" = 1 ] || ! builds_done || builds_over=1; }
+# set_jobs: JOBS, the tests to run at once now.
 set_jobs() {
-	[ -n "$jobs_given" ] && { JOBS=$jobs_given; return; }
-	[ "$builds_over" = 1 ] || ! builds_done || builds_over=1
-	if [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
+	if [ -n "$jobs_given" ]; then JOBS=$jobs_given
+	elif [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
 }
 results=build/test-results
 times_file=build/test-times
@@ -150,14 +152,15 @@ order=() last_test=""
 for t in "${tests[@]}"; do
 	if [ "${t%%$'\t'*}" = "$LAST" ]; then last_test=$t; else order+=("$t"); fi
 done
-[ -n "$last_test" ] && order+=("")
 running=0
 for t in "${order[@]}"; do
-	if [ -n "$last_test" ] && { [ -z "$t" ] || builds_done; }; then
+	see_builds
+	if [ -n "$last_test" ] && [ "$builds_over" = 1 ]; then
 		start_test "$last_test"; last_test=""
 	fi
-	[ -n "$t" ] && start_test "$t"
+	start_test "$t"
 done
+[ -n "$last_test" ] && start_test "$last_test"
 wait
 print_finished
 
