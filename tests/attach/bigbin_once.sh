@@ -60,6 +60,37 @@ sys.exit(0 if n >= 12 * 6 and deep >= 6 else 1)
 PY
 }
 
+# frame_objects JSON: the objects the frames of `threads --json` lie in, sorted.
+frame_objects() {
+	jcheck 'print("\n".join(sorted({f["object"] for t in load(sys.argv[1])["threads"] for f in t["frames"] if f.get("object")})))' "$1"
+}
+# same_reads SMALL_ERR FULL_ERR "EXTRA...": the two runs' ELF reads equal,
+# but a file of EXTRA (a frame in it in one run only) may have been opened
+# once more in either run (with its tables scanned once more).
+same_reads() {
+	jcheck - "$1" "$2" "$3" <<'PY'
+def reads(path):
+    r = {}
+    for l in open(path):
+        f = l.split()
+        if l.startswith("memattach-test: elf "):
+            r[f[2]] = {k: int(v) for k, v in (x.split("=") for x in f[3:])}
+    return r
+small, full, extra = reads(sys.argv[1]), reads(sys.argv[2]), set(sys.argv[3].split())
+bad = []
+for p in sorted(set(small) | set(full)):
+    a, b = small.get(p, {}), full.get(p, {})
+    if a == b:
+        continue
+    per_scan = {x["entries"] // x["scans"] for x in (a, b) if x.get("scans")}
+    if p in extra and len(per_scan) <= 1 and all(abs(a.get(k, 0) - b.get(k, 0)) <= 1 for k in ("opens", "scans", "loads")):
+        continue
+    bad.append(f"{p}: {a} / {b}")
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+}
+
 # One fixture, two sizes: the work is the same.
 one_variant() { # PROG BIG_OBJECT_BASENAME
 	local prog=$1 big=$2 size pid obj rc1 rc2 n
@@ -89,14 +120,22 @@ one_variant() { # PROG BIG_OBJECT_BASENAME
 		fi
 		fix_quit "$pid" "$FIX_FD" >/dev/null
 	done
-	# Each ELF file, each counter: the same with 8 threads as with 34.
-	check "$prog threads: what was read of each file is the same for 8 and 34 threads" \
-		diff <(grep "^memattach-test: elf" "$TMP/t_small.err" | sort) \
-		     <(grep "^memattach-test: elf" "$TMP/t_full.err" | sort)
-	check "$prog threads: each object's unwind table looked for once, maps read once" \
-		test "$(other "unwind-tables described" "$TMP/t_full.err")" = "$(other "unwind-tables described" "$TMP/t_small.err")" \
-		-a "$(other "unwind-tables described" "$TMP/t_full.err")" -le 5 \
-		-a "$(other "maps read" "$TMP/t_full.err")" = 1
+	# Each ELF file, each counter: the same with 8 threads as with 34, but
+	# for a file only one of the two runs caught a thread in (a thread
+	# stopped inside its malloc: the allocating threads are more in the
+	# full run): naming that frame and unwinding through it are one more use
+	# of the file, one open and one unwind table more, never more.
+	frame_objects "$TMP/t_small.json" >"$TMP/o_small" && frame_objects "$TMP/t_full.json" >"$TMP/o_full"
+	local extra n_extra d_small d_full
+	extra=$(comm -3 "$TMP/o_small" "$TMP/o_full" | tr -d '\t' | paste -sd' ')
+	n_extra=$(wc -w <<<"$extra")
+	[ -z "$extra" ] || echo "# $prog: a thread caught in $extra in one run only (one more use of it)"
+	check "$prog threads: what was read of each file is the same for 8 and 34 threads (files with a frame in one run only: opened at most once more)" \
+		same_reads "$TMP/t_small.err" "$TMP/t_full.err" "$extra"
+	d_small=$(other "unwind-tables described" "$TMP/t_small.err") d_full=$(other "unwind-tables described" "$TMP/t_full.err")
+	check "$prog threads: each object's unwind table looked for once ($d_small and $d_full, $n_extra objects in one run only), maps read once" \
+		test "$d_full" -le $((d_small + n_extra)) -a "$d_small" -le $((d_full + n_extra)) \
+		-a "$d_full" -le $((5 + n_extra)) -a "$(other "maps read" "$TMP/t_full.err")" = 1
 	check "$prog threads: $big opened, its symbols never sorted" \
 		test "$(work "$TMP/t_full.err" "$obj" opens)" -ge 1 -a "$(work "$TMP/t_full.err" "$obj" loads)" = 0
 	echo "$obj" >"$TMP/$prog.obj"

@@ -24,7 +24,7 @@ need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-$(sized 1000 300)}
 CMDS=(start report stop)
 NAMES=(daemon fragchurn)
-declare -A ARGS_OF=([daemon]="-t 4" [fragchurn]="")
+declare -A ARGS_OF=([daemon]="-t 4 -p 1000" [fragchurn]="")
 declare -A PID FD OUT DIR C0 DEATHS
 
 start() { # start NAME

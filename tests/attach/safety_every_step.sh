@@ -195,7 +195,7 @@ STEPS_REPORT=()
 PROGRESS=checks # the verdict's field that must grow
 
 # pass 1: the daemon's heap
-T_NAME=daemon T_CONF= T_ARGS=(-t 4)
+T_NAME=daemon T_CONF= T_ARGS=(-t 4 -p 1000)
 first_start 1 || { fail "daemon: start"; exit 1; }
 sweep "daemon: stats" "stats @PID@"
 sweep "daemon: bins --flush-tcache" "bins @PID@ --flush-tcache"
@@ -203,7 +203,7 @@ sweep "daemon: purge" "purge @PID@"
 stop_target; rc=$?
 check "daemon: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 
-T_NAME=daemon T_CONF=$PROF_CONF T_ARGS=(-t 2)
+T_NAME=daemon T_CONF=$PROF_CONF T_ARGS=(-t 2 -p 1000)
 first_start 1 || { fail "daemon (prof): start"; exit 1; }
 sweep "daemon (prof): heap-dump" "heap-dump @PID@ -o @OUT@"
 stop_target; rc=$?

@@ -28,7 +28,7 @@ RUNS=${RUNS:-$(sized 1000 300)}
 WINDOW_US=${WINDOW_US:-}
 CMDS=(stats bins heap-dump purge)
 NAMES=(daemon sysc regs sigs)
-declare -A ARGS_OF=([daemon]="-t 4" [sysc]="" [regs]="-k 1 -i 20000000" [sigs]="-n -i 1000")
+declare -A ARGS_OF=([daemon]="-t 4 -p 1000" [sysc]="" [regs]="-k 1 -i 20000000" [sigs]="-n -i 1000")
 declare -A TIDS_OF=([daemon]="" [sysc]="sc_read sc_sleep sc_epoll sc_futex sc_accept" [regs]="regs_0" [sigs]="sig_rx")
 # the verdict's field that must grow
 declare -A PROGRESS_OF=([daemon]=checks [sysc]=checks [regs]=checks [sigs]=received)
