@@ -11,15 +11,14 @@
 #
 # Tests run two at a time (the machines' cores) while the jemalloc builds
 # of the version matrix still run beside them at nice 19 (they take what
-# CPU the tests leave), four at a time once those are done (most of a
+# CPU the tests leave), three at a time once those are done (most of a
 # live test's time is spent waiting on its fixtures); MA_TEST_JOBS sets
 # one number for the whole run.  The tests whose
 # targets keep both CPUs busy by design (HEAVY below: allocation storms,
 # thread churn, 1,000 random kills) run alone, so that no other test's
-# target slows them and none slows another; they start first, while the
-# builds take the CPU a heavy test leaves.  Then the longest tests start
-# first (the times of the last run, build/test-times, or the LONG list
-# below on a fresh checkout), so the run ends with short ones; the version matrix,
+# target slows them and none slows another.  The longest tests start first
+# (the times of the last run, build/test-times, or the LONG list below on a
+# fresh checkout), so the run ends with short ones; the version matrix,
 # which waits for those builds, starts as soon as they are done.  Each
 # test's report is printed when it ends.
 cd "$(dirname "$0")/.." || exit 2
@@ -36,7 +35,7 @@ see_builds() { [ "$builds_over" = 1 ] || ! builds_done || builds_over=1; }
 # set_jobs: JOBS, the tests to run at once now.
 set_jobs() {
 	if [ -n "$jobs_given" ]; then JOBS=$jobs_given
-	elif [ "$builds_over" = 1 ]; then JOBS=4; else JOBS=2; fi
+	elif [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
 }
 results=build/test-results
 times_file=build/test-times
@@ -113,21 +112,17 @@ list_tests() {
 	for t in build/tests/unit/*; do [ -x "$t" ] && printf 'unit/%s\t%s\n' "${t##*/}" "$t"; done
 	for t in tests/cli/*.sh tests/attach/*.sh; do [ -f "$t" ] && printf '%s\tbash %s\n' "${t#tests/}" "$t"; done
 }
-# The HEAVY tests first, then the others; longest first in each: seconds
-# from the last run, else the LONG list's rank.  A heavy test runs alone,
-# and the running tests must end before it starts: early in the run the
-# background builds take the CPU that leaves idle, later nothing would.
+# Longest first: seconds from the last run, else the LONG list's rank.
 order_tests() {
-	awk -F'\t' -v long="$LONG" -v heavy="$HEAVY" -v times="$times_file" '
+	awk -F'\t' -v long="$LONG" -v times="$times_file" '
 		BEGIN {
 			n = split(long, l, /[ \n]+/); for (i = 1; i <= n; i++) if (l[i] != "") rank[l[i]] = 100000 - i
-			n = split(heavy, h, /[ \n]+/); for (i = 1; i <= n; i++) if (h[i] != "") is_heavy[h[i]] = 1
 			while ((getline line < times) > 0) { split(line, a, " "); secs[a[1]] = a[2] + 0; have = 1 }
 		}
 		{
 			w = have ? ($1 in secs ? secs[$1] : 1) : ($1 in rank ? rank[$1] : 0)
-			printf "%d\t%d\t%d\t%s\n", ($1 in is_heavy), w, NR, $0
-		}' | sort -t$'\t' -k1,1nr -k2,2nr -k3,3n | cut -f4-
+			printf "%d\t%d\t%s\n", w, NR, $0
+		}' | sort -t$'\t' -k1,1nr -k2,2n | cut -f3-
 }
 
 printed=" "
