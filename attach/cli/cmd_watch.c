@@ -129,21 +129,26 @@ static uint64_t hwm_now(pid_t pid)
 /*
  * A new high is about to be dumped: read /proc again now that the thread
  * is stopped, so the row (and the baseline after the dump) is the height
- * the dump shows, not the height a moment before the stop.
+ * the dump shows, not the height a moment before the stop.  False if the
+ * process is no longer at a new high then (it freed the peak between the
+ * two reads): a dump now would replace the kept dump of a higher point
+ * with one of a lower.
  */
-static void reread_at_stop(struct watch *w, struct ma_proc_status *ps, struct ma_sample *x,
-			   uint64_t *level)
+static bool still_high_at_stop(struct watch *w, struct ma_proc_status *ps, struct ma_sample *x,
+			       uint64_t *level)
 {
 	struct ma_proc_status now;
+	bool high = true;
 
 	if (ma_process_status(w->pid, &now) == 0 && now.vm_hwm >= ps->vm_hwm) {
 		*ps = now;
 		x->rss = now.vm_rss;
 		x->hwm = now.vm_hwm;
 		w->lifetime_hwm = now.vm_hwm;
-		ma_peaks_sample(&w->peaks, now.vm_rss, now.vm_hwm, x->t_ms, level);
+		high = ma_peaks_sample(&w->peaks, now.vm_rss, now.vm_hwm, x->t_ms, level);
 	}
 	ma_err_clear();
+	return high;
 }
 
 /* One sample: /proc status, then (if a thread is safe) stats and maybe a dump. */
@@ -181,7 +186,7 @@ static int sample(struct watch *w)
 		ma_err_clear();
 	} else {
 		if (high)
-			reread_at_stop(w, &ps, &x, &level);
+			high = still_high_at_stop(w, &ps, &x, &level);
 		rc = ma_collect_stats(&w->l.s, &st);
 		if (!rc) {
 			x.have_stats = true;
