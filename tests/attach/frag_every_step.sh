@@ -70,12 +70,12 @@ agent_inodes() { awk '/memattach-agent/ { print $5 }' "/proc/$T_PID/maps" | sort
 # stopped.
 settle() {
 	if [ "$1" = running ]; then
-		"$MA" frag start "$T_PID" >/dev/null 2>"$TMP/settle.err" || grep -q "already running" "$TMP/settle.err"
+		"$MA" frag start "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "already running"
 	else
-		"$MA" frag stop "$T_PID" >/dev/null 2>"$TMP/settle.err" || grep -q "no agent is running" "$TMP/settle.err"
+		"$MA" frag stop "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "no agent is running"
 	fi
 }
-agent_loaded() { grep -q memattach-agent "/proc/$T_PID/maps"; }
+agent_loaded() { has_text "/proc/$T_PID/maps" memattach-agent; }
 
 # sweep LABEL BEFORE AFTER FRESH CMD...: for k = 1..steps, bring the agent
 # to BEFORE, run CMD killed after step k, then check the target and that

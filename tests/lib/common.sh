@@ -48,6 +48,14 @@ tid_of() { # tid_of PID COMM: the first thread of PID named COMM (builtins only)
 	done
 	return 1
 }
+# has_text FILE TEXT: FILE contains TEXT (builtins only, for loops of
+# hundreds; a missing file has none).
+has_text() {
+	local l
+	{ mapfile l <"$1"; } 2>/dev/null || return 1
+	l="${l[*]}"
+	[[ $l == *"$2"* ]]
+}
 # A sleep that forks nothing: read with a timeout on a pipe nobody writes.
 exec {_BSLEEP_FD}<> <(:)
 bsleep() { read -r -t "$1" -u "$_BSLEEP_FD" _; return 0; }
@@ -91,11 +99,15 @@ fix_start() {
 	track "$FIX_PID"
 	exec {FIX_FD}>"$dir/in"
 	FIX_OUT=$dir/out
-	# FIX_POLL_MS (default 100): how often to look for READY, for 10 s
-	local poll=${FIX_POLL_MS:-100}
-	for _ in $(seq $((10000 / poll))); do
-		grep -q '^READY' "$FIX_OUT" && return 0
-		sleep "$(printf '0.%03d' "$poll")"
+	# FIX_POLL_MS (default 100, below 1000): how often to look for READY,
+	# for 10 s.  Builtins only, as in fix_cmd and fix_quit: a run starts
+	# hundreds of fixtures, and a process costs milliseconds of CPU here.
+	local poll=${FIX_POLL_MS:-100} pause i line
+	printf -v pause '0.%03d' "$poll"
+	for ((i = 0; i < 10000 / poll; i++)); do
+		# (the out file may not exist yet: the fixture's shell opens it)
+		{ while IFS= read -r line; do [[ $line == READY* ]] && return 0; done <"$FIX_OUT"; } 2>/dev/null
+		bsleep "$pause"
 	done
 	echo "fixture $name did not become ready" >&2
 	return 1
@@ -103,18 +115,27 @@ fix_start() {
 
 # fix_cmd PID FD OUT COMMAND: send COMMAND, print the line it answers with.
 fix_cmd() {
-	local pid=$1 fd=$2 out=$3 cmd=$4 n
-	n=$(wc -l <"$out")
+	local pid=$1 fd=$2 out=$3 cmd=$4 n i
+	full_lines "$out"; n=${#FULL_LINES[@]}
 	echo "$cmd" >&"$fd" || return 1
-	for _ in $(seq 200); do
-		if [ "$(wc -l <"$out")" -gt "$n" ]; then
-			sed -n "$((n + 1))p" "$out"
+	for ((i = 0; i < 200; i++)); do
+		full_lines "$out"
+		if [ "${#FULL_LINES[@]}" -gt "$n" ]; then
+			printf '%s\n' "${FULL_LINES[n]}"
 			return 0
 		fi
 		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
+		bsleep 0.05
 	done
 	return 1
+}
+# full_lines FILE: FULL_LINES, the lines of FILE that end in a newline (a
+# line still being written is not one yet), without their newlines.
+full_lines() {
+	mapfile FULL_LINES <"$1"
+	local last=$((${#FULL_LINES[@]} - 1))
+	[ "$last" -ge 0 ] && [[ ${FULL_LINES[last]} != *$'\n' ]] && unset 'FULL_LINES[last]'
+	FULL_LINES=("${FULL_LINES[@]%$'\n'}")
 }
 
 # fix_quit PID FD OUT: send quit, wait; returns the fixture's exit status.
@@ -122,7 +143,8 @@ fix_quit() {
 	local pid=$1 fd=$2
 	echo quit >&"$fd" 2>/dev/null
 	exec {fd}>&-
-	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	local i
+	for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; bsleep 0.1; done
 	wait "$pid"
 }
 

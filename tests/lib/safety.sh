@@ -23,9 +23,9 @@ need_fixtures() {
 }
 
 # vfield LINE KEY: the value of KEY=value in a verdict line.
-vfield() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<"$1" | head -1; }
+vfield() { [[ $1 =~ \ $2=([^[:space:]]*) ]] && echo "${BASH_REMATCH[1]}"; return 0; }
 alive() { kill -0 "$1" 2>/dev/null; }
-verdict_ok() { grep -q '^VERDICT ok' <<<"$1"; }
+verdict_ok() { [[ $'\n'$1 == *$'\n''VERDICT ok'* ]]; }
 
 # The fixture's exit status (reaps it; it must be our child and dead).
 reap() { wait "$1" 2>/dev/null; }
@@ -99,14 +99,13 @@ maps_shape() {
 # directory is listed (the sysc fixture's client sockets come and go) has
 # no readable link any more: it is skipped, not counted (ls -l shows it as
 # "l?????????" with no target, which was counted as a non-socket one).
-fd_count() { fd_list "$1" | wc -l; }
+fd_count() { local l; mapfile -t l < <(fd_list "$1"); echo "${#l[@]}"; }
 # fd_list PID: "fd -> target" of the non-socket descriptors (for a failure's message)
 fd_list() {
-	local f t
-	for f in /proc/"$1"/fd/*; do
-		t=$(readlink "$f" 2>/dev/null) || continue
-		[[ $t == socket:* ]] || echo "${f##*/} $t"
-	done
+	local fd t
+	while read -r fd t; do
+		[[ $t == socket:* ]] || echo "$fd $t"
+	done < <(find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%f %l\n' 2>/dev/null)
 }
 
 # steps_of CMD...: run memattach with MEMATTACH_TEST_STEPS=1; sets STEPS_N
