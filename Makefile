@@ -7,11 +7,12 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 # The architecture: its code in attach/arch_$(ARCH).c, its constants in
-# include/arch_$(ARCH).h (arch.h includes it); a port adds those two files.
+# include/arch_$(ARCH).h (arch.h includes it); a port adds those two files
+# (and attach/arch_$(ARCH)_detour.c for frag's inline detours, optional).
 ARCH    ?= $(shell uname -m)
 ARCH_DEF := -DMA_ARCH_HEADER='"arch_$(ARCH).h"'
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Iattach/cli -MMD -MP $(ARCH_DEF)
-LDLIBS  += -lunwind-ptrace -lunwind-generic -lunwind -ldw -lelf -liberty -lz -lm
+LDLIBS  += -lunwind-ptrace -lunwind-generic -lunwind -ldw -lelf -liberty -lcapstone -lz -lm
 
 B := build
 
@@ -20,13 +21,13 @@ DEB_PACKAGES := gcc g++ make libelf-dev libdw-dev libunwind-dev libiberty-dev \
 	libjemalloc-dev libjemalloc2 zlib1g-dev gdb rustfilt binutils python3 \
 	clang libclang-rt-14-dev util-linux procps redis-server redis-tools knot-resolver \
 	knot-dnsutils curl prometheus golang-go libc6-dbg chromium python3-pil strace valgrind \
-	heaptrack
+	heaptrack libcapstone-dev
 BENCH_PACKAGES := lldb
 
 # Three layers: the ptrace core (attach/), the commands (attach/cli/, the
 # only code that prints), the analysis core (analysis/, no process access).
 ANALYSIS_SRC := $(sort $(wildcard analysis/*.c))
-CORE_SRC     := $(sort $(filter-out attach/arch_%.c,$(wildcard attach/*.c)) attach/arch_$(ARCH).c)
+CORE_SRC     := $(sort $(filter-out attach/arch_%.c,$(wildcard attach/*.c)) $(wildcard attach/arch_$(ARCH).c attach/arch_$(ARCH)_*.c))
 CLI_SRC      := $(sort $(wildcard attach/cli/*.c))
 ANALYSIS_OBJ := $(ANALYSIS_SRC:%.c=$(B)/%.o)
 CORE_OBJ     := $(CORE_SRC:%.c=$(B)/%.o) $(B)/agent/agent_blob.o

@@ -213,4 +213,29 @@ int ma_arch_socket_waits(long nr, const unsigned long long *a, int fd[2], int di
 /* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR (whatever its descriptor)? */
 bool ma_arch_stop_ends_with_eintr(long nr);
 
+/*
+ * Inline detours (frag on jemalloc linked statically or under a prefix):
+ * the plan for one function entry, made from its bytes and never written
+ * here.  CODE holds the function's LEN bytes from ENTRY (its whole body:
+ * a branch anywhere in it into the patched bytes refuses the plan);
+ * TRAMP is where the trampoline will live, within 2 GiB of ENTRY, and
+ * WRAPPER what the entry is to jump to.  The plan: write PATCH_LEN bytes
+ * of PATCH at ENTRY + PATCH_OFF (a jump to the trampoline's hop, which
+ * jumps to WRAPPER); TRAMP_LEN bytes of TRAMP_CODE at TRAMP, whose
+ * ORIGINAL (after the hop) runs the displaced instructions and jumps back
+ * into the function: the wrapper calls ORIGINAL for what the entry did.
+ * False, with REASON, when no safe plan exists.
+ */
+#define MA_DETOUR_HOP_LEN 14
+#define MA_DETOUR_TRAMP_MAX 96
+struct ma_detour_plan {
+	uint64_t entry, tramp, original;
+	unsigned patch_off, patch_len, tramp_len;
+	uint8_t patch[24];
+	uint8_t tramp_code[MA_DETOUR_TRAMP_MAX];
+	char reason[112];
+};
+bool ma_arch_detour_plan(const uint8_t *code, size_t len, uint64_t entry, uint64_t tramp,
+			 uint64_t wrapper, struct ma_detour_plan *p);
+
 #endif
