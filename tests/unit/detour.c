@@ -26,6 +26,7 @@
 
 #include "arch.h"
 #include "check.h"
+#include "elfsyms.h"
 
 /* ---- the wrapper: counts, then calls the original with six arguments ---- */
 
@@ -329,6 +330,64 @@ static void jemalloc_entry_points(void)
 	}
 }
 
+/* ---- jemalloc linked into an executable: planned from the file ---- */
+
+static const char *const entry_names[] = { "malloc", "calloc", "realloc", "free", "posix_memalign",
+					   "aligned_alloc", "memalign", "valloc", "mallocx", "rallocx",
+					   "xallocx", "sdallocx", "dallocx" };
+
+/* LEN bytes of E at link-time address VADDR (from its PT_LOAD segments). */
+static bool read_vaddr(const struct ma_elf *e, uint64_t vaddr, uint8_t *buf, size_t len)
+{
+	for (size_t i = 0; i < e->nsegs; i++) {
+		const struct ma_elf_seg *g = &e->segs[i];
+
+		if (vaddr >= g->vaddr && vaddr + len <= g->vaddr + g->filesz)
+			return pread(e->fd, buf, len, (off_t)(g->offset + vaddr - g->vaddr)) == (ssize_t)len;
+	}
+	return false;
+}
+
+/*
+ * Every entry point of the jemalloc in PATH (names under PREFIX) has a
+ * plan: frag's detours would cover that executable whole.
+ */
+static void plan_file(const char *path, const char *prefix)
+{
+	struct ma_elf e;
+	char name[300], sym[64], refused[200] = "";
+	size_t found = 0, planned = 0;
+	static uint8_t code[1 << 16];
+
+	if (ma_elf_open(&e, path)) {
+		snprintf(name, sizeof name, "%s opens (make fixtures builds it)", path);
+		CHECK(name, false);
+		return;
+	}
+	for (size_t i = 0; i < sizeof entry_names / sizeof entry_names[0]; i++) {
+		const struct ma_elf_sym *s;
+		struct ma_detour_plan p;
+		size_t len;
+
+		snprintf(sym, sizeof sym, "%s%s", prefix, entry_names[i]);
+		s = ma_elf_sym_by_name(&e, sym);
+		if (!s || !s->size)
+			continue;
+		found++;
+		len = s->size < sizeof code ? s->size : sizeof code;
+		if (!read_vaddr(&e, s->addr, code, len))
+			continue;
+		if (ma_arch_detour_plan(code, len, s->addr, s->addr - (16 << 20), 0x1000, &p))
+			planned++;
+		else if (!refused[0])
+			snprintf(refused, sizeof refused, "; %s: %s", sym, p.reason);
+	}
+	snprintf(name, sizeof name, "%s: every jemalloc entry point found has a plan (%zu of %zu%s)", path,
+		 planned, found, refused);
+	CHECK(name, found >= 10 && planned == found);
+	ma_elf_release(&e);
+}
+
 int main(int argc, char **argv)
 {
 	/*
@@ -349,5 +408,7 @@ int main(int argc, char **argv)
 	munmap(tramp_page, sysconf(_SC_PAGESIZE));
 	tramp_page = NULL;
 	jemalloc_entry_points();
+	plan_file("build/fixtures/daemon_static", "");
+	plan_file("build/fixtures/daemon_prefixed", "_rjem_");
 	CHECK_DONE();
 }
