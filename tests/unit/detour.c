@@ -11,7 +11,10 @@
  *     each is planned, and the C API's are detoured in turn and called
  *     (malloc, free, calloc, realloc, the aligned ones, the *allocx
  *     family, operator new and delete): the wrapper runs, the allocator
- *     still works.
+ *     still works;
+ *   - jemalloc linked into the static and the prefixed daemon fixtures:
+ *     every C API entry point planned from the file (`detour --plan
+ *     PREFIX FILE...` does only this, for tests/attach/version_matrix.sh).
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -390,6 +393,12 @@ static void plan_file(const char *path, const char *prefix)
 
 int main(int argc, char **argv)
 {
+	/* detour --plan PREFIX FILE...: only plan_file, for the version matrix */
+	if (argc >= 4 && strcmp(argv[1], "--plan") == 0) {
+		for (int i = 3; i < argc; i++)
+			plan_file(argv[i], argv[2]);
+		CHECK_DONE();
+	}
 	/*
 	 * libjemalloc.so.2 keeps its thread state in initial-exec TLS: dlopen
 	 * needs more static TLS room than glibc leaves by default.  Once, run
