@@ -106,6 +106,12 @@ FIX := $(B)/fixtures
 fixtures:
 include $(sort $(wildcard fixtures/*.mk))
 
+# The agent's GOT passes run in-process on jemalloc, beside a library loaded
+# and unloaded in a loop (the library is a fixture).
+$(B)/tests/unit/agent_passes: tests/unit/agent_passes.c include/agent_abi.h $(AGENT_SO) $(FIX)/libfragplug.so
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< -Wl,--no-as-needed -ljemalloc -Wl,--as-needed -ldl -lpthread
+
 # The layers from the objects' symbols: analysis/ never calls attach/, the
 # core never calls the commands, no two modules call each other.
 check-layers: all

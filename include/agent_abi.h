@@ -101,7 +101,7 @@ struct ma_agent_ctl {
 	uint64_t je_lo, je_hi;
 	/* GOT: slots holding a wrapper after the last pass, and slots left alone */
 	uint64_t slots_patched, slots_failed, slots_foreign;
-	uint64_t passes; /* link-map passes (start, each dlopen while running, stop) */
+	uint64_t passes; /* link-map passes (start, each query, stop) */
 	uint64_t self_lo, self_hi;
 	uint64_t pid; /* the process that started the agent (a fork child differs) */
 	uint64_t started_unix_ns;

@@ -364,6 +364,19 @@ static int pass_object(struct dl_phdr_info *info, size_t size, void *arg)
 	struct object o;
 
 	(void)size;
+	/*
+	 * The map is read here, under the loader's list lock that
+	 * dl_iterate_phdr holds for the whole walk, not before the walk: an
+	 * object dlclose()d and dlopen()ed again in between lands at the same
+	 * address, and a snapshot taken before would show the old copy's
+	 * protected RELRO where the new copy is still being relocated (our
+	 * mprotect back to read-only then faults the loader).  While the lock
+	 * is held no object joins or leaves the list, so none is unmapped.
+	 */
+	if (!ps->reg && !snapshot_maps(ps)) {
+		ps->maps_failed = true;
+		return 1;
+	}
 	if (is_loader(info->dlpi_name) || !read_object(ps, info, &o))
 		return 0;
 	if (covers(&o, ps->c->je_lo)) {
@@ -387,10 +400,11 @@ int got_run_pass(struct ma_agent_ctl *c, enum pass_kind kind, struct pass *ps)
 	ps->c = c;
 	ps->kind = kind;
 	ps->prefix = agent_prefix;
-	if (!snapshot_maps(ps))
-		return -MA_AGENT_EMAPS;
 	dl_iterate_phdr(pass_object, ps);
-	munmap(ps->reg, ps->reg_len);
+	if (ps->reg)
+		munmap(ps->reg, ps->reg_len);
+	if (ps->maps_failed || !ps->reg)
+		return -MA_AGENT_EMAPS;
 	c->passes++;
 	return MA_AGENT_OK;
 }

@@ -88,8 +88,9 @@ struct pass {
 	struct ma_agent_ctl *c;
 	enum pass_kind kind;
 	const char *prefix;
-	struct region *reg; /* /proc/self/maps at the start of the pass, in address order */
+	struct region *reg; /* /proc/self/maps under the loader's list lock, in address order */
 	uint64_t nreg, reg_len;
+	bool maps_failed;
 	uint64_t patched, failed, foreign;
 	bool malloc_seen, free_seen;
 };
