@@ -63,6 +63,24 @@ unsigned long ma_target_maps_read(void)
 	return nmaps_read;
 }
 
+/*
+ * The thread we read a process with an exited main thread through is
+ * gone: it exited, or it exec()d and so became the main thread (the
+ * process then runs a new program).
+ */
+static int thread_gone(const struct ma_target *t)
+{
+	struct ma_proc_status st;
+
+	if (ma_proc_read_status(t->pid, 0, &st) || st.tgid != t->pid || ma_process_exited(t->pid))
+		return ma_fail(MA_E_EXITED, "process %d exited during the run", t->pid);
+	if (st.state != 'Z' && st.state != 'X')
+		return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach "
+			       "attached; run memattach again", t->pid);
+	return ma_fail(MA_E_EXITED, "process %d: its thread %d exited while memattach read it; "
+		       "run memattach again", t->pid, t->proc_pid);
+}
+
 static int read_maps(struct ma_target *t)
 {
 	char path[64], *line = NULL;
@@ -72,6 +90,8 @@ static int read_maps(struct ma_target *t)
 	nmaps_read++;
 	snprintf(path, sizeof(path), "/proc/%d/maps", t->proc_pid);
 	f = fopen(path, "re");
+	if (!f && errno == ENOENT && t->proc_pid != t->pid)
+		return thread_gone(t);
 	if (!f)
 		return ma_fail(errno == EACCES ? MA_E_PERM : MA_E_NOPROC,
 			       "cannot read %s: %s", path, strerror(errno));
