@@ -216,26 +216,32 @@ bool ma_arch_stop_ends_with_eintr(long nr);
 /*
  * Inline detours (frag on jemalloc linked statically or under a prefix):
  * the plan for one function entry, made from its bytes and never written
- * here.  CODE holds the function's LEN bytes from ENTRY (its whole body:
- * a branch anywhere in it into the patched bytes refuses the plan);
+ * here (attach/arch_x86_64_detour.c says how it stays safe while threads
+ * run).  CODE holds the function's LEN bytes from ENTRY (its whole body:
+ * a branch anywhere in it into the patch refuses the plan); NARGS how many
+ * integer arguments the function takes (the prefix may not touch them);
+ * FLAGS MA_DETOUR_MOVE_CALL if a direct call may run from the trampoline
+ * (a C function, which no exception unwinds through);
  * TRAMP is where the trampoline will live, within 2 GiB of ENTRY, and
- * WRAPPER what the entry is to jump to.  The plan: write PATCH_LEN bytes
- * of PATCH at ENTRY + PATCH_OFF (a jump to the trampoline's hop, which
- * jumps to WRAPPER); TRAMP_LEN bytes of TRAMP_CODE at TRAMP, whose
- * ORIGINAL (after the hop) runs the displaced instructions and jumps back
- * into the function: the wrapper calls ORIGINAL for what the entry did.
- * False, with REASON, when no safe plan exists.
+ * WRAPPER what the entry is to jump to.  The plan: write WRITE_LEN bytes
+ * of PATCH at ENTRY + PATCH_OFF (over one instruction of PATCH_LEN bytes,
+ * its first two inside one aligned 16-byte block: written as the .c says);
+ * TRAMP_LEN bytes of TRAMP_CODE at TRAMP: the hop (HOP_LEN bytes: undo the
+ * prefix from PREFIX_OFF, jump to WRAPPER), then ORIGINAL, which runs the
+ * prefix and the replaced instruction and jumps back.  The wrapper calls
+ * ORIGINAL for what the entry did.  False, with REASON, when no safe plan
+ * exists.
  */
-#define MA_DETOUR_HOP_LEN 14
-#define MA_DETOUR_TRAMP_MAX 96
+#define MA_DETOUR_TRAMP_MAX 256
+#define MA_DETOUR_MOVE_CALL 1u
 struct ma_detour_plan {
 	uint64_t entry, tramp, original;
-	unsigned patch_off, patch_len, tramp_len;
-	uint8_t patch[24];
+	unsigned prefix_off, patch_off, patch_len, write_len, hop_len, tramp_len;
+	uint8_t patch[8];
 	uint8_t tramp_code[MA_DETOUR_TRAMP_MAX];
 	char reason[112];
 };
-bool ma_arch_detour_plan(const uint8_t *code, size_t len, uint64_t entry, uint64_t tramp,
-			 uint64_t wrapper, struct ma_detour_plan *p);
+bool ma_arch_detour_plan(const uint8_t *code, size_t len, uint64_t entry, unsigned nargs, unsigned flags,
+			 uint64_t tramp, uint64_t wrapper, struct ma_detour_plan *p);
 
 #endif

@@ -10,8 +10,8 @@
 #     line) to the byte, heap-dump is refused without prof and names the
 #     daemon's sites with it;
 #   - frag (the fixture): bins' waste = the waste it built (its TRUTH);
-#   - every C API entry point has an inline-detour plan (tests/unit/detour
-#     --plan: frag's detours for static and prefixed jemalloc, planned only);
+#   - how many C API entry points have an inline-detour plan (tests/unit/detour
+#     --plan; printed, not checked: these builds are -O1);
 #   - fragharness at rate 1 (frag start --shift 0): the exact attribution
 #     frag_harness.sh checks (the agent's GOT wrappers need no jemalloc
 #     API, so every version, dev too, where experimental.hooks is gone).
@@ -87,7 +87,7 @@ libdir() { echo "$JE_BUILD/$1/lib"; }
 n=0
 for v in "${versions[@]}"; do
 	if built "$v"; then
-		n=$((n + 3 + 2 * DAEMON_CHECKS + FRAG_CHECKS + HARNESS_CHECKS))
+		n=$((n + 2 + 2 * DAEMON_CHECKS + FRAG_CHECKS + HARNESS_CHECKS))
 	else
 		n=$((n + 1))
 	fi
@@ -275,10 +275,13 @@ for v in "${versions[@]}"; do
 	LD_LIBRARY_PATH=$(libdir "$v") "$FIX/jeprobe" $NAMES >"$TMP/probe" 2>&1
 	check "$v: every mallctl name stats/bins/purge/heap-dump use answers ($(grep -v ' yes$' "$TMP/probe" | tr '\n' ' '))" \
 		eval '[ "$(grep -c " yes$" "$TMP/probe")" = "$(wc -w <<<"$NAMES")" ]'
-	# frag's inline detours (issue 21: planned, not yet written into targets)
+	# frag's inline detours (issue 21: planned, not yet written into
+	# targets).  A measurement, not a check: these builds are -O1
+	# (fixtures/jemalloc.mk), whose code starts differently from a
+	# distribution's -O2; tests/unit/detour checks Debian's and the
+	# static fixtures' jemalloc entry points strictly.
 	out=$("$ROOT/build/tests/unit/detour" --plan "" "$(libdir "$v")/libjemalloc.so.2" 2>&1)
-	check "$v: every C API entry point has an inline-detour plan (${out#PASS })" \
-		eval '[[ $out == PASS* ]]'
+	echo "# $v (-O1): inline-detour plans: ${out#* has a plan }"
 	daemon_run "$v" ""
 	daemon_run "$v" "$PROF_CONF"
 	frag_bins "$v"

@@ -1,17 +1,20 @@
 /*
  * Unit test of the inline-detour planner (attach/arch_x86_64_detour.c),
  * judged by running what it plans in this process:
- *   - small functions written here in assembly, one per kind of first
- *     bytes (an immediate compare, a RIP-relative load, a short
- *     conditional branch, a tail jump, endbr64): detoured, each must give
- *     its own result through the wrapper, and back once the bytes are
- *     restored; the ones no safe plan exists for (a call, a syscall or a
- *     short jump in the first bytes, a loop back into them) are refused;
+ *   - small functions written here in assembly, one per kind of start
+ *     (an immediate compare, a RIP-relative load, a prologue of pushes,
+ *     saved registers written and the stack grown, a scratch register
+ *     written first, a tail jump, endbr64): detoured, each must give its
+ *     own result through the wrapper with every callee-saved register and
+ *     the stack as they were, and again once the bytes are restored; the
+ *     ones no safe plan exists for (a call, a syscall or a branch before
+ *     any 5-byte instruction, an argument, an unsaved register or memory
+ *     written, a loop back onto the patch) are refused;
  *   - every entry point of Debian's libjemalloc.so.2, opened with dlopen:
- *     each is planned, and the C API's are detoured in turn and called
- *     (malloc, free, calloc, realloc, the aligned ones, the *allocx
- *     family, operator new and delete): the wrapper runs, the allocator
- *     still works;
+ *     the C API's are each planned, detoured in turn and called (malloc,
+ *     free, calloc, realloc, the aligned ones, the *allocx family), and
+ *     so are operator new and delete where a plan exists: the wrapper
+ *     runs, the allocator still works;
  *   - jemalloc linked into the static and the prefixed daemon fixtures:
  *     every C API entry point planned from the file (`detour --plan
  *     PREFIX FILE...` does only this, for tests/attach/version_matrix.sh).
@@ -47,7 +50,7 @@ static long wrapper(long a, long b, long c, long d, long e, long f)
 
 __asm__(".text\n"
 	".p2align 4\n"
-	".globl t_cmp\nt_cmp:\n" /* cmp $imm32 (7 bytes), then ja */
+	".globl t_cmp\nt_cmp:\n" /* cmp $imm32 (7 bytes) first: P at +0 */
 	"  cmp $0x1000, %rdi\n"
 	"  ja 1f\n"
 	"  lea 1(%rdi), %rax\n"
@@ -60,12 +63,29 @@ __asm__(".text\n"
 	"  add %rdi, %rax\n"
 	"  ret\n"
 	".p2align 4\n"
-	".globl t_jcc8\nt_jcc8:\n" /* test (3) + je rel8 (2): the jump is displaced */
-	"  test %rdi, %rdi\n"
-	"  je 1f\n"
-	"  lea 5(%rdi), %rax\n"
+	".globl t_prologue\nt_prologue:\n" /* pushes, a saved register written, the stack grown: undone by the hop */
+	"  push %r15\n"
+	"  push %r14\n"
+	"  mov %rdi, %r14\n"
+	"  push %rbx\n"
+	"  sub $0x28, %rsp\n"
+	"  mov %edi, (%rsp)\n" /* the frame it allocated: may be written */
+	"  mov $0x77, %ebx\n" /* 5 bytes at +15: its first two bytes in two blocks, not P */
+	"  mov %fs:0x28, %rax\n" /* 9 bytes at +20: P */
+	"  mov $3, %r15d\n"
+	"  lea (%r14,%r15,1), %rax\n"
+	"  add %rbx, %rax\n"
+	"  add $0x28, %rsp\n"
+	"  pop %rbx\n"
+	"  pop %r14\n"
+	"  pop %r15\n"
 	"  ret\n"
-	"1: mov $77, %eax\n"
+	".p2align 4\n"
+	".globl t_scratch\nt_scratch:\n" /* a scratch register written first (free's start) */
+	"  mov %rdi, %rax\n"
+	"  mov $-0xa48, %rdx\n"
+	"  add %rdx, %rax\n"
+	"  add $0xa48, %rax\n"
 	"  ret\n"
 	".p2align 4\n"
 	".globl t_tail\nt_tail:\n" /* a tail jump (jmp rel32): the whole function */
@@ -75,35 +95,54 @@ __asm__(".text\n"
 	"  int3\n"
 	"  int3\n"
 	".p2align 4\n"
-	".globl t_endbr\nt_endbr:\n" /* endbr64 stays; the patch starts after it */
+	".globl t_endbr\nt_endbr:\n" /* endbr64 stays; the walk starts after it */
 	"  endbr64\n"
 	"  push %rbx\n"
 	"  mov %rdi, %rbx\n"
-	"  lea 3(%rbx), %rax\n"
+	"  lea 0x1003(%rbx), %rax\n"
+	"  sub $0x1000, %rax\n"
 	"  pop %rbx\n"
 	"  ret\n"
 	".p2align 4\n"
-	".globl t_late_syscall\nt_late_syscall:\n" /* the syscall comes after the displaced bytes */
+	".globl t_late_syscall\nt_late_syscall:\n" /* the syscall comes after P */
 	"  mov $39, %eax\n"
 	"  syscall\n"
 	"  ret\n"
 	".p2align 4\n"
-	".globl t_call\nt_call:\n" /* a call in the first bytes: refused */
+	".globl t_call\nt_call:\n" /* a call first: refused */
 	"  call t_cmp\n"
 	"  ret\n"
 	".p2align 4\n"
-	".globl t_syscall\nt_syscall:\n" /* a syscall in the first bytes: refused */
+	".globl t_syscall\nt_syscall:\n" /* a syscall before any P: refused */
 	"  xor %eax, %eax\n"
 	"  syscall\n"
 	"  ret\n"
 	".p2align 4\n"
-	".globl t_short\nt_short:\n" /* leaves after 2 bytes: refused */
-	"  jmp 1f\n"
-	"1: ret\n"
+	".globl t_short\nt_short:\n" /* a branch before any P: refused */
+	"  test %rdi, %rdi\n"
+	"  je 1f\n"
+	"  lea 5(%rdi), %rax\n"
+	"  ret\n"
+	"1: mov $77, %eax\n"
+	"  ret\n"
 	".p2align 4\n"
-	".globl t_loop\nt_loop:\n" /* the loop's branch lands inside the first 5 bytes: refused */
-	"  xor %eax, %eax\n"
-	"1: add $1, %rax\n"
+	".globl t_argwrite\nt_argwrite:\n" /* the argument overwritten before P: refused */
+	"  shl $1, %rdi\n"
+	"  lea 0x1000(%rdi), %rax\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl t_unsaved\nt_unsaved:\n" /* a callee-saved register written unsaved: refused */
+	"  mov %rdi, %rbx\n"
+	"  lea 0x1000(%rbx), %rax\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl t_memwrite\nt_memwrite:\n" /* memory written before P (the caller's stack): refused */
+	"  mov %edi, 8(%rsp)\n"
+	"  lea 0x1000(%rdi), %rax\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl t_loop\nt_loop:\n" /* the loop's branch lands on P: refused */
+	"1: add $0x1000, %rax\n"
 	"  cmp %rdi, %rax\n"
 	"  jb 1b\n"
 	"  ret\n"
@@ -113,9 +152,35 @@ __asm__(".text\n"
 	"t_data: .quad 100\n"
 	".text\n");
 
-long t_cmp(long), t_riprel(long), t_jcc8(long), t_tail(long), t_endbr(long), t_late_syscall(long),
-	t_call(long), t_syscall(long), t_short(long), t_loop(long);
+long t_cmp(long), t_riprel(long), t_prologue(long), t_scratch(long), t_tail(long), t_endbr(long),
+	t_late_syscall(long), t_call(long), t_syscall(long), t_short(long), t_argwrite(long), t_unsaved(long),
+	t_memwrite(long), t_loop(long);
 extern char t_end[];
+
+/*
+ * FN(ARG) with every callee-saved register holding a known value: a hop
+ * that gives one back wrong, or leaves the stack moved, sets
+ * clobbered_regs (or crashes the test).
+ */
+long call_checked(long (*fn)(long), long arg);
+long clobbered_regs;
+__asm__(".text\n"
+	".globl call_checked\ncall_checked:\n"
+	"  push %rbx\n  push %rbp\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
+	"  sub $8, %rsp\n" /* 16-byte aligned at the call */
+	"  mov %rdi, %rax\n  mov %rsi, %rdi\n"
+	"  mov $0x1111, %rbx\n  mov $0x2222, %rbp\n  mov $0x3333, %r12\n"
+	"  mov $0x4444, %r13\n  mov $0x5555, %r14\n  mov $0x6666, %r15\n"
+	"  mov %rsp, %rcx\n  mov %rcx, (%rsp)\n" /* the stack pointer, to compare after */
+	"  call *%rax\n"
+	"  cmp $0x1111, %rbx\n  jne 9f\n  cmp $0x2222, %rbp\n  jne 9f\n  cmp $0x3333, %r12\n  jne 9f\n"
+	"  cmp $0x4444, %r13\n  jne 9f\n  cmp $0x5555, %r14\n  jne 9f\n  cmp $0x6666, %r15\n  jne 9f\n"
+	"  cmp (%rsp), %rsp\n  jne 9f\n"
+	"  jmp 8f\n"
+	"9: movq $1, clobbered_regs(%rip)\n"
+	"8: add $8, %rsp\n"
+	"  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
+	"  ret\n");
 
 struct case_fn {
 	const char *name;
@@ -123,6 +188,7 @@ struct case_fn {
 	const void *next; /* the function after it (its bytes end there) */
 	bool plannable;
 	long arg;
+	unsigned flags; /* for the planner (0: none) */
 };
 
 /* ---- a trampoline page within reach, and writing over code ---- */
@@ -156,39 +222,45 @@ static bool write_code(uint64_t at, const void *bytes, size_t n)
 	return mprotect((void *)lo, hi - lo, PROT_READ | PROT_EXEC) == 0;
 }
 
-/* Detour FN (LEN bytes) to the wrapper: the plan, or false with it refused. */
-static bool install(void *fn, size_t len, struct ma_detour_plan *p, uint8_t *saved)
+/* Detour FN (LEN bytes, NARGS arguments; FLAGS for the planner) to the wrapper: the plan, or false with it refused. */
+static bool install(void *fn, size_t len, unsigned nargs, unsigned flags, struct ma_detour_plan *p,
+		    uint8_t *saved)
 {
-	if (!ma_arch_detour_plan(fn, len, (uint64_t)fn, (uint64_t)tramp_page, (uint64_t)wrapper, p))
+	if (!ma_arch_detour_plan(fn, len, (uint64_t)fn, nargs, flags, (uint64_t)tramp_page, (uint64_t)wrapper, p))
 		return false;
 	memcpy(tramp_page, p->tramp_code, p->tramp_len);
 	__builtin___clear_cache((char *)tramp_page, (char *)tramp_page + p->tramp_len);
-	memcpy(saved, (uint8_t *)fn + p->patch_off, p->patch_len);
+	memcpy(saved, (uint8_t *)fn + p->patch_off, p->write_len);
 	original = (fn6)p->original;
 	wrapper_hits = 0;
-	return write_code((uint64_t)fn + p->patch_off, p->patch, p->patch_len);
+	return write_code((uint64_t)fn + p->patch_off, p->patch, p->write_len);
 }
 
 static bool uninstall(void *fn, const struct ma_detour_plan *p, const uint8_t *saved)
 {
-	return write_code((uint64_t)fn + p->patch_off, saved, p->patch_len);
+	return write_code((uint64_t)fn + p->patch_off, saved, p->write_len);
 }
 
 static void local_functions(void)
 {
 	const struct case_fn cases[] = {
-		{ "cmp $imm32", t_cmp, (void *)t_riprel, true, 5 },
-		{ "cmp $imm32 (the other branch)", t_cmp, (void *)t_riprel, true, 0x2000 },
-		{ "RIP-relative load", t_riprel, (void *)t_jcc8, true, 7 },
-		{ "test + je rel8", t_jcc8, (void *)t_tail, true, 0 },
-		{ "test + je rel8 (not taken)", t_jcc8, (void *)t_tail, true, 9 },
-		{ "tail jmp rel32", t_tail, (void *)t_endbr, true, 11 },
-		{ "endbr64 first", t_endbr, (void *)t_late_syscall, true, 4 },
-		{ "a syscall after the displaced bytes", t_late_syscall, (void *)t_call, true, 0 },
-		{ "a call first", t_call, (void *)t_syscall, false, 0 },
-		{ "a syscall in the first bytes", t_syscall, (void *)t_short, false, 0 },
-		{ "a short jmp first", t_short, (void *)t_loop, false, 0 },
-		{ "a loop back into the first bytes", t_loop, (void *)t_end, false, 3 },
+		{ "cmp $imm32", t_cmp, (void *)t_riprel, true, 5, 0 },
+		{ "cmp $imm32 (the other branch)", t_cmp, (void *)t_riprel, true, 0x2000, 0 },
+		{ "RIP-relative load", t_riprel, (void *)t_prologue, true, 7, 0 },
+		{ "pushes, saved registers written, the stack grown, a block edge passed", t_prologue,
+		  (void *)t_scratch, true, 40, 0 },
+		{ "a scratch register written first", t_scratch, (void *)t_tail, true, 9, 0 },
+		{ "tail jmp rel32", t_tail, (void *)t_endbr, true, 11, 0 },
+		{ "endbr64 first", t_endbr, (void *)t_late_syscall, true, 4, 0 },
+		{ "a syscall after P", t_late_syscall, (void *)t_call, true, 0, 0 },
+		{ "a call first", t_call, (void *)t_syscall, false, 0, 0 },
+		{ "a call first, moved (a C function)", t_call, (void *)t_syscall, true, 5, MA_DETOUR_MOVE_CALL },
+		{ "a syscall before any P", t_syscall, (void *)t_short, false, 0, 0 },
+		{ "a branch before any P", t_short, (void *)t_argwrite, false, 0, 0 },
+		{ "the argument written before P", t_argwrite, (void *)t_unsaved, false, 0, 0 },
+		{ "a callee-saved register written unsaved", t_unsaved, (void *)t_memwrite, false, 0, 0 },
+		{ "memory written before P", t_memwrite, (void *)t_loop, false, 0, 0 },
+		{ "a loop back onto P", t_loop, (void *)t_end, false, 3, 0 },
 	};
 	char name[160];
 
@@ -200,22 +272,24 @@ static void local_functions(void)
 		long want, got, after;
 
 		if (!c->plannable) {
-			bool planned = ma_arch_detour_plan((void *)c->fn, len, (uint64_t)c->fn,
+			bool planned = ma_arch_detour_plan((void *)c->fn, len, (uint64_t)c->fn, 1, c->flags,
 							   (uint64_t)tramp_page, (uint64_t)wrapper, &p);
 			snprintf(name, sizeof name, "%s: refused (%s)", c->name, planned ? "planned!" : p.reason);
 			CHECK(name, !planned && p.reason[0]);
 			continue;
 		}
 		want = c->fn(c->arg);
-		if (!install((void *)c->fn, len, &p, saved)) {
+		if (!install((void *)c->fn, len, 1, c->flags, &p, saved)) {
 			snprintf(name, sizeof name, "%s: planned and written (%s)", c->name, p.reason);
 			CHECK(name, false);
 			continue;
 		}
-		got = c->fn(c->arg);
-		snprintf(name, sizeof name, "%s: through the wrapper, %ld as before (%ld; %u bytes displaced at +%u)",
-			 c->name, want, got, p.patch_len, p.patch_off);
-		CHECK(name, got == want && wrapper_hits == 1);
+		clobbered_regs = 0;
+		got = call_checked(c->fn, c->arg);
+		snprintf(name, sizeof name, "%s: through the wrapper, %ld as before, callee-saved registers and "
+			 "stack intact (%ld; %u-byte instruction replaced at +%u, a hop of %u bytes)",
+			 c->name, want, got, p.patch_len, p.patch_off, p.hop_len);
+		CHECK(name, got == want && wrapper_hits == 1 && !clobbered_regs);
 		uninstall((void *)c->fn, &p, saved);
 		after = c->fn(c->arg);
 		snprintf(name, sizeof name, "%s: restored, the wrapper no longer runs", c->name);
@@ -224,6 +298,22 @@ static void local_functions(void)
 }
 
 /* ---- Debian's libjemalloc.so.2 ---- */
+
+/* How many integer arguments entry point NAME (unprefixed) takes. */
+static unsigned nargs_of(const char *name)
+{
+	static const struct { const char *name; unsigned n; } t[] = {
+		{ "malloc", 1 }, { "calloc", 2 }, { "realloc", 2 }, { "free", 1 }, { "posix_memalign", 3 },
+		{ "aligned_alloc", 2 }, { "memalign", 2 }, { "valloc", 1 }, { "mallocx", 2 }, { "rallocx", 3 },
+		{ "xallocx", 4 }, { "sdallocx", 3 }, { "dallocx", 2 }, { "_Znwm", 1 }, { "_ZdlPv", 1 },
+		{ "_ZdlPvm", 2 },
+	};
+
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(t[i].name, name))
+			return t[i].n;
+	return 6;
+}
 
 static void *je;
 
@@ -314,15 +404,26 @@ static void jemalloc_entry_points(void)
 			continue;
 		}
 		tramp_page = page_near((uint64_t)f);
-		if (!tramp_page || !install(f, len, &p, saved)) {
-			snprintf(name, sizeof name, "jemalloc %s: planned (%s)", called[i],
+		if (!tramp_page || !install(f, len, nargs_of(called[i]), called[i][0] == '_' ? 0 : MA_DETOUR_MOVE_CALL,
+					   &p, saved)) {
+			/*
+			 * The C API must be covered whole.  An operator may be
+			 * refused (the sized delete starts with a test, a branch
+			 * and a call), said so; frag then refuses such a target.
+			 */
+			bool operator = called[i][0] == '_';
+
+			snprintf(name, sizeof name, "jemalloc %s: %s (%s)", called[i],
+				 operator ? "planned, or refused with its reason" : "planned",
 				 tramp_page ? p.reason : "no page within reach");
-			CHECK(name, false);
+			CHECK(name, operator && tramp_page && p.reason[0]);
+			if (tramp_page)
+				munmap(tramp_page, sysconf(_SC_PAGESIZE));
 			continue;
 		}
 		ok = exercise(called[i]);
-		snprintf(name, sizeof name, "jemalloc %s detoured: the wrapper ran and the allocator answered (%u bytes displaced)",
-			 called[i], p.patch_len);
+		snprintf(name, sizeof name, "jemalloc %s detoured: the wrapper ran and the allocator answered "
+			 "(the %u-byte instruction at +%u replaced)", called[i], p.patch_len, p.patch_off);
 		CHECK(name, ok && wrapper_hits >= 1);
 		uninstall(f, &p, saved);
 		wrapper_hits = 0;
@@ -380,7 +481,8 @@ static void plan_file(const char *path, const char *prefix)
 		len = s->size < sizeof code ? s->size : sizeof code;
 		if (!read_vaddr(&e, s->addr, code, len))
 			continue;
-		if (ma_arch_detour_plan(code, len, s->addr, s->addr - (16 << 20), 0x1000, &p))
+		if (ma_arch_detour_plan(code, len, s->addr, nargs_of(entry_names[i]), MA_DETOUR_MOVE_CALL,
+					s->addr - (16 << 20), 0x1000, &p))
 			planned++;
 		else if (!refused[0])
 			snprintf(refused, sizeof refused, "; %s: %s", sym, p.reason);
