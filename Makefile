@@ -67,7 +67,7 @@ $(B)/%.o: %.c
 # entry points as a generated header.  It needs nothing but libc and
 # libgcc_s (which Debian's libjemalloc already links) and never calls malloc.
 AGENT_SO := $(B)/agent/memattach-agent.so
-AGENT_SRC := attach/agent/agent.c attach/agent/agent_got.c
+AGENT_SRC := attach/agent/agent.c attach/agent/agent_got.c attach/agent/agent_detour.c
 $(AGENT_SO): $(AGENT_SRC) attach/agent/agent_int.h include/agent_abi.h include/arch_$(ARCH).h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(ARCH_DEF) -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \
@@ -111,6 +111,9 @@ include $(sort $(wildcard fixtures/*.mk))
 $(B)/tests/unit/agent_passes: tests/unit/agent_passes.c include/agent_abi.h $(AGENT_SO) $(FIX)/libfragplug.so
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< -Wl,--no-as-needed -ljemalloc -Wl,--as-needed -ldl -lpthread
+
+# The agent's detour writer runs in-process against threads calling what it rewrites.
+$(B)/tests/unit/agent_detour: $(AGENT_SO)
 
 # The layers from the objects' symbols: analysis/ never calls attach/, the
 # core never calls the commands, no two modules call each other.

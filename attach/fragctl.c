@@ -264,6 +264,10 @@ static const char *agent_error(int64_t rc)
 	case MA_AGENT_ENOSLOT: return "no GOT slot of malloc and free points into jemalloc: "
 				      "its callers do not reach it through the dynamic linker";
 	case MA_AGENT_EMAPS: return "the agent could not read /proc/self/maps in the target";
+	case MA_AGENT_EPATCH: return "an entry point's bytes changed since they were read";
+	case MA_AGENT_EPROT: return "the target may not make its code writable (a W^X policy such as "
+				    "systemd's MemoryDenyWriteExecute)";
+	case MA_AGENT_ESYNC: return "the kernel has no membarrier SYNC_CORE (before Linux 4.16)";
 	case MA_AGENT_ENOMEM: return "the agent could not map its tables (mmap failed)";
 	case MA_AGENT_EIDLE: return "no agent is running (memattach frag start PID)";
 	case MA_AGENT_EPARAM: return "the agent refused its parameters";

@@ -75,6 +75,20 @@ struct ma_agent_params {
 #define MA_AGENT_ECALL 8 /* another entry point is running (a killed memattach's call) */
 #define MA_AGENT_ENOSLOT 9 /* GOT: no malloc or free slot found to rewrite */
 #define MA_AGENT_EMAPS 10 /* GOT: /proc/self/maps could not be read in the target */
+#define MA_AGENT_EPATCH 11 /* detour: the bytes at a patch point are not what was planned from */
+#define MA_AGENT_EPROT 12 /* detour: the code could not be made writable (a W^X policy) */
+#define MA_AGENT_ESYNC 13 /* detour: no membarrier SYNC_CORE (kernel before 4.16) */
+
+/*
+ * One inline detour's patch point (attach/agent/agent_detour.c writes it):
+ * the instruction at AT, whose first MA_AGENT_PATCH_LEN bytes are BEFORE,
+ * becomes AFTER (a jmp rel32 to its trampoline), or back.
+ */
+#define MA_AGENT_PATCH_LEN 5
+struct ma_agent_patch {
+	uint64_t at;
+	uint8_t before[8], after[8];
+};
 
 /* One distinct stack: frames[off .. off+n) of the frame array. */
 struct ma_agent_stack {

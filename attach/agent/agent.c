@@ -1100,6 +1100,21 @@ EXPORT int64_t ma_agent_query(void)
 	return n;
 }
 
+/*
+ * Write the inline detours of LIST[0..N), or take them back (UNDO), while
+ * the target's threads run (agent_detour.c): the count done or -MA_AGENT_*.
+ */
+EXPORT int ma_agent_patch(const struct ma_agent_patch *list, uint64_t n, uint64_t undo)
+{
+	int rc;
+
+	if (!entry_take(&ma_agent_ctl))
+		return -MA_AGENT_ECALL;
+	rc = detour_rewrite(list, n, undo != 0);
+	entry_give(&ma_agent_ctl);
+	return rc;
+}
+
 /* Release the last query's output (memattach has read it). */
 EXPORT int ma_agent_out_free(void)
 {

@@ -102,4 +102,11 @@ int got_patch_all(struct ma_agent_ctl *c);
 /* Put every rewritten slot back. */
 int got_restore_all(struct ma_agent_ctl *c);
 
+/*
+ * Rewrite each patch point of LIST[0..N) from its BEFORE to its AFTER bytes
+ * (back, if UNDO) while the threads run: the count done, or -MA_AGENT_*
+ * at the first that failed (those before it stay done).
+ */
+int detour_rewrite(const struct ma_agent_patch *list, uint64_t n, bool undo);
+
 #endif

@@ -1,0 +1,271 @@
+/*
+ * agent_detour - the frag agent's detour writer (attach/agent/agent_detour.c)
+ * against threads that never stop calling the functions it rewrites.
+ *
+ * Three functions written here in assembly (a long prologue of pushes,
+ * saved registers written and a frame allocated before the instruction
+ * replaced; scratch registers written first; the replaced instruction at
+ * the entry) are planned by the detour planner, their trampolines laid in
+ * a page within reach, and the agent (loaded from its file) writes and
+ * takes back the jumps over and over while:
+ *   - three threads call them without pause, checking every result and,
+ *     through call_checked, every callee-saved register and the stack;
+ *   - a fourth sends those threads SIGUSR1 without pause: the handler
+ *     calls the functions too, from wherever the thread was interrupted
+ *     (in a prologue, at the patch point, in a trampoline).
+ * A thread that ran half an old and half a new instruction, resumed in
+ * the middle of a jump, or came back from the hop with a register or the
+ * stack wrong, crashes the test or counts an error.  Both paths must have
+ * run: calls through the wrappers and calls past restored bytes.
+ *
+ * usage: agent_detour [CYCLES]   (default 1000 write/take-back cycles)
+ */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "agent_abi.h"
+#include "arch.h"
+#include "check.h"
+
+__asm__(".text\n"
+	".p2align 4\n"
+	".globl d_prologue\nd_prologue:\n" /* 2 * arg + 0x12345, through a long prologue */
+	"  push %r15\n  push %r14\n  push %r13\n  push %r12\n  push %rbp\n  push %rbx\n"
+	"  mov %rdi, %rbx\n"
+	"  sub $0x18, %rsp\n"
+	"  mov %edi, (%rsp)\n"
+	"  mov $0x12345, %r12d\n" /* the first of 5 bytes: P */
+	"  lea (%rbx,%rbx,1), %rax\n"
+	"  add %r12, %rax\n"
+	"  add $0x18, %rsp\n"
+	"  pop %rbx\n  pop %rbp\n  pop %r12\n  pop %r13\n  pop %r14\n  pop %r15\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl d_scratch\nd_scratch:\n" /* 3 * arg + 0xa48, scratch registers first */
+	"  mov %rdi, %rax\n"
+	"  lea (%rdi,%rdi,1), %rcx\n"
+	"  mov $0xa48, %edx\n" /* P */
+	"  add %rcx, %rax\n"
+	"  add %rdx, %rax\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl d_entry\nd_entry:\n" /* arg + 1 (arg <= 4096) or arg + 2: P at the entry */
+	"  cmp $0x1000, %rdi\n"
+	"  ja 1f\n"
+	"  lea 1(%rdi), %rax\n"
+	"  ret\n"
+	"1: lea 2(%rdi), %rax\n"
+	"  ret\n"
+	".p2align 4\n"
+	".globl d_end\nd_end:\n");
+long d_prologue(long), d_scratch(long), d_entry(long);
+extern char d_end[];
+
+/* FN(ARG) with known values in the callee-saved registers; *BAD set if one or the stack came back wrong. */
+long call_checked(long (*fn)(long), long arg, long *bad);
+__asm__(".text\n"
+	".globl call_checked\ncall_checked:\n"
+	"  push %rbx\n  push %rbp\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
+	"  push %rdx\n" /* BAD, at 0(%rsp); the stack 16-byte aligned at the call */
+	"  mov %rdi, %rax\n  mov %rsi, %rdi\n"
+	"  mov $0x1111, %rbx\n  mov $0x2222, %rbp\n  mov $0x3333, %r12\n"
+	"  mov $0x4444, %r13\n  mov $0x5555, %r14\n  mov $0x6666, %r15\n"
+	"  mov %rsp, %r11\n  push %r11\n  sub $8, %rsp\n" /* the stack pointer, to compare after */
+	"  call *%rax\n"
+	"  add $8, %rsp\n  pop %r11\n"
+	"  cmp %rsp, %r11\n  jne 9f\n"
+	"  cmp $0x1111, %rbx\n  jne 9f\n  cmp $0x2222, %rbp\n  jne 9f\n  cmp $0x3333, %r12\n  jne 9f\n"
+	"  cmp $0x4444, %r13\n  jne 9f\n  cmp $0x5555, %r14\n  jne 9f\n  cmp $0x6666, %r15\n  jne 9f\n"
+	"  jmp 8f\n"
+	"9: mov (%rsp), %rdx\n  movq $1, (%rdx)\n"
+	"8: pop %rdx\n"
+	"  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
+	"  ret\n");
+
+enum { NFN = 3 };
+
+struct target_fn {
+	const char *name;
+	long (*fn)(long);
+	const void *next;
+	long (*want)(long);
+};
+
+static long want_prologue(long x) { return 2 * x + 0x12345; }
+static long want_scratch(long x) { return 3 * x + 0xa48; }
+static long want_entry(long x) { return (unsigned long)x > 0x1000 ? x + 2 : x + 1; }
+
+static const struct target_fn fns[NFN] = {
+	{ "d_prologue", d_prologue, (const void *)d_scratch, want_prologue },
+	{ "d_scratch", d_scratch, (const void *)d_entry, want_scratch },
+	{ "d_entry", d_entry, (const void *)d_end, want_entry },
+};
+
+/* The wrappers: count, then call the function's original. */
+typedef long (*fn1)(long);
+static fn1 originals[NFN];
+static atomic_ulong wrapped[NFN];
+
+static long wrap0(long a) { atomic_fetch_add_explicit(&wrapped[0], 1, memory_order_relaxed); return originals[0](a); }
+static long wrap1(long a) { atomic_fetch_add_explicit(&wrapped[1], 1, memory_order_relaxed); return originals[1](a); }
+static long wrap2(long a) { atomic_fetch_add_explicit(&wrapped[2], 1, memory_order_relaxed); return originals[2](a); }
+static fn1 const wrappers[NFN] = { wrap0, wrap1, wrap2 };
+
+static atomic_bool running = true;
+static atomic_ulong calls, wrong, clobbered;
+
+/* One call of each function through call_checked, each result checked. */
+static void call_all(unsigned *seed)
+{
+	for (int i = 0; i < NFN; i++) {
+		long arg = rand_r(seed) % 10000, bad = 0;
+		long got = call_checked(fns[i].fn, arg, &bad);
+
+		atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
+		if (got != fns[i].want(arg))
+			atomic_fetch_add_explicit(&wrong, 1, memory_order_relaxed);
+		if (bad)
+			atomic_fetch_add_explicit(&clobbered, 1, memory_order_relaxed);
+	}
+}
+
+static void on_usr1(int sig)
+{
+	unsigned seed = (unsigned)(uintptr_t)&sig;
+
+	call_all(&seed);
+}
+
+static void *caller(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+
+	while (atomic_load_explicit(&running, memory_order_relaxed))
+		call_all(&seed);
+	return NULL;
+}
+
+static pthread_t callers[3];
+static atomic_ulong signals_sent;
+
+static void *signaller(void *arg)
+{
+	(void)arg;
+	while (atomic_load_explicit(&running, memory_order_relaxed))
+		for (int i = 0; i < 3; i++)
+			if (pthread_kill(callers[i], SIGUSR1) == 0)
+				atomic_fetch_add_explicit(&signals_sent, 1, memory_order_relaxed);
+	return NULL;
+}
+
+static uint8_t *page_near(uint64_t addr)
+{
+	for (uint64_t d = 1 << 20; d < (1ULL << 30); d += 1 << 20) {
+		void *p = mmap((void *)((addr - d) & ~4095ULL), 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+		if (p != MAP_FAILED)
+			return p;
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	char exe[PATH_MAX], agent_path[PATH_MAX + 32], name[300];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int cycles = argc > 1 ? atoi(argv[1]) : 1000;
+	struct ma_agent_patch list[NFN];
+	struct ma_detour_plan plan;
+	uint8_t *tramp = page_near((uint64_t)d_prologue);
+	void *agent;
+	pthread_t sig;
+
+	if (n <= 0 || !tramp)
+		return 2;
+	exe[n] = '\0';
+	snprintf(agent_path, sizeof(agent_path), "%s/agent/memattach-agent.so", dirname(dirname(dirname(exe))));
+	agent = dlopen(agent_path, RTLD_NOW | RTLD_LOCAL);
+	CHECK("the agent loads", agent != NULL);
+	if (!agent)
+		CHECK_DONE();
+	int (*patch)(const struct ma_agent_patch *, uint64_t, uint64_t) =
+		(int (*)(const struct ma_agent_patch *, uint64_t, uint64_t))dlsym(agent, "ma_agent_patch");
+	CHECK("the agent has its writer", patch != NULL);
+	if (!patch)
+		CHECK_DONE();
+	for (int i = 0; i < NFN; i++) {
+		size_t len = (size_t)((const char *)fns[i].next - (const char *)fns[i].fn);
+		uint8_t *t = tramp + 256 * i;
+		bool ok = ma_arch_detour_plan((const uint8_t *)fns[i].fn, len, (uint64_t)fns[i].fn, 1, 0,
+					      (uint64_t)t, (uint64_t)wrappers[i], &plan);
+
+		snprintf(name, sizeof name, "%s: planned (%s; the %u-byte instruction at +%u)", fns[i].name,
+			 ok ? "ok" : plan.reason, plan.patch_len, plan.patch_off);
+		CHECK(name, ok);
+		if (!ok)
+			CHECK_DONE();
+		memcpy(t, plan.tramp_code, plan.tramp_len);
+		originals[i] = (fn1)plan.original;
+		list[i].at = plan.entry + plan.patch_off;
+		memcpy(list[i].before, (const void *)(uintptr_t)list[i].at, MA_AGENT_PATCH_LEN);
+		memcpy(list[i].after, plan.patch, MA_AGENT_PATCH_LEN);
+	}
+	__builtin___clear_cache((char *)tramp, (char *)tramp + 4096);
+	signal(SIGUSR1, on_usr1);
+	for (int i = 0; i < 3; i++)
+		pthread_create(&callers[i], NULL, caller, (void *)(uintptr_t)(i + 1));
+	pthread_create(&sig, NULL, signaller, NULL);
+
+	int written = 0, taken_back = 0, first_rc = 0;
+
+	for (int c = 0; c < cycles; c++) {
+		int rc = patch(list, NFN, 0);
+
+		written += rc == NFN;
+		first_rc = first_rc ? first_rc : (rc == NFN ? 0 : rc);
+		usleep(c % 7 == 0 ? 100 : 0); /* now and then, let the callers run through the wrappers */
+		rc = patch(list, NFN, 1);
+		taken_back += rc == NFN;
+		first_rc = first_rc ? first_rc : (rc == NFN ? 0 : rc);
+	}
+	atomic_store(&running, false);
+	pthread_join(sig, NULL);
+	for (int i = 0; i < 3; i++)
+		pthread_join(callers[i], NULL);
+
+	unsigned long through = wrapped[0] + wrapped[1] + wrapped[2];
+
+	printf("# %d cycles; %lu calls (%lu through the wrappers), %lu signals sent\n", cycles,
+	       (unsigned long)calls, through, (unsigned long)signals_sent);
+	snprintf(name, sizeof name, "every write and take-back done (%d and %d of %d; first error %d)", written,
+		 taken_back, cycles, first_rc);
+	CHECK(name, written == cycles && taken_back == cycles);
+	snprintf(name, sizeof name, "every result right (%lu wrong of %lu)", (unsigned long)wrong,
+		 (unsigned long)calls);
+	CHECK(name, wrong == 0 && calls > 0);
+	snprintf(name, sizeof name, "callee-saved registers and the stack intact (%lu calls not)",
+		 (unsigned long)clobbered);
+	CHECK(name, clobbered == 0);
+	snprintf(name, sizeof name, "calls ran through the wrappers (%lu, %lu, %lu) and past restored bytes (%lu)",
+		 (unsigned long)wrapped[0], (unsigned long)wrapped[1], (unsigned long)wrapped[2],
+		 (unsigned long)(calls - through));
+	CHECK(name, wrapped[0] && wrapped[1] && wrapped[2] && calls > through);
+	bool restored = true;
+
+	for (int i = 0; i < NFN; i++)
+		restored &= memcmp((const void *)(uintptr_t)list[i].at, list[i].before, MA_AGENT_PATCH_LEN) == 0;
+	CHECK("the original bytes back at the end", restored);
+	CHECK_DONE();
+}
