@@ -571,6 +571,19 @@ static bool is_main_executable(const struct ma_target *t, const struct ma_mappin
 	return m->path && strcmp(m->path, exe) == 0;
 }
 
+/*
+ * Is the executable's code mapped?  Not for a moment during exec(): the
+ * kernel maps the new program's segments one by one into the new,
+ * empty address space.
+ */
+static bool exe_code_mapped(const struct ma_target *t)
+{
+	for (size_t i = 0; i < t->nmaps; i++)
+		if (t->maps[i].path && t->maps[i].perms[2] == 'x' && is_main_executable(t, &t->maps[i]))
+			return true;
+	return false;
+}
+
 int ma_target_find_jemalloc(struct ma_target *t)
 {
 	bool stripped_static = false;
@@ -616,7 +629,7 @@ int ma_target_find_jemalloc(struct ma_target *t)
 				       "no mallctl in its mapped objects and the executable has no "
 				       ".symtab; run an unstripped build (or keep .symtab)",
 				       t->pid);
-		if (still_loading(t) || t->je_pending)
+		if (still_loading(t) || t->je_pending || !exe_code_mapped(t))
 			return ma_fail(MA_E_NOJEMALLOC,
 				       "process %d is still loading its libraries (it has just started "
 				       "or called exec): no jemalloc mapped yet; run memattach again",
