@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -347,7 +348,49 @@ static uint64_t random_seed(void)
 
 uint32_t ma_agent_mechanism_for(const struct ma_target *t)
 {
-	return t->je.is_static || !t->je.ntext ? MA_AGENT_MECH_HOOKS : MA_AGENT_MECH_GOT;
+	if (!t->je.ntext)
+		return MA_AGENT_MECH_HOOKS;
+	return t->je.is_static ? MA_AGENT_MECH_DETOUR : MA_AGENT_MECH_GOT;
+}
+
+/*
+ * Inline detours: the agent's trampoline area, the plans and trampolines
+ * (fragdetour.c), each entry's ORIGINAL into P.  0 or MA_E_*.
+ */
+static int prepare_detours(struct ma_session *s, struct ma_agent_view *v, struct ma_agent_params *p,
+			   struct ma_agent_patch *list, uint64_t *n)
+{
+	uint64_t near = s->t->je.text[0].lo;
+	int64_t area;
+	int rc;
+
+	if ((rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
+		return rc;
+	if (area < 0)
+		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(area));
+	if ((rc = current_agent(s, v)))
+		return rc;
+	return ma_detour_prepare(s->t, &v->ctl, p->original, list, n);
+}
+
+/* Have the agent write the N jumps of LIST (while the threads run): 0 or MA_E_*. */
+static int write_detours(struct ma_session *s, const struct ma_agent_view *v, const struct ma_agent_patch *list,
+			 uint64_t n)
+{
+	uint64_t args[3] = { 0, n, 0 };
+	int64_t ret;
+	int rc;
+
+	ma_session_reset(s);
+	if (!(args[0] = ma_session_alloc(s, n * sizeof(*list))))
+		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
+	if ((rc = ma_mem_write(s->t->proc_pid, args[0], list, n * sizeof(*list))) ||
+	    (rc = call_agent(s, v, MA_AGENT_OFF_patch, args, 3, STOP_TIMEOUT_MS, false, &ret)))
+		return rc;
+	if (ret != (int64_t)n)
+		return ma_fail(MA_E_JEMALLOC, "frag start: %s", ret < 0 ? agent_error(ret) :
+			       "not every entry point was rewritten");
+	return 0;
 }
 
 int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
@@ -359,13 +402,18 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	int64_t ret;
 	int rc;
 
-	if (ma_agent_mechanism_for(s->t) == MA_AGENT_MECH_HOOKS && !o->allow_hooks)
-		return ma_fail(MA_E_JEMALLOC, "jemalloc is linked statically into process %d (its callers "
-			       "call it directly: no GOT slot to rewrite), so frag could only sample "
-			       "through jemalloc's experimental hooks, whose install and removal crash "
-			       "programs that create and end threads continuously (a jemalloc 5.3 bug); "
-			       "nothing was loaded. 'memattach frag start %d --hooks' accepts that risk",
-			       s->t->pid, s->t->pid);
+	uint32_t mechanism = ma_agent_mechanism_for(s->t);
+	struct ma_agent_patch list[MA_AGENT_NENTRIES];
+	uint64_t nlist = 0;
+
+	if (mechanism == MA_AGENT_MECH_DETOUR && o->allow_hooks)
+		mechanism = MA_AGENT_MECH_HOOKS; /* asked for */
+	if (mechanism == MA_AGENT_MECH_HOOKS && !o->allow_hooks)
+		return ma_fail(MA_E_JEMALLOC, "jemalloc's code cannot be located in process %d, so frag "
+			       "could only sample through jemalloc's experimental hooks, whose install "
+			       "and removal crash programs that create and end threads continuously (a "
+			       "jemalloc 5.3 bug); nothing was loaded. 'memattach frag start %d --hooks' "
+			       "accepts that risk", s->t->pid, s->t->pid);
 	if ((rc = current_agent(s, &v)))
 		return rc;
 	if (v.ctl.state == MA_AGENT_STOPPING)
@@ -393,7 +441,9 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.shift = o->shift;
 	p.focus_size = o->focus_size;
 	p.seed = random_seed();
-	p.mechanism = ma_agent_mechanism_for(s->t);
+	p.mechanism = mechanism;
+	if (mechanism == MA_AGENT_MECH_DETOUR && (rc = prepare_detours(s, &v, &p, list, &nlist)))
+		return rc;
 	if (je->ntext) {
 		p.je_lo = je->text[0].lo;
 		p.je_hi = je->text[je->ntext - 1].hi;
@@ -418,6 +468,15 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 		return rc;
 	if (ret != MA_AGENT_OK)
 		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(ret));
+	if (mechanism == MA_AGENT_MECH_DETOUR && (rc = write_detours(s, &v, list, nlist))) {
+		bool inflight;
+		char why[400];
+
+		/* Undo what was written (the agent's stop takes back its recorded patch points). */
+		snprintf(why, sizeof(why), "%s", ma_errmsg());
+		ma_agent_stop_in(s, &inflight);
+		return ma_fail(rc, "%s", why);
+	}
 	return 0;
 }
 

@@ -16,10 +16,53 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 4
+#define MA_AGENT_VERSION 5
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
+/*
+ * The allocator entry points the agent wraps: X(id, symbol, prefixed,
+ * kind, integer arguments).  Calling an original with more integer
+ * arguments than it takes is harmless on x86-64.  memattach plans the
+ * inline detours from this list too.
+ */
+#define ENTRY_POINTS(X)                                                   \
+	X(malloc, "malloc", 1, ALLOC, 1)                                     \
+	X(calloc, "calloc", 1, ALLOC, 2)                                     \
+	X(aligned_alloc, "aligned_alloc", 1, ALLOC, 2)                       \
+	X(memalign, "memalign", 1, ALLOC, 2)                                 \
+	X(valloc, "valloc", 1, ALLOC, 1)                                     \
+	X(mallocx, "mallocx", 1, ALLOC, 2)                                   \
+	X(posix_memalign, "posix_memalign", 1, PMEMALIGN, 3)                 \
+	X(realloc, "realloc", 1, REALLOC, 2)                                 \
+	X(rallocx, "rallocx", 1, REALLOC, 3)                                 \
+	X(xallocx, "xallocx", 1, XALLOC, 4)                                  \
+	X(free, "free", 1, FREE, 1)                                          \
+	X(dallocx, "dallocx", 1, FREE, 2)                                    \
+	X(sdallocx, "sdallocx", 1, FREE, 3)                                  \
+	X(nw, "_Znwm", 0, ALLOC, 1)                                          \
+	X(na, "_Znam", 0, ALLOC, 1)                                          \
+	X(nw_nt, "_ZnwmRKSt9nothrow_t", 0, ALLOC, 2)                         \
+	X(na_nt, "_ZnamRKSt9nothrow_t", 0, ALLOC, 2)                         \
+	X(nw_al, "_ZnwmSt11align_val_t", 0, ALLOC, 2)                        \
+	X(na_al, "_ZnamSt11align_val_t", 0, ALLOC, 2)                        \
+	X(nw_al_nt, "_ZnwmSt11align_val_tRKSt9nothrow_t", 0, ALLOC, 3)       \
+	X(na_al_nt, "_ZnamSt11align_val_tRKSt9nothrow_t", 0, ALLOC, 3)       \
+	X(dl, "_ZdlPv", 0, FREE, 1)                                          \
+	X(da, "_ZdaPv", 0, FREE, 1)                                          \
+	X(dl_sz, "_ZdlPvm", 0, FREE, 2)                                      \
+	X(da_sz, "_ZdaPvm", 0, FREE, 2)                                      \
+	X(dl_al, "_ZdlPvSt11align_val_t", 0, FREE, 2)                        \
+	X(da_al, "_ZdaPvSt11align_val_t", 0, FREE, 2)                        \
+	X(dl_sz_al, "_ZdlPvmSt11align_val_t", 0, FREE, 3)                    \
+	X(da_sz_al, "_ZdaPvmSt11align_val_t", 0, FREE, 3)                    \
+	X(dl_nt, "_ZdlPvRKSt9nothrow_t", 0, FREE, 2)                         \
+	X(da_nt, "_ZdaPvRKSt9nothrow_t", 0, FREE, 2)                         \
+	X(dl_al_nt, "_ZdlPvSt11align_val_tRKSt9nothrow_t", 0, FREE, 3)       \
+	X(da_al_nt, "_ZdaPvSt11align_val_tRKSt9nothrow_t", 0, FREE, 3)
+
+#define MA_AGENT_NENTRIES 33
+
 #define MA_AGENT_MAX_FRAMES 48
 /* The sample table is split into this many independently locked stripes. */
 #define MA_AGENT_STRIPES 64
@@ -35,6 +78,7 @@ enum ma_agent_state {
 enum ma_agent_mechanism {
 	MA_AGENT_MECH_HOOKS = 0, /* jemalloc's experimental.hooks (static jemalloc only) */
 	MA_AGENT_MECH_GOT = 1, /* the GOT slots of every loaded object rewritten */
+	MA_AGENT_MECH_DETOUR = 2, /* one instruction of each entry point rewritten (static, prefixed) */
 };
 
 enum ma_agent_mode {
@@ -61,6 +105,8 @@ struct ma_agent_params {
 	uint64_t started_unix_ns;
 	/* samples held at most: each stripe max_samples / MA_AGENT_STRIPES, rounded up */
 	uint64_t max_samples;
+	/* DETOUR: each entry point's ORIGINAL in its trampoline (0: not detoured) */
+	uint64_t original[MA_AGENT_NENTRIES];
 };
 
 /* Return codes of the agent's entry points (negative errno otherwise). */
@@ -144,6 +190,15 @@ struct ma_agent_ctl {
 	/* samples allocated by the unwinder itself: the caller is their only frame */
 	uint64_t unwinder_samples;
 	uint64_t reserved[2];
+	/*
+	 * DETOUR: the trampoline area (mapped once, never unmapped: a thread
+	 * may be in it), each entry point's wrapper, and the patch points
+	 * written (stop takes them back itself).
+	 */
+	uint64_t tramp_area, tramp_len;
+	uint64_t wrapper[MA_AGENT_NENTRIES];
+	uint64_t ndetours;
+	struct ma_agent_patch detours[MA_AGENT_NENTRIES];
 };
 
 /*

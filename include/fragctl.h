@@ -95,4 +95,15 @@ int ma_agent_stop_in(struct ma_session *s, bool *inflight);
  */
 int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d);
 
+/*
+ * Inline detours (jemalloc linked statically or under a prefix): plan each
+ * of T's jemalloc entry points into the agent's trampoline area (C's
+ * tramp_area, wrappers C->wrapper), write the trampolines, and give the
+ * patch points the agent is to write (LIST, *N of them) and each entry's
+ * ORIGINAL (0: T has no such function).  0 or MA_E_* naming the entry
+ * point that cannot be detoured and why.
+ */
+int ma_detour_prepare(const struct ma_target *t, const struct ma_agent_ctl *c, uint64_t *original,
+		      struct ma_agent_patch *list, uint64_t *n);
+
 #endif

@@ -51,7 +51,7 @@ rm -rf "$results" && mkdir -p "$results" || exit 2
 
 # The longest tests of a run on this machine, in order (a fresh checkout
 # has no build/test-times yet).
-LONG="attach/safety_every_step.sh attach/frag_every_step.sh attach/frag_random_kill.sh
+LONG="attach/safety_every_step.sh attach/frag_every_step.sh attach/frag_random_kill.sh attach/frag_every_step_static.sh
 attach/safety_ptrace_errors.sh attach/syscalls.sh attach/safety_fork.sh attach/frag_churn.sh
 attach/safety_seccomp.sh attach/valgrind.sh attach/safety_random_kill.sh attach/frag_harness.sh
 attach/seccomp_sandbox.sh attach/stress.sh attach/frag_flavours.sh attach/frag_attack.sh

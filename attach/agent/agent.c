@@ -763,7 +763,7 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 			after_alloc(*(uint64_t *)(uintptr_t)a, RETURN_ADDRESS);   \
 		return (uint64_t)(uint32_t)rc;                                    \
 	}
-#define WRAP(id, sym, pre, kind) WRAP_##kind(id)
+#define WRAP(id, sym, pre, kind, nargs) WRAP_##kind(id)
 ENTRY_POINTS(WRAP)
 #undef WRAP
 
@@ -771,7 +771,7 @@ ENTRY_POINTS(WRAP)
 uint64_t agent_wrapper_of(enum entry_id id)
 {
 	static const void *const w[E_COUNT] = {
-#define ENTRY_W(id, s, pre, kind) [E_##id] = (const void *)w_##id,
+#define ENTRY_W(id, s, pre, kind, nargs) [E_##id] = (const void *)w_##id,
 		ENTRY_POINTS(ENTRY_W)
 #undef ENTRY_W
 	};
@@ -781,8 +781,18 @@ uint64_t agent_wrapper_of(enum entry_id id)
 /* A fork child's copy records nothing: another thread may have held a lock at the fork. */
 static void atfork_child(void)
 {
+	detour_fork_release();
 	if (ma_agent_ctl.state == MA_AGENT_RUNNING || ma_agent_ctl.state == MA_AGENT_STOPPING)
 		ma_agent_ctl.state = MA_AGENT_FORKED;
+}
+
+/* The fork handlers, once: a child must not inherit a patch point half written, nor record. */
+static void register_atfork(void)
+{
+	if (!atfork_registered) {
+		pthread_atfork(detour_fork_prepare, detour_fork_release, atfork_child);
+		atfork_registered = true;
+	}
 }
 
 /* ---- entry points, called by memattach in a borrowed thread ---- */
@@ -821,6 +831,11 @@ static int stop_impl(struct ma_agent_ctl *c)
 	__atomic_store_n(&c->state, MA_AGENT_STOPPING, __ATOMIC_SEQ_CST);
 	if (c->mechanism == MA_AGENT_MECH_GOT && c->slots_patched && (rc = got_restore_all(c)))
 		return rc; /* the wrappers only call the originals meanwhile; stop again */
+	if (c->ndetours) {
+		if ((rc = detour_rewrite(c->detours, c->ndetours, true)) < 0)
+			return rc; /* as above */
+		c->ndetours = 0;
+	}
 	if (c->hook_handle) {
 		void *handle = (void *)(uintptr_t)c->hook_handle;
 
@@ -938,7 +953,8 @@ static bool params_ok(const struct ma_agent_params *p)
 	       p->stack_cap >= 2 && p->frame_cap && p->max_samples && p->mallctl &&
 	       p->mallctlnametomib && p->mallctlbymib && (p->mode != MA_AGENT_MODE_FOCUS || p->malloc_usable_size) &&
 	       (p->mechanism == MA_AGENT_MECH_HOOKS ||
-		(p->mechanism == MA_AGENT_MECH_GOT && p->je_lo < p->je_hi));
+		(p->mechanism == MA_AGENT_MECH_GOT && p->je_lo < p->je_hi) ||
+		(p->mechanism == MA_AGENT_MECH_DETOUR && p->original[E_malloc] && p->original[E_free]));
 }
 
 static int install_hooks(struct ma_agent_ctl *c)
@@ -969,10 +985,7 @@ static int start_impl(const struct ma_agent_params *p)
 	learn_unwinder();
 	if ((rc = map_tables(c)) != MA_AGENT_OK)
 		return rc;
-	if (!atfork_registered) {
-		pthread_atfork(NULL, NULL, atfork_child);
-		atfork_registered = true;
-	}
+	register_atfork();
 	__atomic_add_fetch(&run_gen, 1, __ATOMIC_SEQ_CST);
 	if (c->mechanism == MA_AGENT_MECH_HOOKS) {
 		if ((rc = install_hooks(c))) {
@@ -980,6 +993,14 @@ static int start_impl(const struct ma_agent_params *p)
 			c->tables = c->tables_len = 0;
 			return rc;
 		}
+		__atomic_store_n(&c->state, MA_AGENT_RUNNING, __ATOMIC_SEQ_CST);
+		return MA_AGENT_OK;
+	}
+	if (c->mechanism == MA_AGENT_MECH_DETOUR) {
+		/* The trampolines' originals first: memattach writes the jumps next (ma_agent_patch). */
+		for (int i = 0; i < E_COUNT; i++)
+			if (p->original[i])
+				__atomic_store_n(&agent_original[i], p->original[i], __ATOMIC_SEQ_CST);
 		__atomic_store_n(&c->state, MA_AGENT_RUNNING, __ATOMIC_SEQ_CST);
 		return MA_AGENT_OK;
 	}
@@ -1106,13 +1127,60 @@ EXPORT int64_t ma_agent_query(void)
  */
 EXPORT int ma_agent_patch(const struct ma_agent_patch *list, uint64_t n, uint64_t undo)
 {
+	struct ma_agent_ctl *c = &ma_agent_ctl;
 	int rc;
 
-	if (!entry_take(&ma_agent_ctl))
+	if (!entry_take(c))
 		return -MA_AGENT_ECALL;
+	if (n > E_COUNT) {
+		entry_give(c);
+		return -MA_AGENT_EPARAM;
+	}
+	register_atfork();
+	/* Kept before writing: stop takes back whatever a killed memattach's call got written. */
+	for (uint64_t i = 0; !undo && i < n; i++) {
+		uint64_t k = 0;
+
+		while (k < c->ndetours && c->detours[k].at != list[i].at)
+			k++;
+		if (k == c->ndetours && c->ndetours < E_COUNT)
+			c->detours[c->ndetours++] = list[i];
+	}
 	rc = detour_rewrite(list, n, undo != 0);
-	entry_give(&ma_agent_ctl);
+	entry_give(c);
 	return rc;
+}
+
+/*
+ * The trampolines' area, within 2 GiB below NEAR (jemalloc's code: a jmp
+ * rel32 reaches it), mapped at the first call and never unmapped (a
+ * thread may be in a trampoline at any time); and each entry point's
+ * wrapper, for memattach's plans.  Its address, or -MA_AGENT_ENOMEM.
+ */
+EXPORT int64_t ma_agent_detour_area(uint64_t near)
+{
+	struct ma_agent_ctl *c = &ma_agent_ctl;
+	const uint64_t len = align_up(E_COUNT * 256, 4096);
+
+	if (!entry_take(c))
+		return -MA_AGENT_ECALL;
+	for (uint64_t d = 1 << 20; !c->tramp_area && d < (1ULL << 31) - len && d < near; d += 1 << 20) {
+		void *m = mmap((void *)(uintptr_t)((near - d) & ~4095ULL), len, PROT_READ | PROT_EXEC,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+		if (m == MAP_FAILED)
+			continue;
+		if ((uint64_t)(uintptr_t)m != ((near - d) & ~4095ULL)) { /* a kernel without NOREPLACE */
+			munmap(m, len);
+			continue;
+		}
+		c->tramp_area = (uint64_t)(uintptr_t)m;
+		c->tramp_len = len;
+	}
+	for (int i = 0; i < E_COUNT; i++)
+		c->wrapper[i] = agent_wrapper_of((enum entry_id)i);
+	entry_give(c);
+	return c->tramp_area ? (int64_t)c->tramp_area : -MA_AGENT_ENOMEM;
 }
 
 /* Release the last query's output (memattach has read it). */

@@ -16,14 +16,18 @@
  * After each step every thread of the process runs a core-serializing
  * instruction (membarrier SYNC_CORE), so none keeps decoding old bytes.
  * The writing thread blocks every signal meanwhile: a handler of its own
- * that allocated would reach P and wait on itself.  The page is made
- * writable only for the steps (read-execute again after).
+ * that allocated would reach P and wait on itself.  fork() waits for the
+ * steps of a patch point to end (a lock its prepare handler takes): a
+ * child copied between two steps would have no writer, and its first
+ * call there would wait forever.  The page is made writable only for the
+ * steps (read-execute again after).
  */
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -34,6 +38,25 @@
 #include "agent_int.h"
 
 enum { PAGE = 4096 };
+
+/* Held through the steps of one patch point, and by fork() from its prepare handler to its end. */
+static uint32_t steps_lock;
+
+void detour_fork_prepare(void)
+{
+	uint32_t free_ = 0;
+
+	while (!__atomic_compare_exchange_n(&steps_lock, &free_, 1, false, __ATOMIC_ACQUIRE,
+					    __ATOMIC_RELAXED)) {
+		free_ = 0;
+		sched_yield();
+	}
+}
+
+void detour_fork_release(void)
+{
+	__atomic_store_n(&steps_lock, 0, __ATOMIC_RELEASE);
+}
 
 static bool sync_registered;
 
@@ -108,6 +131,7 @@ static int rewrite(uint8_t *at, const uint8_t *from, const uint8_t *to)
 		return -MA_AGENT_EPATCH;
 	if (protect(at, PROT_READ | PROT_WRITE | PROT_EXEC))
 		return -MA_AGENT_EPROT;
+	detour_fork_prepare();
 	if (!store2(at, from, spin)) {
 		rc = -MA_AGENT_EPATCH;
 	} else {
@@ -117,6 +141,7 @@ static int rewrite(uint8_t *at, const uint8_t *from, const uint8_t *to)
 		store2(at, spin, to); /* only this thread writes here now: it holds */
 		sync_cores();
 	}
+	detour_fork_release();
 	protect(at, PROT_READ | PROT_EXEC);
 	return rc;
 }

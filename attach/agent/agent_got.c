@@ -30,7 +30,7 @@ struct entry {
 };
 
 static const struct entry entries[E_COUNT] = {
-#define ENTRY(id, s, pre, kind) [E_##id] = { s, pre, 0 },
+#define ENTRY(id, s, pre, kind, nargs) [E_##id] = { s, pre, 0 },
 	ENTRY_POINTS(ENTRY)
 #undef ENTRY
 };

@@ -12,51 +12,13 @@
 
 #include "agent_abi.h"
 
-/*
- * The entry points: X(id, symbol, prefixed, kind).  Calling an original
- * with more integer arguments than it takes is harmless on x86-64.
- */
-#define ENTRY_POINTS(X)                                                   \
-	X(malloc, "malloc", 1, ALLOC)                                     \
-	X(calloc, "calloc", 1, ALLOC)                                     \
-	X(aligned_alloc, "aligned_alloc", 1, ALLOC)                       \
-	X(memalign, "memalign", 1, ALLOC)                                 \
-	X(valloc, "valloc", 1, ALLOC)                                     \
-	X(mallocx, "mallocx", 1, ALLOC)                                   \
-	X(posix_memalign, "posix_memalign", 1, PMEMALIGN)                 \
-	X(realloc, "realloc", 1, REALLOC)                                 \
-	X(rallocx, "rallocx", 1, REALLOC)                                 \
-	X(xallocx, "xallocx", 1, XALLOC)                                  \
-	X(free, "free", 1, FREE)                                          \
-	X(dallocx, "dallocx", 1, FREE)                                    \
-	X(sdallocx, "sdallocx", 1, FREE)                                  \
-	X(nw, "_Znwm", 0, ALLOC)                                          \
-	X(na, "_Znam", 0, ALLOC)                                          \
-	X(nw_nt, "_ZnwmRKSt9nothrow_t", 0, ALLOC)                         \
-	X(na_nt, "_ZnamRKSt9nothrow_t", 0, ALLOC)                         \
-	X(nw_al, "_ZnwmSt11align_val_t", 0, ALLOC)                        \
-	X(na_al, "_ZnamSt11align_val_t", 0, ALLOC)                        \
-	X(nw_al_nt, "_ZnwmSt11align_val_tRKSt9nothrow_t", 0, ALLOC)       \
-	X(na_al_nt, "_ZnamSt11align_val_tRKSt9nothrow_t", 0, ALLOC)       \
-	X(dl, "_ZdlPv", 0, FREE)                                          \
-	X(da, "_ZdaPv", 0, FREE)                                          \
-	X(dl_sz, "_ZdlPvm", 0, FREE)                                      \
-	X(da_sz, "_ZdaPvm", 0, FREE)                                      \
-	X(dl_al, "_ZdlPvSt11align_val_t", 0, FREE)                        \
-	X(da_al, "_ZdaPvSt11align_val_t", 0, FREE)                        \
-	X(dl_sz_al, "_ZdlPvmSt11align_val_t", 0, FREE)                    \
-	X(da_sz_al, "_ZdaPvmSt11align_val_t", 0, FREE)                    \
-	X(dl_nt, "_ZdlPvRKSt9nothrow_t", 0, FREE)                         \
-	X(da_nt, "_ZdaPvRKSt9nothrow_t", 0, FREE)                         \
-	X(dl_al_nt, "_ZdlPvSt11align_val_tRKSt9nothrow_t", 0, FREE)       \
-	X(da_al_nt, "_ZdaPvSt11align_val_tRKSt9nothrow_t", 0, FREE)
-
 enum entry_id {
-#define ENTRY_ID(id, sym, pre, kind) E_##id,
+#define ENTRY_ID(id, sym, pre, kind, nargs) E_##id,
 	ENTRY_POINTS(ENTRY_ID)
 #undef ENTRY_ID
 	E_COUNT
 };
+_Static_assert(E_COUNT == MA_AGENT_NENTRIES, "agent_abi.h counts the entry points");
 
 /* The function each slot held before it was rewritten: set once, never cleared. */
 extern uint64_t agent_original[E_COUNT];
@@ -108,5 +70,8 @@ int got_restore_all(struct ma_agent_ctl *c);
  * at the first that failed (those before it stay done).
  */
 int detour_rewrite(const struct ma_agent_patch *list, uint64_t n, bool undo);
+/* fork()'s handlers: wait for a patch point's steps to end, and let the writer go on. */
+void detour_fork_prepare(void);
+void detour_fork_release(void);
 
 #endif

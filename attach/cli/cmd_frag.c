@@ -33,11 +33,12 @@ static const char about[] =
 	"objects pin those slabs.  No restart and no special build: 'start' loads a\n"
 	"small agent into the process (dlopen of a memfd; nothing on disk) that\n"
 	"points the GOT slots of the allocation functions at its wrappers (where\n"
-	"jemalloc is linked statically, only with --hooks: jemalloc's hooks, which\n"
-	"crash programs whose threads come and go) and samples live allocations with their\n"
+	"jemalloc is linked statically: a jump written over one instruction of each\n"
+	"of its entry points) and samples live allocations with their\n"
 	"stacks; 'report' asks jemalloc (experimental.utilization.batch_query) how\n"
 	"full each sampled object's slab is and estimates, per stack, the waste its\n"
-	"survivors pin; 'stop' restores the slots and frees the agent's memory.\n"
+	"survivors pin; 'stop' restores the slots (or the entry points) and frees\n"
+	"the agent's memory.\n"
 	"Reports cover allocations made since 'frag start'.\n";
 
 #define DEFAULT_SHIFT 8
@@ -125,8 +126,8 @@ static bool frag_table(const char *sub, struct frag_args *a, struct ma_opt *opts
 			  "as needed; each of its 64 stripes holds N/64, rounded up); samples beyond it "
 			  "are dropped and counted (status and report say so)" },
 		MA_FLAG("--hooks", &a->hooks,
-			"where jemalloc is linked statically: sample through jemalloc's hooks (they crash "
-			"programs whose threads come and go)"),
+			"where jemalloc is linked statically: sample through jemalloc's hooks instead of "
+			"inline detours (the hooks crash programs whose threads come and go)"),
 		FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END,
 	};
 	const struct ma_opt report[] = {
@@ -483,7 +484,9 @@ static int do_start(struct frag_args *a)
 		ma_print_wrapped(2, "every malloc/free now goes through %s; 'memattach frag report "
 		       "%d' attributes the waste of allocations made from now on, 'memattach "
 		       "frag stop %d' undoes it\n", v->ctl.mechanism == MA_AGENT_MECH_GOT ?
-		       "the agent's wrappers (GOT slots)" : "jemalloc's hooks", a->pid, a->pid);
+		       "the agent's wrappers (GOT slots)" : v->ctl.mechanism == MA_AGENT_MECH_DETOUR ?
+		       "the agent's wrappers (a jump written into each entry point)" : "jemalloc's hooks",
+		       a->pid, a->pid);
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -557,6 +560,7 @@ static int do_stop(struct frag_args *a)
 		ma_print_wrapped(2, "frag agent stopped in process %d: %s, tables released (%s "
 		       "reserved, %s resident; %llu samples)\n", a->pid,
 		       before->ctl.mechanism == MA_AGENT_MECH_GOT ? "slots restored" :
+		       before->ctl.mechanism == MA_AGENT_MECH_DETOUR ? "entry points restored" :
 		       "hooks removed", ma_fmt_bytes(b, sizeof(b), before->table_bytes),
 		       ma_fmt_bytes(r, sizeof(r), before->table_resident),
 		       (unsigned long long)before->live);
@@ -619,7 +623,9 @@ static int do_status(struct frag_args *a)
 			ma_json_u64(&j, "dropped_stacks", v.ctl.dropped_stacks);
 			ma_json_u64(&j, "stacks", v.ctl.nstacks);
 			ma_json_u64(&j, "memory_bytes", v.table_bytes);
-			ma_json_str(&j, "mechanism", v.ctl.mechanism == MA_AGENT_MECH_GOT ? "got" : "hooks");
+			ma_json_str(&j, "mechanism", v.ctl.mechanism == MA_AGENT_MECH_GOT ? "got" :
+				    v.ctl.mechanism == MA_AGENT_MECH_DETOUR ? "detour" : "hooks");
+			ma_json_u64(&j, "detours", v.ctl.ndetours);
 			ma_json_u64(&j, "slots_patched", v.ctl.slots_patched);
 			ma_json_u64(&j, "slots_failed", v.ctl.slots_failed);
 			ma_json_u64(&j, "slots_foreign", v.ctl.slots_foreign);

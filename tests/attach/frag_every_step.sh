@@ -25,7 +25,10 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 plan 29
-need_fixtures daemon
+# FRAG_FIXTURE=daemon_static: the same on jemalloc linked in (the inline
+# detours: frag_every_step_static.sh).
+FIXTURE=${FRAG_FIXTURE:-daemon}
+need_fixtures "$FIXTURE"
 export MEMATTACH_TEST_STEPS_CHANGES=1
 HEAD=${HEAD:-16} MID=${MID:-24} TAIL=${TAIL:-48}
 
@@ -45,7 +48,7 @@ kill_points() {
 # fix_start polling every 10 ms: the first sweep replaces its target ~100 times.
 start_target() {
 	# one worker: every thread visit after a hook change is the same code
-	FIX_POLL_MS=10 fix_start daemon -t 1 -n 512 || return 1
+	FIX_POLL_MS=10 fix_start "$FIXTURE" -t 1 -n 512 || return 1
 	T_PID=$FIX_PID T_FD=$FIX_FD T_OUT=$FIX_OUT T_DIR=$(dirname "$FIX_OUT")
 }
 quit_target() { # -> the fixture's exit status (fixlib: 0 = verdict ok)
@@ -142,12 +145,12 @@ sweep() {
 		[ "$fd1" -eq "$fd0" -a "$(agent_inodes)" -le 1 ]
 }
 
-start_target || { fail "daemon: start"; exit 1; }
+start_target || { fail "$FIXTURE: start"; exit 1; }
 sweep "frag start (loading the agent)" stopped stopped 1 start
 settle running && settle stopped # the agent loaded (the last sweep left a new target)
 sweep "frag start (agent loaded)" stopped stopped 0 start
 sweep "frag report --no-flush" running running 0 report --no-flush
 sweep "frag stop" running stopped 0 stop
 quit_target; rc=$?
-check "daemon: exits cleanly after all sweeps (status $rc)" [ "$rc" -eq 0 ]
+check "$FIXTURE: exits cleanly after all sweeps (status $rc)" [ "$rc" -eq 0 ]
 report_time

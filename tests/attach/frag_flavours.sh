@@ -2,10 +2,10 @@
 # frag on every jemalloc flavour: shared (daemon), static (daemon_static),
 # static _rjem_-prefixed (daemon_prefixed), C++ (daemon_cxx) and Rust
 # (daemon_rust).  Each daemon churns and checks its heap; per flavour:
-# where jemalloc is linked statically (no GOT slot: only jemalloc's hooks,
-# which crash thread-churning programs), start without --hooks is refused
-# at once naming --hooks, with nothing loaded, and start --hooks works;
-# elsewhere start works, the report has samples whose stacks name the daemon's own
+# where jemalloc is linked statically (no GOT slot), start writes inline
+# detours into every entry point it has (status: mechanism detour, at
+# least 10), and after stop the executable's code in memory is byte for
+# byte the file's again; start works, the report has samples whose stacks name the daemon's own
 # worker function (not jemalloc's frames: the allocator's frames are cut),
 # its attributed waste (an estimate, from ~1000 samples of a heap that
 # churns between the query and the bins read) is not above 1.5x the process's
@@ -16,22 +16,47 @@
 # descriptors and mapping count do not grow, and the agent is loaded once.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 38
+plan 41
 need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
+
+# code_as_file PID: every executable mapping of PID's program holds the
+# bytes of its file at that offset (no detour left behind).
+code_as_file() {
+	python3 - "$1" <<'PY'
+import sys
+pid = sys.argv[1]
+exe = __import__("os").readlink(f"/proc/{pid}/exe")
+n = diff = 0
+with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem, open(exe, "rb") as f:
+    for line in maps:
+        p = line.split()
+        if len(p) < 6 or p[5] != exe or p[1][2] != "x":
+            continue
+        lo, hi = (int(x, 16) for x in p[0].split("-"))
+        mem.seek(lo); f.seek(int(p[2], 16))
+        a, b = mem.read(hi - lo), f.read(hi - lo)
+        n += len(b)
+        diff += sum(1 for x, y in zip(a, b) if x != y)
+print(f"{n} bytes of code compared, {diff} differ")
+sys.exit(not (n > 0 and diff == 0))
+PY
+}
 
 for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
 	fix_start "$f" -t 2 || { fail "$f: start"; continue; }
 	P=$FIX_PID
-	hooks=()
-	if ! ldd "$FIX/$f" | grep -q libjemalloc; then
-		"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
-		loaded=$(grep -c memattach-agent "/proc/$P/maps")
-		check "$f (static jemalloc): frag start refused without --hooks, nothing loaded (exit $rc, $loaded agent mappings: $(unwrapped "$TMP/s.out" | head -1 | cut -c1-200))" \
-			eval '[ "$rc" -eq 1 ] && [ "$loaded" -eq 0 ] && unwrapped "$TMP/s.out" | grep -q "linked statically.*--hooks. accepts that risk"'
-		hooks=(--hooks)
+	static=0
+	ldd "$FIX/$f" | grep -q libjemalloc || static=1
+	"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
+	check "$f: frag start --shift 2 ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
+	if [ $static -eq 1 ]; then
+		"$MA" frag status "$P" --json >"$TMP/status.json"
+		out=$(jcheck 'import json,sys
+s=json.load(open(sys.argv[1]))
+print("mechanism", s.get("mechanism"), "detours", s.get("detours"))
+sys.exit(not (s.get("mechanism") == "detour" and s.get("detours", 0) >= 10))' "$TMP/status.json" 2>&1)
+		check "$f (static jemalloc): started with inline detours, no --hooks ($out)" [ $? -eq 0 ]
 	fi
-	"$MA" frag start "$P" --shift 2 "${hooks[@]}" >"$TMP/s.out" 2>&1; rc=$?
-	check "$f: frag start --shift 2 ${hooks[*]} ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
 	bsleep 0.5
 	"$MA" frag report "$P" --json >"$TMP/r.json" 2>"$TMP/r.err"
 	out=$(jcheck 'import json,sys,re
@@ -47,6 +72,10 @@ sys.exit(not (r["samples"] > 0 and own and not bad and r["attributed_waste"] <= 
 	check "$f: frag stop ($(head -1 "$TMP/st.err"))" [ "$rc" -eq 0 ]
 	"$MA" frag status "$P" --json >"$TMP/status.json"
 	check "$f: status after stop: stopped" grep -q '"state":"stopped"' "$TMP/status.json"
+	if [ $static -eq 1 ]; then
+		out=$(code_as_file "$P" 2>&1)
+		check "$f (static jemalloc): after stop, its code in memory is the file's ($out)" [ $? -eq 0 ]
+	fi
 	v=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)
 	check "$f: verdict ok ($v)" verdict_ok "$v"
 	fix_quit "$P" "$FIX_FD"; rc=$?

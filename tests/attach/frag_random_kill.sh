@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # memattach frag start / report / stop SIGKILLed at a random instant, RUNS
-# times (1,000 under make soak, 300 in make test), in turn on two self-checking targets that allocate
+# times (1,000 under make soak, 300 in make test), in turn on three self-checking targets that allocate
 # all the time:
-#   daemon     (-t 4: workers allocating and checking their objects)
-#   fragchurn  (detached threads created and ended without pause, each one
-#              malloc+free, plus two allocating workers)
-# The targets take their turns (half the runs each, start, report and
-# stop in turn), the second started after the first quit.
+#   daemon        (-t 4: workers allocating and checking their objects)
+#   fragchurn     (detached threads created and ended without pause, each one
+#                 malloc+free, plus two allocating workers)
+#   daemon_static (-t 4, jemalloc linked in: the inline detours, written
+#                 into its entry points while the workers call them)
+# The targets take their turns (a third of the runs each, start, report and
+# stop in turn), each started after the one before quit.
 # Each run is killed at a uniformly random instant of its normal length
 # (safety_tool killat; the window per target and command is the median of
 # 3 normal runs, at least 5 ms).  start picks a random --shift (0-10), so
@@ -19,12 +21,12 @@
 # is stopped or traced, the verdict is ok, the target still progresses.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 15
-need_fixtures daemon fragchurn safety_tool
+plan 21
+need_fixtures daemon fragchurn daemon_static safety_tool
 RUNS=${RUNS:-$(sized 1000 300)}
 CMDS=(start report stop)
-NAMES=(daemon fragchurn)
-declare -A ARGS_OF=([daemon]="-t 4 -p 1000" [fragchurn]="")
+NAMES=(daemon fragchurn daemon_static)
+declare -A ARGS_OF=([daemon]="-t 4 -p 1000" [fragchurn]="" [daemon_static]="-t 4 -p 1000")
 declare -A PID FD OUT DIR C0 DEATHS
 
 start() { # start NAME
@@ -111,21 +113,22 @@ end_checks() {
 	echo "# $n: frag stop left: $(head -1 "$TMP/s3.err")"
 }
 
-# One target at a time (half the runs each): fragchurn's thread churn
-# takes a CPU and more, and would only slow the daemon's half.
-half=$((RUNS / 2))
+# One target at a time (a third of the runs each): fragchurn's thread
+# churn takes a CPU and more, and would only slow the others' runs.
+k=0
 for n in "${NAMES[@]}"; do
 	start "$n" || { fail "$n: start"; exit 1; }
 	v=$(fix_cmd "${PID[$n]}" "${FD[$n]}" "${OUT[$n]}" verdict); C0[$n]=$(vfield "$v" checks)
 	DEATHS[$n]=0
 	kill_window "$n"
-	if [ "$n" = "${NAMES[0]}" ]; then kill_runs "$n" 0 "$half"; else kill_runs "$n" "$half" "$RUNS"; fi
+	kill_runs "$n" $((RUNS * k / 3)) $((RUNS * (k + 1) / 3))
 	end_checks "$n"
+	k=$((k + 1))
 done
 
 echo "# $RUNS runs, each killed at a random instant of its run: $killed killed, $finished finished first, $failed exit 1, $other other; $(elapsed) s"
 [ -s "$TMP/failed.txt" ] && echo "# exit 1 messages: $(top_lines "$TMP/failed.txt" 4)"
 check "$RUNS randomly killed frag runs: memattach exited 0, 1 or by the kill every time ($other other: $(top_lines "$TMP/other.txt" 2))" [ "$other" -eq 0 ]
 check "$RUNS randomly killed frag runs: $killed killed mid-run, $finished finished first (the kill landed before the end in most runs)" [ "$killed" -gt $((RUNS / 2)) ]
-check "$RUNS randomly killed frag runs: $deaths target deaths (daemon ${DEATHS[daemon]}, fragchurn ${DEATHS[fragchurn]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
+check "$RUNS randomly killed frag runs: $deaths target deaths (daemon ${DEATHS[daemon]}, fragchurn ${DEATHS[fragchurn]}, daemon_static ${DEATHS[daemon_static]})$([ "$deaths" -gt 0 ] && echo ": $(head -3 "$TMP/deaths.txt" | tr '\n' ';')")" [ "$deaths" -eq 0 ]
 report_time

@@ -12,7 +12,11 @@
  *     through call_checked, every callee-saved register and the stack;
  *   - a fourth sends those threads SIGUSR1 without pause: the handler
  *     calls the functions too, from wherever the thread was interrupted
- *     (in a prologue, at the patch point, in a trampoline).
+ *     (in a prologue, at the patch point, in a trampoline);
+ *   - a fifth forks without pause; each child calls the functions in its
+ *     copy of the code and exits: a child copied between two steps of a
+ *     patch point would find no writer there and wait forever (a hang
+ *     the parent counts after 5 s).
  * A thread that ran half an old and half a new instruction, resumed in
  * the middle of a jump, or came back from the hop with a register or the
  * stack wrong, crashes the test or counts an error.  Both paths must have
@@ -32,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent_abi.h"
@@ -169,6 +175,49 @@ static void *signaller(void *arg)
 	return NULL;
 }
 
+static atomic_ulong forks, child_failed, child_hung;
+
+/* Wait up to 5 s for child PID: 0 exited 0, 1 other status, 2 hung (killed). */
+static int reap(pid_t pid)
+{
+	struct timespec pause = { 0, 1000000 };
+	int status;
+
+	for (int i = 0; i < 5000; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+		nanosleep(&pause, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return 2;
+}
+
+static void *forker(void *arg)
+{
+	(void)arg;
+	while (atomic_load_explicit(&running, memory_order_relaxed)) {
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			for (int k = 0; k < 20; k++)
+				for (int i = 0; i < NFN; i++)
+					if (fns[i].fn(k * 37) != fns[i].want(k * 37))
+						_exit(3);
+			_exit(0);
+		}
+		if (pid < 0)
+			continue;
+		atomic_fetch_add_explicit(&forks, 1, memory_order_relaxed);
+		switch (reap(pid)) {
+		case 1: atomic_fetch_add_explicit(&child_failed, 1, memory_order_relaxed); break;
+		case 2: atomic_fetch_add_explicit(&child_hung, 1, memory_order_relaxed); break;
+		default: break;
+		}
+	}
+	return NULL;
+}
+
 static uint8_t *page_near(uint64_t addr)
 {
 	for (uint64_t d = 1 << 20; d < (1ULL << 30); d += 1 << 20) {
@@ -190,7 +239,7 @@ int main(int argc, char **argv)
 	struct ma_detour_plan plan;
 	uint8_t *tramp = page_near((uint64_t)d_prologue);
 	void *agent;
-	pthread_t sig;
+	pthread_t sig, fk;
 
 	if (n <= 0 || !tramp)
 		return 2;
@@ -227,6 +276,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		pthread_create(&callers[i], NULL, caller, (void *)(uintptr_t)(i + 1));
 	pthread_create(&sig, NULL, signaller, NULL);
+	pthread_create(&fk, NULL, forker, NULL);
 
 	int written = 0, taken_back = 0, first_rc = 0;
 
@@ -242,6 +292,7 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&running, false);
 	pthread_join(sig, NULL);
+	pthread_join(fk, NULL);
 	for (int i = 0; i < 3; i++)
 		pthread_join(callers[i], NULL);
 
@@ -262,6 +313,9 @@ int main(int argc, char **argv)
 		 (unsigned long)wrapped[0], (unsigned long)wrapped[1], (unsigned long)wrapped[2],
 		 (unsigned long)(calls - through));
 	CHECK(name, wrapped[0] && wrapped[1] && wrapped[2] && calls > through);
+	snprintf(name, sizeof name, "%lu fork children called the functions in their copy: %lu wrong, %lu hung",
+		 (unsigned long)forks, (unsigned long)child_failed, (unsigned long)child_hung);
+	CHECK(name, forks > 0 && child_failed == 0 && child_hung == 0);
 	bool restored = true;
 
 	for (int i = 0; i < NFN; i++)
