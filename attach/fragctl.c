@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -354,6 +357,31 @@ uint32_t ma_agent_mechanism_for(const struct ma_target *t)
 }
 
 /*
+ * The syscalls the agent makes to write detours: a seccomp filter must
+ * allow them (one that answers an error makes start refuse, named; one
+ * that kills would kill the target).
+ */
+static int check_detour_syscalls(struct ma_session *s)
+{
+	struct ma_sc_query q[] = {
+		{ SYS_mmap, { 0, 12288, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+			      (uint64_t)-1, 0 }, 0, "mmap (the trampolines)" },
+		{ SYS_mprotect, { 0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0 }, 0,
+		  "mprotect to read-write-execute (writing a detour)" },
+		{ SYS_mprotect, { 0, 4096, PROT_READ | PROT_EXEC, 0, 0, 0 }, 0, "mprotect (after a detour)" },
+		{ SYS_membarrier, { MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0 }, 0,
+		  "membarrier (writing a detour)" },
+		{ SYS_membarrier, { MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0 }, 0,
+		  "membarrier (writing a detour)" },
+		{ SYS_rt_sigprocmask, { SIG_BLOCK, 0, 0, 8, 0, 0 }, 0, "rt_sigprocmask (writing a detour)" },
+	};
+
+	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+		q[i].ip = s->stub + MA_STUB_MARKER_END;
+	return ma_session_check_syscalls(s, q, sizeof(q) / sizeof(q[0]));
+}
+
+/*
  * Inline detours: the agent's trampoline area, the plans and trampolines
  * (fragdetour.c), each entry's ORIGINAL into P.  0 or MA_E_*.
  */
@@ -364,7 +392,8 @@ static int prepare_detours(struct ma_session *s, struct ma_agent_view *v, struct
 	int64_t area;
 	int rc;
 
-	if ((rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
+	if ((rc = check_detour_syscalls(s)) ||
+	    (rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
 		return rc;
 	if (area < 0)
 		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(area));
