@@ -364,7 +364,7 @@ uint32_t ma_agent_mechanism_for(const struct ma_target *t)
 static int check_detour_syscalls(struct ma_session *s)
 {
 	struct ma_sc_query q[] = {
-		{ SYS_mmap, { 0, 12288, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+		{ SYS_mmap, { 0, MA_AGENT_TRAMP_LEN, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
 			      (uint64_t)-1, 0 }, 0, "mmap (the trampolines)" },
 		{ SYS_mprotect, { 0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0 }, 0,
 		  "mprotect to read-write-execute (writing a detour)" },

@@ -17,7 +17,6 @@
 #include "ma_error.h"
 #include "target.h"
 
-#define TRAMP_STRIDE 256 /* bytes per entry point in the agent's area */
 #define BODY_MAX (1 << 20) /* a function longer than this is not read whole */
 
 struct entry {
@@ -99,7 +98,7 @@ int ma_detour_prepare(const struct ma_target *t, const struct ma_agent_ctl *c, u
 	int rc;
 
 	*n = 0;
-	if (!c->tramp_area || c->tramp_len < MA_AGENT_NENTRIES * TRAMP_STRIDE)
+	if (!c->tramp_area || c->tramp_len < MA_AGENT_NENTRIES * MA_AGENT_TRAMP_STRIDE)
 		return ma_fail(MA_E_INTERNAL, "the agent has no trampoline area");
 	if ((rc = open_jemalloc_file(t, &e)))
 		return rc;
@@ -107,7 +106,7 @@ int ma_detour_prepare(const struct ma_target *t, const struct ma_agent_ctl *c, u
 		struct ma_detour_plan plan;
 		struct ma_agent_patch *p = &list[*n];
 
-		rc = plan_entry(t, &e, i, c->tramp_area + (uint64_t)i * TRAMP_STRIDE, c->wrapper[i], &plan);
+		rc = plan_entry(t, &e, i, c->tramp_area + (uint64_t)i * MA_AGENT_TRAMP_STRIDE, c->wrapper[i], &plan);
 		if (rc == 1) {
 			rc = 0;
 			continue;

@@ -131,6 +131,9 @@ struct ma_agent_params {
  * becomes AFTER (a jmp rel32 to its trampoline), or back.
  */
 #define MA_AGENT_PATCH_LEN 5
+/* The trampolines' area: one slot per entry point, whole pages. */
+#define MA_AGENT_TRAMP_STRIDE 256
+#define MA_AGENT_TRAMP_LEN ((MA_AGENT_NENTRIES * MA_AGENT_TRAMP_STRIDE + 4095) & ~4095ULL)
 struct ma_agent_patch {
 	uint64_t at;
 	uint8_t before[8], after[8];

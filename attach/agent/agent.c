@@ -1160,7 +1160,7 @@ EXPORT int ma_agent_patch(const struct ma_agent_patch *list, uint64_t n, uint64_
 EXPORT int64_t ma_agent_detour_area(uint64_t near)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
-	const uint64_t len = align_up(E_COUNT * 256, 4096);
+	const uint64_t len = MA_AGENT_TRAMP_LEN;
 
 	if (!entry_take(c))
 		return -MA_AGENT_ECALL;
