@@ -49,6 +49,8 @@
  *   (a byte every 4 s is closed at 5 s, as a silent connection is);
  *   Prometheus sends its request at once;
  * - the whole answer must be taken within 10 s of its first byte;
+ * - a connection has 0.5 s to send its request before a newer one may push
+ *   it out (a scraper on a loaded machine needs tens of ms);
  * - at most 256 connections at once (fewer if RLIMIT_NOFILE is low), the
  *   descriptors FD_RESERVE apart for stdio, the listener and a scrape
  *   (which has about 5 open at once: /proc files, the run lock...);
@@ -60,7 +62,9 @@
 #define CONN_CAP_MAX 256
 #define FD_RESERVE 64
 #define ANSWER_BYTES_MAX (64u << 20)
-/* Out of descriptors or memory for accept(): leave the backlog alone this long. */
+/* A connection is not pushed out for a newer one before it had this long to send its request. */
+#define READ_GRACE_NS (500 * 1000000ULL)
+/* Out of descriptors or memory for accept(), or every slot answering: leave the backlog alone this long. */
 #define LISTENER_PAUSE_NS (100 * 1000000ULL)
 
 static const char about[] =
@@ -83,7 +87,8 @@ static const char about[] =
 	"scrape.  A request must arrive whole within 5 s of connecting and its\n"
 	"answer be read within 10 s, else the connection is closed; at most 256\n"
 	"connections are open at once (fewer under a low RLIMIT_NOFILE), a new one\n"
-	"past that closing the oldest that has not sent its whole request.\n";
+	"past that closing the oldest that has not sent its whole request once it\n"
+	"has had 0.5 s to send it.\n";
 
 static const char *const content_types[] = {
 	[MA_OM_OPENMETRICS] = "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -622,15 +627,18 @@ static void close_expired(struct server *s, uint64_t polled_ns)
 }
 
 /*
- * A slot for a new connection.  At the cap, the oldest connection still
- * sending its request is closed: a scraper sends its request as soon as
- * it connects, so the ones that linger are idle or dripping.  Refusing
- * the new connection instead would let whoever holds the slots keep
- * Prometheus out for as long as they reconnect; this way an attacker must
- * open CAP connections between a scraper's connect and its request.
- * NULL if every slot is answering.
+ * The slot a new connection would take: a free one, else the oldest
+ * connection still sending its request once it has had READ_GRACE_NS to
+ * send it.  A scraper sends its request as soon as it connects, so the
+ * ones that linger are idle or dripping; refusing new connections instead
+ * would let whoever holds the slots keep Prometheus out for as long as
+ * they reconnect.  The grace is what keeps a flood of reconnections from
+ * pushing out a scraper whose request is still on its way (on a loaded
+ * machine it can take tens of ms): no connection leaves for a newer one
+ * before it was given the time to ask.  NULL if none can be taken now;
+ * then *WAKE_NS is when one can (0: when an answer ends).
  */
-static struct conn *slot_for_new(struct server *s)
+static struct conn *slot_for_new(struct server *s, uint64_t now, uint64_t *wake_ns)
 {
 	struct conn *oldest = NULL;
 
@@ -642,40 +650,43 @@ static struct conn *slot_for_new(struct server *s)
 		if (c->state == CONN_READING && (!oldest || c->opened_ns < oldest->opened_ns))
 			oldest = c;
 	}
-	if (oldest)
-		close_conn(s, oldest);
-	return oldest;
+	*wake_ns = oldest ? oldest->opened_ns + READ_GRACE_NS : 0;
+	return oldest && now >= *wake_ns ? oldest : NULL;
 }
 
 /*
- * Accept what waits, up to half the cap per pass: a connection accepted
- * now is read in the next pass, before that pass accepts more, so no
- * burst of newer ones can push it out unread.
+ * Accept what waits, up to half the cap per pass, while a slot can take
+ * it; otherwise the backlog waits (the kernel keeps it in order, so a
+ * scraper queued behind a flood is reached, its request there by then).
  */
 static void accept_new(struct server *s)
 {
 	size_t per_pass = s->cap > 1 ? s->cap / 2 : 1;
 
 	for (size_t i = 0; i < per_pass; i++) {
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct conn *c;
+		uint64_t now = ma_now_ns(), wake_ns;
+		struct conn *c = slot_for_new(s, now, &wake_ns);
+		int fd;
 
+		if (!c) {
+			s->listener_paused_until = wake_ns ? wake_ns : now + LISTENER_PAUSE_NS;
+			return;
+		}
+		fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			bool out_of_room = errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 					   errno == ENOMEM;
 
 			/* Rather than spin on a backlog we cannot take now. */
 			if (out_of_room)
-				s->listener_paused_until = ma_now_ns() + LISTENER_PAUSE_NS;
+				s->listener_paused_until = now + LISTENER_PAUSE_NS;
 			return;
 		}
-		if (!(c = slot_for_new(s))) {
-			close(fd);
-			continue;
-		}
+		if (c->state != CONN_FREE)
+			close_conn(s, c);
 		c->fd = fd;
 		c->state = CONN_READING;
-		c->opened_ns = ma_now_ns();
+		c->opened_ns = now;
 		c->deadline_ns = c->opened_ns + REQUEST_DEADLINE_NS;
 		c->got = 0;
 		c->scrape = NULL;
