@@ -46,9 +46,46 @@ static bool is_agent_mapping(const struct ma_mapping *m)
 	return m->path && strcmp(m->path, "/memfd:" MA_AGENT_MEMFD_NAME) == 0;
 }
 
-/* The agent's mappings in T: load base and code range.  False if not loaded. */
+/*
+ * Is the agent loaded at BASE whole: its code mapped executable and its
+ * control block in a writable mapping of its file?  A dlopen that failed
+ * half way (ENOMEM, a filter) can leave a mapping of the file behind
+ * without them.
+ */
+static bool loaded_whole(const struct ma_target *t, uint64_t base)
+{
+	uint64_t ctl = base + MA_AGENT_OFF_ctl, ctl_end = ctl + sizeof(struct ma_agent_ctl);
+	bool code = false, data = false;
+
+	for (size_t i = 0; i < t->nmaps; i++) {
+		const struct ma_mapping *m = &t->maps[i], *prev = i ? &t->maps[i - 1] : NULL;
+		/* the zeroed data past the file's end: anonymous, right after the file's data */
+		bool bss = !m->path && prev && is_agent_mapping(prev) && prev->end == m->start;
+
+		code |= is_agent_mapping(m) && m->perms[2] == 'x' && m->start - m->offset == base;
+		if ((is_agent_mapping(m) || bss) && m->perms[1] == 'w' && m->start <= ctl && ctl < m->end)
+			data = ctl_end <= m->end || (i + 1 < t->nmaps && t->maps[i + 1].start == m->end &&
+						     ctl_end <= t->maps[i + 1].end && t->maps[i + 1].perms[1] == 'w');
+	}
+	return code && data;
+}
+
+/*
+ * The agent's mappings in T: load base and code range.  False if not
+ * loaded.  Mappings of the file at another base (what a failed load left)
+ * are counted in nmaps and mapped, but are not the agent.
+ */
 static bool locate(const struct ma_target *t, struct ma_agent_view *v)
 {
+	/* a load starts with its file's first page (offset 0, address 0 in the file) */
+	for (size_t i = 0; i < t->nmaps && !v->loaded; i++) {
+		const struct ma_mapping *m = &t->maps[i];
+
+		if (is_agent_mapping(m) && m->offset == 0 && loaded_whole(t, m->start)) {
+			v->loaded = true;
+			v->base = m->start;
+		}
+	}
 	for (size_t i = 0; i < t->nmaps; i++) {
 		const struct ma_mapping *m = &t->maps[i];
 
@@ -56,10 +93,7 @@ static bool locate(const struct ma_target *t, struct ma_agent_view *v)
 			continue;
 		v->nmaps++;
 		v->mapped += m->end - m->start;
-		if (!v->loaded || m->start - m->offset < v->base)
-			v->base = m->start - m->offset;
-		v->loaded = true;
-		if (m->perms[2] == 'x') {
+		if (v->loaded && m->perms[2] == 'x' && m->start - m->offset == v->base) {
 			v->lo = m->start;
 			v->hi = m->end;
 		}
@@ -207,18 +241,31 @@ static void target_dlerror(struct ma_session *s, char *msg, size_t len)
 		ma_err_clear();
 }
 
-/* The syscalls dlopen of a memfd makes: a seccomp filter must allow them. */
+/*
+ * The syscalls dlopen of the agent's memfd makes, with the protections and
+ * flags glibc's loader passes (a filter keyed on PROT_EXEC or on a
+ * writable mapping must see them): a seccomp filter must allow them all.
+ */
 static int check_dlopen_syscalls(struct ma_session *s)
 {
+	const uint64_t fd = 3, any = MA_SC_UNCHOSEN_ADDR, file = MAP_PRIVATE | MAP_DENYWRITE;
 	struct ma_sc_query q[] = {
-		{ SYS_memfd_create, { 0, MA_MEMFD_FLAGS, 0, 0, 0, 0 }, 0,
-		  "memfd_create (the agent)" },
-		{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC, 0, 0, 0 }, 0,
-		  "openat (dlopen)" },
-		{ SYS_read, { 3, 0, 832, 0, 0, 0 }, 0, "read (dlopen)" },
-		{ SYS_mmap, { 0, 4096, 1, 2, 3, 0 }, 0, "mmap (dlopen)" },
-		{ SYS_mprotect, { 0, 4096, 1, 0, 0, 0 }, 0, "mprotect (dlopen)" },
-		{ SYS_close, { 3, 0, 0, 0, 0, 0 }, 0, "close (dlopen)" },
+		{ SYS_memfd_create, { 0, MA_MEMFD_FLAGS }, 0, "memfd_create (the agent)" },
+		{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC }, 0, "openat (dlopen)" },
+		{ SYS_read, { fd, any, 832 }, 0, "read (dlopen)" },
+		{ SYS_newfstatat, { fd, any, any, AT_EMPTY_PATH }, 0, "fstat (dlopen)" },
+		{ SYS_mmap, { 0, 1 << 16, PROT_READ, file, fd, 0 }, 0, "mmap (dlopen: the agent's file)" },
+		{ SYS_mmap, { any, 1 << 16, PROT_READ | PROT_EXEC, file | MAP_FIXED, fd, 1 << 12 }, 0,
+		  "mmap of executable code (dlopen: the agent's code)" },
+		{ SYS_mmap, { any, 1 << 12, PROT_READ, file | MAP_FIXED, fd, 1 << 12 }, 0,
+		  "mmap (dlopen: the agent's constants)" },
+		{ SYS_mmap, { any, 1 << 12, PROT_READ | PROT_WRITE, file | MAP_FIXED, fd, 1 << 12 }, 0,
+		  "mmap of writable data (dlopen: the agent's data)" },
+		{ SYS_mmap, { any, 1 << 12, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+			      (uint64_t)-1, 0 }, 0, "mmap (dlopen: the agent's zeroed data)" },
+		{ SYS_mprotect, { any, 1 << 12, PROT_READ }, 0, "mprotect (dlopen: read-only after relocation)" },
+		{ SYS_munmap, { any, 1 << 12 }, 0, "munmap (dlopen)" },
+		{ SYS_close, { fd }, 0, "close (dlopen)" },
 	};
 
 	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
@@ -357,28 +404,115 @@ uint32_t ma_agent_mechanism_for(const struct ma_target *t)
 }
 
 /*
- * The syscalls the agent makes to write detours: a seccomp filter must
- * allow them (one that answers an error makes start refuse, named; one
- * that kills would kill the target).
+ * What the agent asks of the kernel in start, stop and its queries,
+ * whichever the mechanism: /proc/self/maps read into memory of its own,
+ * its tables mapped and unmapped, GOT pages made writable and read-only
+ * again.  A seccomp filter must allow each (one that answers an error
+ * makes start refuse, named; one that kills would kill the target).
+ * Into Q (room for AGENT_QUERIES); returns how many.
  */
-static int check_detour_syscalls(struct ma_session *s)
+#define AGENT_QUERIES 16
+static size_t agent_queries(struct ma_sc_query *q, uint64_t ip)
 {
-	struct ma_sc_query q[] = {
-		{ SYS_mmap, { 0, MA_AGENT_TRAMP_LEN, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-			      (uint64_t)-1, 0 }, 0, "mmap (the trampolines)" },
-		{ SYS_mprotect, { 0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0 }, 0,
-		  "mprotect to read-write-execute (writing a detour)" },
-		{ SYS_mprotect, { 0, 4096, PROT_READ | PROT_EXEC, 0, 0, 0 }, 0, "mprotect (after a detour)" },
-		{ SYS_membarrier, { MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0 }, 0,
-		  "membarrier (writing a detour)" },
-		{ SYS_membarrier, { MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0 }, 0,
-		  "membarrier (writing a detour)" },
-		{ SYS_rt_sigprocmask, { SIG_BLOCK, 0, 0, 8, 0, 0 }, 0, "rt_sigprocmask (writing a detour)" },
-	};
+	const uint64_t any = MA_SC_UNCHOSEN_ADDR, anon = MAP_PRIVATE | MAP_ANONYMOUS;
+	size_t n = 0;
 
-	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
-		q[i].ip = s->stub + MA_STUB_MARKER_END;
-	return ma_session_check_syscalls(s, q, sizeof(q) / sizeof(q[0]));
+	q[n++] = (struct ma_sc_query){ SYS_getpid, { 0 }, ip, "getpid (the agent)" };
+	q[n++] = (struct ma_sc_query){ SYS_openat, { (uint64_t)AT_FDCWD, any, O_RDONLY | O_CLOEXEC },
+				       ip, "openat of /proc/self/maps (the agent)" };
+	q[n++] = (struct ma_sc_query){ SYS_read, { 3, any, 1 << 18 }, ip, "read (the agent)" };
+	q[n++] = (struct ma_sc_query){ SYS_close, { 3 }, ip, "close (the agent)" };
+	q[n++] = (struct ma_sc_query){ SYS_mmap, { 0, 1 << 18, PROT_READ | PROT_WRITE, anon | MAP_NORESERVE,
+						   (uint64_t)-1, 0 }, ip, "mmap (the agent's tables)" };
+	q[n++] = (struct ma_sc_query){ SYS_mmap, { 0, 1 << 12, PROT_READ | PROT_WRITE, anon, (uint64_t)-1, 0 },
+				       ip, "mmap (the agent's tables)" };
+	q[n++] = (struct ma_sc_query){ SYS_munmap, { any, 1 << 18 }, ip, "munmap (the agent's tables)" };
+	q[n++] = (struct ma_sc_query){ SYS_sched_yield, { 0 }, ip, "sched_yield (the agent)" };
+	q[n++] = (struct ma_sc_query){ SYS_mprotect, { any, 4096, PROT_READ | PROT_WRITE }, ip,
+				       "mprotect to read-write (a GOT page)" };
+	q[n++] = (struct ma_sc_query){ SYS_mprotect, { any, 4096, PROT_READ }, ip,
+				       "mprotect to read-only (a GOT page)" };
+	return n;
+}
+
+/*
+ * Add the queries of writing (and taking back) the jumps of LIST[0..N):
+ * each page they touch made writable, with the protection the target's
+ * map shows, and that protection put back, as the agent will ask.
+ */
+static size_t patch_page_queries(const struct ma_target *t, const struct ma_agent_patch *list, uint64_t n,
+				 struct ma_sc_query *q, size_t room, uint64_t ip)
+{
+	size_t k = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		for (uint64_t page = list[i].at & ~4095ULL; page < list[i].at + MA_AGENT_PATCH_LEN; page += 4096) {
+			const struct ma_mapping *m = ma_target_mapping_at(t, page);
+			int prot = !m ? PROT_READ | PROT_EXEC
+				      : (m->perms[0] == 'r' ? PROT_READ : 0) | (m->perms[1] == 'w' ? PROT_WRITE : 0) |
+					(m->perms[2] == 'x' ? PROT_EXEC : 0);
+
+			if (k + 2 > room || (prot & PROT_WRITE))
+				continue; /* a page kept writable is not protected again */
+			q[k++] = (struct ma_sc_query){ SYS_mprotect, { page, 4096, (uint64_t)(prot | PROT_READ | PROT_WRITE) },
+						       ip, "mprotect to writable (a detour's page)" };
+			q[k++] = (struct ma_sc_query){ SYS_mprotect, { page, 4096, (uint64_t)prot }, ip,
+						       "mprotect back (a detour's page)" };
+		}
+	return k;
+}
+
+/*
+ * The rest of what writing detours asks: the trampoline area (at its
+ * first address tried), jemalloc's first code page made writable and
+ * back (each patch point's own pages are checked once planned), the core
+ * serialization, the writer's signal mask.
+ */
+static size_t detour_queries(const struct ma_target *t, struct ma_sc_query *q, uint64_t ip)
+{
+	uint64_t first_try = (t->je.text[0].lo - (1 << 20)) & ~4095ULL, code = t->je.text[0].lo & ~4095ULL;
+	size_t n = 0;
+
+	q[n++] = (struct ma_sc_query){ SYS_mprotect, { code, 4096, PROT_READ | PROT_WRITE | PROT_EXEC }, ip,
+				       "mprotect to writable (a detour's page)" };
+	q[n++] = (struct ma_sc_query){ SYS_mprotect, { code, 4096, PROT_READ | PROT_EXEC }, ip,
+				       "mprotect back (a detour's page)" };
+	q[n++] = (struct ma_sc_query){ SYS_mmap, { first_try, MA_AGENT_TRAMP_LEN, PROT_READ | PROT_EXEC,
+						   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+						   (uint64_t)-1, 0 }, ip, "mmap (the trampolines)" };
+	q[n++] = (struct ma_sc_query){ SYS_membarrier, { MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE },
+				       ip, "membarrier (writing a detour)" };
+	q[n++] = (struct ma_sc_query){ SYS_membarrier, { MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE }, ip,
+				       "membarrier (writing a detour)" };
+	q[n++] = (struct ma_sc_query){ SYS_rt_sigprocmask, { SIG_BLOCK, MA_SC_UNCHOSEN_ADDR, MA_SC_UNCHOSEN_ADDR, 8 }, ip,
+				       "rt_sigprocmask (writing a detour)" };
+	q[n++] = (struct ma_sc_query){ SYS_rt_sigprocmask, { SIG_SETMASK, MA_SC_UNCHOSEN_ADDR, 0, 8 }, ip,
+				       "rt_sigprocmask (writing a detour)" };
+	return n;
+}
+
+/*
+ * Everything the agent will ask of the kernel for MECHANISM, checked
+ * against the thread's seccomp filter before the agent is loaded.  The
+ * jumps' own pages are checked once planned (check_patch_pages).
+ */
+static int check_agent_syscalls(struct ma_session *s, uint32_t mechanism)
+{
+	struct ma_sc_query q[AGENT_QUERIES + 8];
+	uint64_t ip = s->stub + MA_STUB_MARKER_END;
+	size_t n = agent_queries(q, ip);
+
+	if (mechanism == MA_AGENT_MECH_DETOUR)
+		n += detour_queries(s->t, q + n, ip);
+	return ma_session_check_syscalls(s, q, n);
+}
+
+static int check_patch_pages(struct ma_session *s, const struct ma_agent_patch *list, uint64_t n)
+{
+	struct ma_sc_query q[4 * MA_AGENT_NENTRIES];
+	size_t k = patch_page_queries(s->t, list, n, q, sizeof(q) / sizeof(q[0]), s->stub + MA_STUB_MARKER_END);
+
+	return ma_session_check_syscalls(s, q, k);
 }
 
 /*
@@ -392,14 +526,13 @@ static int prepare_detours(struct ma_session *s, struct ma_agent_view *v, struct
 	int64_t area;
 	int rc;
 
-	if ((rc = check_detour_syscalls(s)) ||
-	    (rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
+	if ((rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
 		return rc;
 	if (area < 0)
 		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(area));
-	if ((rc = current_agent(s, v)))
+	if ((rc = current_agent(s, v)) || (rc = ma_detour_prepare(s->t, &v->ctl, p->original, list, n)))
 		return rc;
-	return ma_detour_prepare(s->t, &v->ctl, p->original, list, n);
+	return check_patch_pages(s, list, *n);
 }
 
 /* Have the agent write the N jumps of LIST (while the threads run): 0 or MA_E_*. */
@@ -457,6 +590,8 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	if (o->mode == MA_AGENT_MODE_FOCUS && !je->malloc_usable_size)
 		return ma_fail(MA_E_JEMALLOC, "no %smalloc_usable_size in process %d: focus mode needs it",
 			       je->prefix, s->t->pid);
+	if ((rc = check_agent_syscalls(s, mechanism)))
+		return rc;
 	if (!v.loaded) {
 		if ((rc = load_agent(s)) || (rc = current_agent(s, &v)))
 			return rc;

@@ -22,8 +22,7 @@
 #define DEFAULT_DATA (1UL << 20)
 #define STACK_SIZE (256UL << 10)
 #define HEADER_PAGE PAGE /* the scratch mapping's first page: our header */
-/* An address argument for a seccomp query, where the address is chosen later. */
-#define UNCHOSEN_ADDR 0x7f0000000000ULL
+#define UNCHOSEN_ADDR MA_SC_UNCHOSEN_ADDR
 /*
  * Scratch data this small may go on the thread's stack, if it has this
  * much room below it for the call: a mallctl batch needs a few KiB (the

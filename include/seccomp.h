@@ -19,6 +19,9 @@
 #include <linux/filter.h>  /* struct sock_filter */
 #include <linux/seccomp.h> /* struct seccomp_data, SECCOMP_RET_* */
 
+/* An address argument for a query, where the address is chosen later (a typical mmap address). */
+#define MA_SC_UNCHOSEN_ADDR 0x7f0000000000ULL
+
 /* One syscall memattach will make the borrowed thread execute, as seccomp sees it. */
 struct ma_sc_query {
 	int nr;           /* syscall number (x86-64); may be -1 ("skipped" syscall, a tracer set

@@ -85,7 +85,7 @@ static char *read_maps_text(uint64_t *len, uint64_t *cap)
 	return NULL;
 }
 
-static bool snapshot_maps(struct pass *ps)
+bool maps_snapshot(struct maps *m)
 {
 	uint64_t len, cap, lines = 0;
 	char *text = read_maps_text(&len, &cap);
@@ -95,17 +95,17 @@ static bool snapshot_maps(struct pass *ps)
 		return false;
 	for (uint64_t i = 0; i < len; i++)
 		lines += text[i] == '\n';
-	ps->reg_len = align_up((lines + 1) * sizeof(struct region), 4096);
-	ps->reg = mmap(NULL, ps->reg_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ps->reg == MAP_FAILED) {
+	m->len = align_up((lines + 1) * sizeof(struct region), 4096);
+	m->reg = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->reg == MAP_FAILED) {
 		munmap(text, cap);
-		ps->reg = NULL;
+		*m = (struct maps){ 0 };
 		return false;
 	}
-	ps->nreg = 0;
-	for (s = text, end = text + len; s < end && ps->nreg <= lines;) {
+	m->n = 0;
+	for (s = text, end = text + len; s < end && m->n <= lines;) {
 		const char *eol = memchr(s, '\n', (size_t)(end - s));
-		struct region *r = &ps->reg[ps->nreg];
+		struct region *r = &m->reg[m->n];
 
 		if (!eol)
 			eol = end;
@@ -116,7 +116,7 @@ static bool snapshot_maps(struct pass *ps)
 			if (eol - s >= 4 && *s == ' ') {
 				r->prot = (s[1] == 'r' ? PROT_READ : 0) | (s[2] == 'w' ? PROT_WRITE : 0) |
 					  (s[3] == 'x' ? PROT_EXEC : 0);
-				ps->nreg++;
+				m->n++;
 			}
 		}
 		s = eol + 1;
@@ -125,19 +125,26 @@ static bool snapshot_maps(struct pass *ps)
 	return true;
 }
 
-static const struct region *region_at(const struct pass *ps, uint64_t a)
+void maps_release(struct maps *m)
 {
-	uint64_t lo = 0, hi = ps->nreg;
+	if (m->reg)
+		munmap(m->reg, m->len);
+	*m = (struct maps){ 0 };
+}
+
+const struct region *maps_find(const struct maps *m, uint64_t a)
+{
+	uint64_t lo = 0, hi = m->n;
 
 	while (lo < hi) {
 		uint64_t mid = (lo + hi) / 2;
 
-		if (a < ps->reg[mid].lo)
+		if (a < m->reg[mid].lo)
 			hi = mid;
-		else if (a >= ps->reg[mid].hi)
+		else if (a >= m->reg[mid].hi)
 			lo = mid + 1;
 		else
-			return &ps->reg[mid];
+			return &m->reg[mid];
 	}
 	return NULL;
 }
@@ -194,7 +201,7 @@ static bool is_lazy_stub(const struct object *o, uint64_t v)
 static bool write_slot(struct pass *ps, const struct object *o, uint64_t *slot, uint64_t old,
 		       uint64_t new)
 {
-	const struct region *r = region_at(ps, (uint64_t)(uintptr_t)slot);
+	const struct region *r = maps_find(&ps->maps, (uint64_t)(uintptr_t)slot);
 	uint64_t page = (uint64_t)(uintptr_t)slot & ~4095ULL;
 	bool ok;
 
@@ -338,7 +345,7 @@ static bool read_object(struct pass *ps, const struct dl_phdr_info *info, struct
 		}
 	}
 	if (o->relro_hi > o->relro_lo) {
-		const struct region *r = region_at(ps, o->relro_lo);
+		const struct region *r = maps_find(&ps->maps, o->relro_lo);
 
 		o->unsettled = !r || (r->prot & PROT_WRITE);
 	}
@@ -373,7 +380,7 @@ static int pass_object(struct dl_phdr_info *info, size_t size, void *arg)
 	 * mprotect back to read-only then faults the loader).  While the lock
 	 * is held no object joins or leaves the list, so none is unmapped.
 	 */
-	if (!ps->reg && !snapshot_maps(ps)) {
+	if (!ps->maps.reg && !maps_snapshot(&ps->maps)) {
 		ps->maps_failed = true;
 		return 1;
 	}
@@ -396,14 +403,16 @@ static int pass_object(struct dl_phdr_info *info, size_t size, void *arg)
 /* One pass of KIND over the link map; its counts go to the control block.  0 or -MA_AGENT_*. */
 int got_run_pass(struct ma_agent_ctl *c, enum pass_kind kind, struct pass *ps)
 {
+	bool walked;
+
 	memset(ps, 0, sizeof(*ps));
 	ps->c = c;
 	ps->kind = kind;
 	ps->prefix = agent_prefix;
 	dl_iterate_phdr(pass_object, ps);
-	if (ps->reg)
-		munmap(ps->reg, ps->reg_len);
-	if (ps->maps_failed || !ps->reg)
+	walked = ps->maps.reg != NULL; /* no object at all: the map was never read */
+	maps_release(&ps->maps);
+	if (ps->maps_failed || !walked)
 		return -MA_AGENT_EMAPS;
 	c->passes++;
 	return MA_AGENT_OK;

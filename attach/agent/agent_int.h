@@ -44,14 +44,25 @@ struct region {
 	int prot;
 };
 
+/* /proc/self/maps as regions in address order, in a mapping of their own. */
+struct maps {
+	struct region *reg;
+	uint64_t n, len;
+};
+
+/* Read /proc/self/maps into M: false if it cannot be read (M stays empty). */
+bool maps_snapshot(struct maps *m);
+void maps_release(struct maps *m);
+/* The region holding address A, or NULL. */
+const struct region *maps_find(const struct maps *m, uint64_t a);
+
 enum pass_kind { PASS_LEARN, PASS_PATCH, PASS_RESTORE };
 
 struct pass {
 	struct ma_agent_ctl *c;
 	enum pass_kind kind;
 	const char *prefix;
-	struct region *reg; /* /proc/self/maps under the loader's list lock, in address order */
-	uint64_t nreg, reg_len;
+	struct maps maps; /* read under the loader's list lock */
 	bool maps_failed;
 	uint64_t patched, failed, foreign;
 	bool malloc_seen, free_seen;

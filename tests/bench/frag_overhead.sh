@@ -11,6 +11,9 @@
 #   4. the same program started under heaptrack (LD_PRELOAD, every call
 #      traced)
 # and once, last: `frag start --shift 0` (every allocation recorded).
+# Then the same rows (but heaptrack's) for build/fixtures/fragbench_static,
+# jemalloc linked in, where frag writes inline detours instead of GOT
+# slots (heaptrack's LD_PRELOAD cannot see an allocator linked in).
 # Each row: the median over the rounds of one RUN_MS ms run (`run MS` ->
 # `RATE <malloc+free pairs per second>`), each process after a 1 s warm-up
 # run.  The target checks its objects on every free and at the end
@@ -23,6 +26,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MA=${MA_BIN:-$ROOT/build/memattach}
 BENCH=$ROOT/build/fixtures/fragbench
+BENCH_STATIC=$ROOT/build/fixtures/fragbench_static
 THREADS=${THREADS:-2}
 RUN_MS=${RUN_MS:-2000}
 ROUNDS=${ROUNDS:-5}
@@ -46,7 +50,7 @@ fail() {
 	exit 1
 }
 
-[ -x "$BENCH" ] || fail "$BENCH missing (make fixtures)"
+[ -x "$BENCH" ] && [ -x "$BENCH_STATIC" ] || fail "$BENCH or $BENCH_STATIC missing (make fixtures)"
 
 # start NAME CMD...: run CMD with stdin from a fifo held open on fd 3 and
 # stdout in $TMP/NAME.out; sets LPID, and TPID from the READY line.
@@ -122,45 +126,55 @@ finish() {
 	LPID= TPID=
 }
 
-printf '| configuration (fragbench -t %s, median of %s rounds) | ops/s | slowdown vs no agent |\n' "$THREADS" "$ROUNDS"
-printf '|---|---:|---:|\n'
+# table BIN NAME HEAPTRACK: the rows for one build of fragbench.
+table() {
+	local bin=$1 name=$2 ht_state=$3 mech
+	local plain=() agent=() after=() ht=()
+
+	printf '\n| configuration (%s -t %s, median of %s rounds) | ops/s | slowdown vs no agent |\n' \
+		"$name" "$THREADS" "$ROUNDS"
+	printf '|---|---:|---:|\n'
+	for round in $(seq "$ROUNDS"); do
+		start "plain$round" "$bin" -t "$THREADS"
+		warm
+		plain+=("$(one_run)")
+		ma start "$TPID"
+		mech=$("$MA" frag status "$TPID" --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("mechanism", "?"))')
+		agent+=("$(one_run)")
+		ma stop "$TPID"
+		after+=("$(one_run)")
+		finish "$name, round $round"
+		if [ "$ht_state" = 1 ]; then
+			# heaptrack runs fragbench as its child (LD_PRELOAD), which inherits
+			# the fifo as stdin and prints READY with its own pid.
+			start "heaptrack$round" heaptrack -o "$TMP/ht$round" "$bin" -t "$THREADS"
+			grep -q libheaptrack "/proc/$TPID/maps" 2>/dev/null ||
+				fail "heaptrack: pid $TPID has no libheaptrack mapped"
+			warm
+			ht+=("$(one_run)")
+			finish "$name under heaptrack, round $round"
+			ls "$TMP"/ht"$round".* >/dev/null 2>&1 || fail "heaptrack wrote no data file"
+		fi
+		echo "frag_overhead: $name round $round: no agent ${plain[-1]}, frag start ($mech) ${agent[-1]}," \
+			"after stop ${after[-1]}${ht:+, heaptrack ${ht[-1]}}" >&2
+	done
+	BASE=$(median "${plain[@]}")
+	row "no agent" "$BASE"
+	row "memattach frag start (default --shift 8; $mech)" "$(median "${agent[@]}")"
+	row "after memattach frag stop" "$(median "${after[@]}")"
+	if [ "$ht_state" = 1 ]; then row "heaptrack" "$(median "${ht[@]}")"; else skip_row "heaptrack" "$ht_state"; fi
+
+	start shift0 "$bin" -t "$THREADS"
+	warm
+	ma start "$TPID" --shift 0
+	row "memattach frag start --shift 0 (every allocation unwound; one run)" "$(one_run)"
+	ma stop "$TPID"
+	finish "$name --shift 0"
+}
 
 HT=1
 if [ "${SKIP_HEAPTRACK:-0}" = 1 ]; then HT=skipped
 elif ! command -v heaptrack >/dev/null; then HT="not installed (apt-get install heaptrack)"; fi
-plain=() agent=() after=() ht=()
-for round in $(seq "$ROUNDS"); do
-	start "plain$round" "$BENCH" -t "$THREADS"
-	warm
-	plain+=("$(one_run)")
-	ma start "$TPID"
-	agent+=("$(one_run)")
-	ma stop "$TPID"
-	after+=("$(one_run)")
-	finish "fragbench, round $round"
-	if [ "$HT" = 1 ]; then
-		# heaptrack runs fragbench as its child (LD_PRELOAD), which inherits
-		# the fifo as stdin and prints READY with its own pid.
-		start "heaptrack$round" heaptrack -o "$TMP/ht$round" "$BENCH" -t "$THREADS"
-		grep -q libheaptrack "/proc/$TPID/maps" 2>/dev/null ||
-			fail "heaptrack: pid $TPID has no libheaptrack mapped"
-		warm
-		ht+=("$(one_run)")
-		finish "fragbench under heaptrack, round $round"
-		ls "$TMP"/ht"$round".* >/dev/null 2>&1 || fail "heaptrack wrote no data file"
-	fi
-	echo "frag_overhead: round $round: no agent ${plain[-1]}, frag start ${agent[-1]}," \
-		"after stop ${after[-1]}${ht:+, heaptrack ${ht[-1]}}" >&2
-done
-BASE=$(median "${plain[@]}")
-row "no agent" "$BASE"
-row "memattach frag start (default --shift 8)" "$(median "${agent[@]}")"
-row "after memattach frag stop" "$(median "${after[@]}")"
-if [ "$HT" = 1 ]; then row "heaptrack" "$(median "${ht[@]}")"; else skip_row "heaptrack" "$HT"; fi
-
-start shift0 "$BENCH" -t "$THREADS"
-warm
-ma start "$TPID" --shift 0
-row "memattach frag start --shift 0 (every allocation unwound; one run)" "$(one_run)"
-ma stop "$TPID"
-finish "fragbench --shift 0"
+table "$BENCH" fragbench "$HT"
+table "$BENCH_STATIC" "fragbench_static (jemalloc linked in)" \
+	"cannot see an allocator linked into the program (its LD_PRELOAD interposes shared symbols)"

@@ -138,13 +138,19 @@ full_lines() {
 	FULL_LINES=("${FULL_LINES[@]%$'\n'}")
 }
 
-# fix_quit PID FD OUT: send quit, wait; returns the fixture's exit status.
+# fix_quit PID FD OUT: send quit, wait; returns the fixture's exit status
+# (137 and a line on stderr if it had not quit within 10 s: killed, so that
+# a hung target fails its test instead of hanging it).
 fix_quit() {
 	local pid=$1 fd=$2
 	echo quit >&"$fd" 2>/dev/null
 	exec {fd}>&-
 	local i
 	for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; bsleep 0.1; done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "fixture $pid did not quit within 10 s: killed" >&2
+		kill -KILL "$pid" 2>/dev/null
+	fi
 	wait "$pid"
 }
 

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,8 +75,19 @@ __asm__(".text\n"
 	"1: lea 2(%rdi), %rax\n"
 	"  ret\n"
 	".p2align 4\n"
+	".globl d_straddle\nd_straddle:\n" /* 5 * arg + 0x777: P across a 16-byte block */
+	"  push %rbx\n"                      /* +0 */
+	"  mov %rdi, %rbx\n"                 /* +1 */
+	"  lea (%rdi,%rdi,4), %rcx\n"        /* +4 */
+	"  xor %edx, %edx\n"                 /* +8 */
+	"  xor %esi, %esi\n"                 /* +10 */
+	"  mov $0x777, %eax\n"               /* +12: P, bytes 12..16 */
+	"  add %rcx, %rax\n"
+	"  pop %rbx\n"
+	"  ret\n"
+	".p2align 4\n"
 	".globl d_end\nd_end:\n");
-long d_prologue(long), d_scratch(long), d_entry(long);
+long d_prologue(long), d_scratch(long), d_entry(long), d_straddle(long);
 extern char d_end[];
 
 /* FN(ARG) with known values in the callee-saved registers; *BAD set if one or the stack came back wrong. */
@@ -99,7 +111,7 @@ __asm__(".text\n"
 	"  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
 	"  ret\n");
 
-enum { NFN = 3 };
+enum { NFN = 4 };
 
 struct target_fn {
 	const char *name;
@@ -111,12 +123,20 @@ struct target_fn {
 static long want_prologue(long x) { return 2 * x + 0x12345; }
 static long want_scratch(long x) { return 3 * x + 0xa48; }
 static long want_entry(long x) { return (unsigned long)x > 0x1000 ? x + 2 : x + 1; }
+static long want_straddle(long x) { return 5 * x + 0x777; }
 
 static const struct target_fn fns[NFN] = {
 	{ "d_prologue", d_prologue, (const void *)d_scratch, want_prologue },
 	{ "d_scratch", d_scratch, (const void *)d_entry, want_scratch },
-	{ "d_entry", d_entry, (const void *)d_end, want_entry },
+	{ "d_entry", d_entry, (const void *)d_straddle, want_entry },
+	{ "d_straddle", d_straddle, (const void *)d_end, want_straddle },
 };
+
+/* The jump at AT fits in one aligned 16-byte block: the agent writes it in one store. */
+static bool one_store(uint64_t at)
+{
+	return (at & 15) + MA_AGENT_PATCH_LEN <= 16;
+}
 
 /* The wrappers: count, then call the function's original. */
 typedef long (*fn1)(long);
@@ -126,7 +146,8 @@ static atomic_ulong wrapped[NFN];
 static long wrap0(long a) { atomic_fetch_add_explicit(&wrapped[0], 1, memory_order_relaxed); return originals[0](a); }
 static long wrap1(long a) { atomic_fetch_add_explicit(&wrapped[1], 1, memory_order_relaxed); return originals[1](a); }
 static long wrap2(long a) { atomic_fetch_add_explicit(&wrapped[2], 1, memory_order_relaxed); return originals[2](a); }
-static fn1 const wrappers[NFN] = { wrap0, wrap1, wrap2 };
+static long wrap3(long a) { atomic_fetch_add_explicit(&wrapped[3], 1, memory_order_relaxed); return originals[3](a); }
+static fn1 const wrappers[NFN] = { wrap0, wrap1, wrap2, wrap3 };
 
 static atomic_bool running = true;
 static atomic_ulong calls, wrong, clobbered;
@@ -176,6 +197,8 @@ static void *signaller(void *arg)
 }
 
 static atomic_ulong forks, child_failed, child_hung;
+static atomic_ulong raw_forks, raw_failed, raw_hung;
+static uint64_t patch_at[NFN]; /* where each function's jump goes */
 
 /* Wait up to 5 s for child PID: 0 exited 0, 1 other status, 2 hung (killed). */
 static int reap(pid_t pid)
@@ -193,29 +216,57 @@ static int reap(pid_t pid)
 	return 2;
 }
 
+/* A child's calls: of every function, or (RAW) of those whose jump is one store. */
+static void child_calls(bool raw)
+{
+	for (int k = 0; k < 20; k++)
+		for (int i = 0; i < NFN; i++)
+			if ((!raw || one_store(patch_at[i])) && fns[i].fn(k * 37) != fns[i].want(k * 37))
+				_exit(3);
+	_exit(0);
+}
+
+/*
+ * fork() and, every other time, the raw fork syscall, which runs no
+ * atfork handler: its child may copy the code at any instant, so only the
+ * patch points written in one store are sure to be whole in it.
+ */
 static void *forker(void *arg)
 {
 	(void)arg;
-	while (atomic_load_explicit(&running, memory_order_relaxed)) {
-		pid_t pid = fork();
+	for (unsigned long n = 0; atomic_load_explicit(&running, memory_order_relaxed); n++) {
+		bool raw = n & 1;
+		pid_t pid = raw ? (pid_t)syscall(SYS_fork) : fork();
 
-		if (pid == 0) {
-			for (int k = 0; k < 20; k++)
-				for (int i = 0; i < NFN; i++)
-					if (fns[i].fn(k * 37) != fns[i].want(k * 37))
-						_exit(3);
-			_exit(0);
-		}
+		if (pid == 0)
+			child_calls(raw);
 		if (pid < 0)
 			continue;
-		atomic_fetch_add_explicit(&forks, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(raw ? &raw_forks : &forks, 1, memory_order_relaxed);
 		switch (reap(pid)) {
-		case 1: atomic_fetch_add_explicit(&child_failed, 1, memory_order_relaxed); break;
-		case 2: atomic_fetch_add_explicit(&child_hung, 1, memory_order_relaxed); break;
+		case 1: atomic_fetch_add_explicit(raw ? &raw_failed : &child_failed, 1, memory_order_relaxed); break;
+		case 2: atomic_fetch_add_explicit(raw ? &raw_hung : &child_hung, 1, memory_order_relaxed); break;
 		default: break;
 		}
 	}
 	return NULL;
+}
+
+/* The protection /proc/self/maps shows for address A ("r-xp"), into OUT[5]. */
+static void prot_of(uint64_t a, char out[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi;
+	char perms[5];
+
+	strcpy(out, "?");
+	while (f && fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perms) == 3)
+		if (a >= lo && a < hi) {
+			strcpy(out, perms);
+			break;
+		}
+	if (f)
+		fclose(f);
 }
 
 static uint8_t *page_near(uint64_t addr)
@@ -267,7 +318,7 @@ int main(int argc, char **argv)
 			CHECK_DONE();
 		memcpy(t, plan.tramp_code, plan.tramp_len);
 		originals[i] = (fn1)plan.original;
-		list[i].at = plan.entry + plan.patch_off;
+		list[i].at = patch_at[i] = plan.entry + plan.patch_off;
 		memcpy(list[i].before, (const void *)(uintptr_t)list[i].at, MA_AGENT_PATCH_LEN);
 		memcpy(list[i].after, plan.patch, MA_AGENT_PATCH_LEN);
 	}
@@ -296,7 +347,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		pthread_join(callers[i], NULL);
 
-	unsigned long through = wrapped[0] + wrapped[1] + wrapped[2];
+	unsigned long through = wrapped[0] + wrapped[1] + wrapped[2] + wrapped[3];
+	int in_one = 0;
+
+	for (int i = 0; i < NFN; i++)
+		in_one += one_store(patch_at[i]);
 
 	printf("# %d cycles; %lu calls (%lu through the wrappers), %lu signals sent\n", cycles,
 	       (unsigned long)calls, through, (unsigned long)signals_sent);
@@ -309,17 +364,44 @@ int main(int argc, char **argv)
 	snprintf(name, sizeof name, "callee-saved registers and the stack intact (%lu calls not)",
 		 (unsigned long)clobbered);
 	CHECK(name, clobbered == 0);
-	snprintf(name, sizeof name, "calls ran through the wrappers (%lu, %lu, %lu) and past restored bytes (%lu)",
+	snprintf(name, sizeof name, "calls ran through the wrappers (%lu, %lu, %lu, %lu) and past restored bytes (%lu)",
 		 (unsigned long)wrapped[0], (unsigned long)wrapped[1], (unsigned long)wrapped[2],
-		 (unsigned long)(calls - through));
-	CHECK(name, wrapped[0] && wrapped[1] && wrapped[2] && calls > through);
+		 (unsigned long)wrapped[3], (unsigned long)(calls - through));
+	CHECK(name, wrapped[0] && wrapped[1] && wrapped[2] && wrapped[3] && calls > through);
+	snprintf(name, sizeof name, "both ways of writing ran: %d jumps in one store, %d in three steps", in_one,
+		 NFN - in_one);
+	CHECK(name, in_one > 0 && in_one < NFN);
 	snprintf(name, sizeof name, "%lu fork children called the functions in their copy: %lu wrong, %lu hung",
 		 (unsigned long)forks, (unsigned long)child_failed, (unsigned long)child_hung);
 	CHECK(name, forks > 0 && child_failed == 0 && child_hung == 0);
+	snprintf(name, sizeof name,
+		 "%lu children of the raw fork syscall called the functions written in one store: %lu wrong, %lu hung",
+		 (unsigned long)raw_forks, (unsigned long)raw_failed, (unsigned long)raw_hung);
+	CHECK(name, raw_forks > 0 && raw_failed == 0 && raw_hung == 0);
 	bool restored = true;
 
 	for (int i = 0; i < NFN; i++)
 		restored &= memcmp((const void *)(uintptr_t)list[i].at, list[i].before, MA_AGENT_PATCH_LEN) == 0;
 	CHECK("the original bytes back at the end", restored);
+
+	/* Protections: the text's back to what it was; a page the target made writable stays so. */
+	char before[5] = "?", after[5];
+
+	prot_of(patch_at[0], after);
+	snprintf(name, sizeof name, "the text pages are r-x again after the cycles (%s)", after);
+	CHECK(name, strncmp(after, "r-x", 3) == 0);
+	uint64_t page = patch_at[0] & ~4095ULL;
+	int rc1 = -1, rc2 = -1;
+
+	if (mprotect((void *)page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
+		prot_of(patch_at[0], before);
+		rc1 = patch(list, 1, 0);
+		rc2 = patch(list, 1, 1);
+		prot_of(patch_at[0], after);
+		mprotect((void *)page, 4096, PROT_READ | PROT_EXEC);
+	}
+	snprintf(name, sizeof name, "a page the target made %s is %s after a write and a take-back (%d, %d)",
+		 before, after, rc1, rc2);
+	CHECK(name, rc1 == 1 && rc2 == 1 && strncmp(before, "rwx", 3) == 0 && strncmp(after, "rwx", 3) == 0);
 	CHECK_DONE();
 }

@@ -423,7 +423,8 @@ static void jemalloc_entry_points(void)
 		}
 		ok = exercise(called[i]);
 		snprintf(name, sizeof name, "jemalloc %s detoured: the wrapper ran and the allocator answered "
-			 "(the %u-byte instruction at +%u replaced)", called[i], p.patch_len, p.patch_off);
+			 "(the %u-byte instruction at +%u replaced; %s)", called[i], p.patch_len, p.patch_off,
+			 (((uint64_t)f + p.patch_off) & 15) + 5 <= 16 ? "one store" : "in steps");
 		CHECK(name, ok && wrapper_hits >= 1);
 		uninstall(f, &p, saved);
 		wrapper_hits = 0;
@@ -460,7 +461,7 @@ static void plan_file(const char *path, const char *prefix)
 {
 	struct ma_elf e;
 	char name[300], sym[64], refused[200] = "";
-	size_t found = 0, planned = 0;
+	size_t found = 0, planned = 0, one_store = 0;
 	static uint8_t code[1 << 16];
 
 	if (ma_elf_open(&e, path)) {
@@ -482,13 +483,16 @@ static void plan_file(const char *path, const char *prefix)
 		if (!read_vaddr(&e, s->addr, code, len))
 			continue;
 		if (ma_arch_detour_plan(code, len, s->addr, nargs_of(entry_names[i]), MA_DETOUR_MOVE_CALL,
-					s->addr - (16 << 20), 0x1000, &p))
+					s->addr - (16 << 20), 0x1000, &p)) {
 			planned++;
+			/* the agent writes a jump that fits one aligned 16-byte block in one store */
+			one_store += ((s->addr + p.patch_off) & 15) + 5 <= 16;
+		}
 		else if (!refused[0])
 			snprintf(refused, sizeof refused, "; %s: %s", sym, p.reason);
 	}
-	snprintf(name, sizeof name, "%s: every jemalloc entry point found has a plan (%zu of %zu%s)", path,
-		 planned, found, refused);
+	snprintf(name, sizeof name, "%s: every jemalloc entry point found has a plan (%zu of %zu, %zu written in "
+		 "one store%s)", path, planned, found, one_store, refused);
 	CHECK(name, found >= 10 && planned == found);
 	ma_elf_release(&e);
 }
