@@ -9,11 +9,11 @@
 # runs ("PLAN N", tests/lib/common.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
-# Tests run two at a time (the machines' cores) while the jemalloc builds
-# of the version matrix still run beside them at nice 19 (they take what
-# CPU the tests leave), three at a time once those are done (most of a
-# live test's time is spent waiting on its fixtures); MA_TEST_JOBS sets
-# one number for the whole run.  The tests whose
+# Tests run three at a time on the machines' two cores (most of a live
+# test's time is spent waiting on its fixtures: a whole run keeps the CPUs
+# 135% busy of 200% at two at a time), while the jemalloc builds of the
+# version matrix run beside them at nice 19 (they take what CPU the tests
+# leave); MA_TEST_JOBS sets another number.  The tests whose
 # targets keep both CPUs busy by design (HEAVY below: allocation storms,
 # thread churn, 1,000 random kills) run alone, so that no other test's
 # target slows them and none slows another.  The longest tests start first
@@ -34,8 +34,7 @@ builds_over=0
 see_builds() { [ "$builds_over" = 1 ] || ! builds_done || builds_over=1; }
 # set_jobs: JOBS, the tests to run at once now.
 set_jobs() {
-	if [ -n "$jobs_given" ]; then JOBS=$jobs_given
-	elif [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
+	if [ -n "$jobs_given" ]; then JOBS=$jobs_given; else JOBS=3; fi
 }
 results=build/test-results
 times_file=build/test-times
