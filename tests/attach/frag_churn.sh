@@ -13,13 +13,16 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 plan 12
-need_fixtures fragchurn libfragplug.so
+# FRAG_SUFFIX=_static: on the build with jemalloc linked in (inline
+# detours; frag_churn_static.sh).
+S=${FRAG_SUFFIX:-}
+need_fixtures fragchurn$S libfragplug.so
 
 CYCLES=${CYCLES:-$(sized 100 30)}
 born() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" born | awk '{ print $2 }'; }
 
 # --- churn ---
-fix_start fragchurn || { fail "fragchurn: start"; exit 1; }
+fix_start fragchurn$S || { fail "fragchurn: start"; exit 1; }
 P=$FIX_PID
 b0=$(born); bsleep 1; b1=$(born)
 echo "# fragchurn: $((b1 - b0)) threads born and ended in about 1 s before the cycles"
@@ -45,7 +48,7 @@ fix_quit "$P" "$FIX_FD"; rc=$?
 check "fragchurn: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 
 # --- a library loaded after start ---
-fix_start fragchurn -c 0 || { fail "fragchurn -c 0: start"; exit 1; }
+fix_start fragchurn$S -c 0 || { fail "fragchurn -c 0: start"; exit 1; }
 P=$FIX_PID
 "$MA" frag start "$P" --shift 0 >/dev/null 2>"$TMP/s.err"; rc=$?
 check "frag start --shift 0 before the library is loaded ($(head -1 "$TMP/s.err"))" [ "$rc" -eq 0 ]

@@ -23,7 +23,10 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 plan 18
-need_fixtures forkloop fragchurn libfragplug.so storm execd
+# FRAG_SUFFIX=_static: the same on the builds with jemalloc linked in
+# (frag writes inline detours; frag_storms_static.sh).
+S=${FRAG_SUFFIX:-}
+need_fixtures forkloop$S fragchurn$S libfragplug.so storm$S execd$S
 CYCLES=${CYCLES:-$(sized 20 10)}
 
 # cycles PID N: N start/report/stop cycles; sets OTHER (exit codes but 0 and 1), OK, FIRST_OTHER
@@ -58,7 +61,7 @@ ends() {
 died() { fixture_died "$1" "$(dirname "$2")"; fail "$3: died during the cycles: $DIED_WHY"; }
 
 # --- fork ---
-fix_start forkloop -m -t 2 || { fail "forkloop: start"; exit 1; }
+fix_start forkloop$S -m -t 2 || { fail "forkloop: start"; exit 1; }
 P=$FIX_PID
 f0=$(vfield "$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)" forks)
 if cycles "$P" "$CYCLES"; then
@@ -73,7 +76,7 @@ else
 fi
 
 # --- dlopen / dlclose ---
-fix_start fragchurn -d || { fail "fragchurn -d: start"; exit 1; }
+fix_start fragchurn$S -d || { fail "fragchurn -d: start"; exit 1; }
 P=$FIX_PID
 d0=$(vfield "$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)" dlcycles)
 if cycles "$P" "$CYCLES"; then
@@ -89,7 +92,7 @@ else
 fi
 
 # --- signal storm ---
-fix_start storm || { fail "storm: start"; exit 1; }
+fix_start storm$S || { fail "storm: start"; exit 1; }
 P=$FIX_PID
 if cycles "$P" "$CYCLES"; then
 	ends storm "$P"
@@ -103,7 +106,7 @@ fi
 
 # --- exec ---
 GENS=60
-fix_start execd -G "$GENS" -e 5:40 || { fail "execd: start"; exit 1; }
+fix_start execd$S -G "$GENS" -e 5:40 || { fail "execd: start"; exit 1; }
 P=$FIX_PID
 gens() { grep -c '^READY' "$FIX_OUT"; }
 n=0 OTHER=0 FIRST_OTHER="" okc=0
