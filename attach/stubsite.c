@@ -40,7 +40,7 @@ static bool outside_segments(Elf *elf, size_t nph, uint64_t bias, uint64_t lo, u
 
 static int read_original(const struct ma_target *t, struct ma_stub_site *site);
 
-static void add_site(struct ma_target *t, uint64_t addr, size_t map_index)
+static void add_site(struct ma_target *t, uint64_t addr, size_t map_index, unsigned rank)
 {
 	struct ma_stub_site *site = &t->stub_sites[t->nstub_sites];
 
@@ -51,6 +51,7 @@ static void add_site(struct ma_target *t, uint64_t addr, size_t map_index)
 			return;
 	site->addr = addr;
 	site->map_index = map_index;
+	site->rank = rank;
 	if (read_original(t, site) != 0) {
 		ma_err_clear();
 		return;
@@ -73,6 +74,47 @@ static long private_exec_mapping(const struct ma_target *t, uint64_t lo, uint64_
 	return -1;
 }
 
+/*
+ * How sure the object stays mapped: 0 the program itself (it has an
+ * interpreter), 1 the dynamic loader, libc or an object marked NODELETE,
+ * 2 any other (a library dlopen()ed at run time, which another thread may
+ * dlclose() while a borrowed thread runs in the stub).
+ */
+static unsigned object_rank(Elf *elf, size_t nph)
+{
+	unsigned rank = 2;
+
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+		Elf_Scn *scn = NULL;
+
+		if (!gelf_getphdr(elf, (int)i, &ph))
+			continue;
+		if (ph.p_type == PT_INTERP)
+			return 0;
+		if (ph.p_type != PT_DYNAMIC)
+			continue;
+		while ((scn = elf_nextscn(elf, scn))) {
+			GElf_Shdr sh;
+			Elf_Data *d;
+			GElf_Dyn dyn;
+
+			if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNAMIC || !(d = elf_getdata(scn, NULL)))
+				continue;
+			for (size_t k = 0; sh.sh_entsize && k < sh.sh_size / sh.sh_entsize && gelf_getdyn(d, (int)k, &dyn);
+			     k++) {
+				const char *name = dyn.d_tag == DT_SONAME ? elf_strptr(elf, sh.sh_link, dyn.d_un.d_val)
+									   : NULL;
+
+				if ((dyn.d_tag == DT_FLAGS_1 && (dyn.d_un.d_val & DF_1_NODELETE)) ||
+				    (name && (strncmp(name, "libc.so", 7) == 0 || strncmp(name, "ld-linux", 8) == 0)))
+					rank = 1;
+			}
+		}
+	}
+	return rank;
+}
+
 static void sites_in_object(struct ma_target *t, const struct ma_mapping *first, int fd)
 {
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
@@ -90,6 +132,7 @@ static void sites_in_object(struct ma_target *t, const struct ma_mapping *first,
 			base = ph.p_vaddr & ~(PAGE - 1);
 	}
 	bias = eh.e_type == ET_DYN ? first->start - base : 0;
+	unsigned rank = object_rank(elf, nph);
 	for (size_t i = 0; i < nph; i++) {
 		GElf_Phdr ph;
 		uint64_t end, lo, page_end;
@@ -104,7 +147,7 @@ static void sites_in_object(struct ma_target *t, const struct ma_mapping *first,
 			continue;
 		mi = private_exec_mapping(t, lo, lo + MA_STUB_REGION);
 		if (mi >= 0 && outside_segments(elf, nph, bias, lo, lo + MA_STUB_REGION))
-			add_site(t, lo, (size_t)mi);
+			add_site(t, lo, (size_t)mi, rank);
 	}
 out:
 	if (elf)
@@ -133,6 +176,14 @@ int ma_stubsite_find(struct ma_target *t)
 		sites_in_object(t, first, fd);
 		close(fd);
 	}
+	/* The surest first: a session takes the first free site. */
+	for (size_t i = 1; i < t->nstub_sites; i++)
+		for (size_t j = i; j > 0 && t->stub_sites[j - 1].rank > t->stub_sites[j].rank; j--) {
+			struct ma_stub_site tmp = t->stub_sites[j];
+
+			t->stub_sites[j] = t->stub_sites[j - 1];
+			t->stub_sites[j - 1] = tmp;
+		}
 	if (t->nstub_sites == 0)
 		return ma_fail(MA_E_INTERNAL,
 			       "process %d has no slack of %d bytes after an executable segment to "

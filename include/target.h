@@ -70,6 +70,7 @@ struct ma_proc_status {
 struct ma_stub_site {
 	uint64_t addr; /* 16-byte aligned; MA_STUB_REGION bytes (arch.h) */
 	size_t map_index; /* the private r-x file mapping holding it */
+	unsigned rank; /* 0 the program, 1 the loader, libc or a NODELETE object, 2 one dlclose() may unmap */
 	unsigned char orig[672]; /* the file's bytes there (>= MA_STUB_REGION) */
 };
 

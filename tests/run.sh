@@ -54,12 +54,12 @@ LONG="attach/safety_every_step.sh attach/frag_every_step.sh attach/frag_random_k
 attach/safety_ptrace_errors.sh attach/syscalls.sh attach/safety_fork.sh attach/frag_churn.sh
 attach/safety_seccomp.sh attach/valgrind.sh attach/safety_random_kill.sh attach/frag_harness.sh
 attach/seccomp_sandbox.sh attach/stress.sh attach/frag_flavours.sh attach/frag_attack.sh
-attach/stop_midrun.sh attach/target_killed.sh attach/frag_storms.sh attach/rseq.sh
+attach/stop_midrun.sh attach/target_killed.sh attach/frag_storms.sh attach/frag_churn_static.sh attach/frag_storms_static.sh attach/rseq.sh
 cli/aggregate_truth.sh attach/eintr_residual.sh attach/browser_svg.sh attach/safety_stopcont.sh
 cli/fixtures_selftest.sh attach/live_watch_snapshot.sh attach/hostile_exporter.sh"
 # Tests that use more than a CPU for most of their run (measured: CPU
 # seconds over 1.3 times their wall seconds): they run alone.
-HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/safety_random_kill.sh
+HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/frag_churn_static.sh attach/frag_storms_static.sh attach/safety_random_kill.sh
 attach/stress.sh attach/safety_fork.sh attach/stop_midrun.sh attach/frag_storms.sh
 attach/registers.sh attach/width_live.sh attach/real_daemons.sh attach/concurrent.sh
 attach/safety_selfdeadlock.sh"
