@@ -9,14 +9,14 @@
 # runs ("PLAN N", tests/lib/common.sh's plan): running another number, or
 # declaring none, is one more failure.
 #
-# Tests run three at a time on the machines' two cores (most of a live
-# test's time is spent waiting on its fixtures: a whole run keeps the CPUs
-# 135% busy of 200% at two at a time), while the jemalloc builds of the
-# version matrix run beside them at nice 19 (they take what CPU the tests
-# leave); MA_TEST_JOBS sets another number.  The tests whose
+# Tests run two at a time (the machines' cores) while the jemalloc builds
+# of the version matrix still run beside them at nice 19 (they take what
+# CPU the tests leave), three at a time once those are done (most of a
+# live test's time is spent waiting on its fixtures); MA_TEST_JOBS sets
+# one number for the whole run.  The tests whose
 # targets keep both CPUs busy by design (HEAVY below: allocation storms,
-# thread churn, 1,000 random kills) run beside at most one other test,
-# never beside another heavy one.  The longest tests start first
+# thread churn, 1,000 random kills) run alone, so that no other test's
+# target slows them and none slows another.  The longest tests start first
 # (the times of the last run, build/test-times, or the LONG list below on a
 # fresh checkout), so the run ends with short ones; the version matrix,
 # which waits for those builds, starts as soon as they are done.  Each
@@ -34,7 +34,8 @@ builds_over=0
 see_builds() { [ "$builds_over" = 1 ] || ! builds_done || builds_over=1; }
 # set_jobs: JOBS, the tests to run at once now.
 set_jobs() {
-	if [ -n "$jobs_given" ]; then JOBS=$jobs_given; else JOBS=3; fi
+	if [ -n "$jobs_given" ]; then JOBS=$jobs_given
+	elif [ "$builds_over" = 1 ]; then JOBS=3; else JOBS=2; fi
 }
 results=build/test-results
 times_file=build/test-times
@@ -58,7 +59,7 @@ attach/stop_midrun.sh attach/target_killed.sh attach/frag_storms.sh attach/frag_
 cli/aggregate_truth.sh attach/eintr_residual.sh attach/browser_svg.sh attach/safety_stopcont.sh
 cli/fixtures_selftest.sh attach/live_watch_snapshot.sh attach/hostile_exporter.sh"
 # Tests that use more than a CPU for most of their run (measured: CPU
-# seconds over 1.3 times their wall seconds): they run beside at most one light test.
+# seconds over 1.3 times their wall seconds): they run alone.
 HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/frag_churn_static.sh attach/frag_storms_static.sh attach/safety_random_kill.sh
 attach/stress.sh attach/safety_fork.sh attach/stop_midrun.sh attach/frag_storms.sh
 attach/registers.sh attach/width_live.sh attach/real_daemons.sh attach/concurrent.sh
@@ -135,39 +136,18 @@ print_finished() {
 	done
 }
 
-# reap_one: wait for one running test to end (a heavy one frees its place).
-declare -A heavy_pids=()
-heavy_running=0
-reap_one() {
-	local pid
-	wait -n -p pid
-	running=$((running - 1))
-	if [ -n "${heavy_pids[$pid]:-}" ]; then unset "heavy_pids[$pid]"; heavy_running=0; fi
-	print_finished
-}
-
-# start_test "NAME<TAB>CMD": start it when a slot is free.  A heavy test
-# runs beside at most one other test and never beside another heavy one:
-# its targets keep about 1.5 CPUs busy, and a test that mostly waits on
-# its fixtures fits in what is left.
+# start_test "NAME<TAB>CMD": start it when a slot is free (a heavy test
+# waits for every running test to end, and runs alone).
 start_test() {
-	local name=${1%%$'\t'*} cmd=${1#*$'\t'} limit heavy=0
+	local name=${1%%$'\t'*} cmd=${1#*$'\t'} limit
 	[ -n "$only" ] && [[ "$name" != *"$only"* ]] && return
 	set_jobs; limit=$JOBS
-	[[ " "${HEAVY//$'\n'/ }" " == *" $name "* ]] && heavy=1
-	while :; do
-		if [ "$heavy" = 1 ]; then
-			[ "$heavy_running" = 0 ] && [ "$running" -lt 2 ] && break
-		else
-			if [ "$heavy_running" = 1 ]; then limit=2; else limit=$JOBS; fi
-			[ "$running" -lt "$limit" ] && break
-		fi
-		reap_one
-	done
+	[[ " "${HEAVY//$'\n'/ }" " == *" $name "* ]] && limit=1
+	while [ "$running" -ge "$limit" ]; do wait -n; running=$((running - 1)); print_finished; done
 	# shellcheck disable=SC2086  # CMD is "bash FILE" or a path
 	run_one "$name" $cmd &
 	running=$((running + 1))
-	if [ "$heavy" = 1 ]; then heavy_pids[$!]=1; heavy_running=1; fi
+	[ "$limit" -eq 1 ] && { wait -n; running=$((running - 1)); print_finished; }
 }
 
 # The list is read whole before any test starts: `wait -n` below then
