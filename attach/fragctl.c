@@ -654,6 +654,12 @@ int ma_agent_stop_in(struct ma_session *s, bool *inflight)
 		return rc;
 	if (!v.loaded || v.ctl.state == MA_AGENT_IDLE)
 		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d", s->t->pid);
+	/* A filter installed since start must allow taking the jumps back too. */
+	if (v.ctl.mechanism == MA_AGENT_MECH_DETOUR && v.ctl.ndetours &&
+	    ((rc = check_agent_syscalls(s, MA_AGENT_MECH_DETOUR)) ||
+	     (rc = check_patch_pages(s, v.ctl.detours, v.ctl.ndetours <= MA_AGENT_NENTRIES ? v.ctl.ndetours
+											   : MA_AGENT_NENTRIES))))
+		return rc;
 	if ((rc = call_agent(s, &v, MA_AGENT_OFF_stop, NULL, 0, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
 	*inflight = ret == -MA_AGENT_EINFLIGHT;
