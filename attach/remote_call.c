@@ -87,11 +87,11 @@ static bool stub_may_ask_signals(struct ma_session *s)
 {
 	struct ma_sc_query q[65];
 
-	q[0] = (struct ma_sc_query){ SYS_rt_sigpending, { UNCHOSEN_ADDR, 8 },
+	q[0] = (struct ma_sc_query){ SYS_rt_sigpending, { MA_SC_UNCHOSEN_ADDR, 8 },
 				     s->stub + MA_STUB_PENDING_SYSCALL_END,
 				     "rt_sigpending (the stub's self-restore)" };
 	for (int sig = 1; sig <= 64; sig++)
-		q[sig] = (struct ma_sc_query){ SYS_rt_sigaction, { (uint64_t)sig, 0, UNCHOSEN_ADDR, 8 },
+		q[sig] = (struct ma_sc_query){ SYS_rt_sigaction, { (uint64_t)sig, 0, MA_SC_UNCHOSEN_ADDR, 8 },
 					       s->stub + MA_STUB_ACTION_SYSCALL_END,
 					       "rt_sigaction (the stub's self-restore)" };
 	return filter_allows(s, q, sizeof(q) / sizeof(q[0]));
@@ -122,7 +122,7 @@ static bool stub_may_read_altstack(struct ma_session *s)
 /* May the trap's rt_sigprocmask run (ma_arch_trap_regs)?  Else the old way in. */
 static bool trap_allowed(struct ma_session *s)
 {
-	struct ma_sc_query q = { SYS_rt_sigprocmask, { SIG_BLOCK, UNCHOSEN_ADDR, 0, 8 },
+	struct ma_sc_query q = { SYS_rt_sigprocmask, { SIG_BLOCK, MA_SC_UNCHOSEN_ADDR, 0, 8 },
 				 s->stub + MA_STUB_TRAP_END, "rt_sigprocmask (the way in)" };
 
 	return filter_allows(s, &q, 1);
@@ -150,7 +150,7 @@ static size_t jemalloc_memory_queries(struct ma_sc_query *q, uint64_t ip)
 					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED };
 	static const uint64_t prot[] = { PROT_READ | PROT_WRITE, PROT_NONE };
-	uint64_t any = UNCHOSEN_ADDR;
+	uint64_t any = MA_SC_UNCHOSEN_ADDR;
 	size_t n = 0;
 
 	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
@@ -171,7 +171,7 @@ static size_t jemalloc_memory_queries(struct ma_sc_query *q, uint64_t ip)
 
 int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 {
-	uint64_t ip = s->stub + MA_STUB_MARKER_END, any = UNCHOSEN_ADDR;
+	uint64_t ip = s->stub + MA_STUB_MARKER_END, any = MA_SC_UNCHOSEN_ADDR;
 	struct ma_sc_query q[] = {
 		{ MA_STUB_MARKER_NR, { 0 }, ip, "getpid (the stub's marker)" },
 		/* jemalloc's locks inside our calls (its memory: jemalloc_memory_queries) */

@@ -22,7 +22,6 @@
 #define DEFAULT_DATA (1UL << 20)
 #define STACK_SIZE (256UL << 10)
 #define HEADER_PAGE PAGE /* the scratch mapping's first page: our header */
-#define UNCHOSEN_ADDR MA_SC_UNCHOSEN_ADDR
 /*
  * Scratch data this small may go on the thread's stack, if it has this
  * much room below it for the call: a mallctl batch needs a few KiB (the
