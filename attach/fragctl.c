@@ -570,6 +570,17 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 
 	if (mechanism == MA_AGENT_MECH_DETOUR && o->allow_hooks)
 		mechanism = MA_AGENT_MECH_HOOKS; /* asked for */
+	/*
+	 * Writing code races a target that changes its own code pages'
+	 * protection meanwhile (either side's write can then fault): the one
+	 * risk of detours that no check before can rule out.
+	 */
+	if (mechanism == MA_AGENT_MECH_DETOUR && o->no_code_writes)
+		return ma_fail(MA_E_JEMALLOC, "jemalloc is linked into the program of process %d (no "
+			       "GOT slot to point elsewhere), so frag would write a jump into each of its "
+			       "entry points, and --strict never writes the target's code; nothing was "
+			       "loaded. Without --strict frag writes them (a target that changes its own "
+			       "code pages' protection meanwhile can fault)", s->t->pid);
 	if (mechanism == MA_AGENT_MECH_HOOKS && !o->allow_hooks)
 		return ma_fail(MA_E_JEMALLOC, "jemalloc's code cannot be located in process %d, so frag "
 			       "could only sample through jemalloc's experimental hooks, whose install "

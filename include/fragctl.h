@@ -65,6 +65,7 @@ struct ma_agent_start_opts {
 	uint64_t max_samples; /* samples held at most (--max-samples) */
 	uint64_t stack_cap, frame_cap;
 	bool allow_hooks; /* --hooks: jemalloc linked statically may be sampled through its hooks */
+	bool no_code_writes; /* --strict: refuse rather than write inline detours */
 };
 
 /*

@@ -39,7 +39,8 @@ static const char about[] =
 	"full each sampled object's slab is and estimates, per stack, the waste its\n"
 	"survivors pin; 'stop' restores the slots (or the entry points) and frees\n"
 	"the agent's memory.\n"
-	"Reports cover allocations made since 'frag start'.\n";
+	"Reports cover allocations made since 'frag start'.  With --strict, start\n"
+	"never writes the target's code: where that jump would be needed it refuses.\n";
 
 #define DEFAULT_SHIFT 8
 #define MIN_CAPACITY (1ULL << 16) /* 64 stripes of 1024 slots */
@@ -419,6 +420,7 @@ static int start_agent(struct ma_session *s, void *ctx)
 	fl->so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
 	fl->so.max_samples = max_samples(a);
 	fl->so.allow_hooks = a->hooks;
+	fl->so.no_code_writes = a->o.strict;
 	fl->so.capacity = choose_capacity(fl->so.max_samples);
 	fl->so.stack_cap = STACK_CAP;
 	fl->so.frame_cap = FRAME_CAP;

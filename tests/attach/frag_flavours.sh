@@ -16,7 +16,7 @@
 # descriptors and mapping count do not grow, and the agent is loaded once.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 41
+plan 47
 need_fixtures daemon daemon_static daemon_prefixed daemon_cxx daemon_rust
 
 # code_as_file PID: every executable mapping of PID's program holds the
@@ -47,6 +47,14 @@ for f in daemon daemon_static daemon_prefixed daemon_cxx daemon_rust; do
 	P=$FIX_PID
 	static=0
 	ldd "$FIX/$f" | grep -q libjemalloc || static=1
+	if [ $static -eq 1 ]; then
+		"$MA" frag start "$P" --strict >"$TMP/s.out" 2>&1; rc=$?
+		check "$f: frag start --strict refused, naming why ($(tr -s ' \n' '  ' <"$TMP/s.out" | cut -c1-200))" \
+			eval '[ "$rc" -eq 1 ] && tr -s " \n" "  " <"$TMP/s.out" | grep -q -- "--strict never writes the target.s code"'
+		out=$(code_as_file "$P" 2>&1)
+		check "$f: after the refusal, no agent mapped and the code as in the file ($out)" \
+			eval '! grep -q "memfd:memattach-agent" "/proc/$P/maps" && [ -n "$out" ] && code_as_file "$P" >/dev/null'
+	fi
 	"$MA" frag start "$P" --shift 2 >"$TMP/s.out" 2>&1; rc=$?
 	check "$f: frag start --shift 2 ($(tail -1 "$TMP/s.out" | cut -c1-120))" [ "$rc" -eq 0 ]
 	if [ $static -eq 1 ]; then
