@@ -322,6 +322,7 @@ struct frag_live {
 	struct ma_agent_start_opts so; /* start */
 	struct ma_agent_view before, after; /* the agent as found, and after the command */
 	bool inflight; /* stop: wrappers were still recording; stop again */
+	uint64_t pause_ns, pause_max_ns; /* the borrowed thread's holds: their sum, the longest */
 	struct ma_frag_data *d; /* report */
 	struct frag_timing *tm; /* report */
 };
@@ -435,6 +436,9 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 {
 	struct frag_live *fl = ctx;
 
+	fl->pause_ns += l->s.stopped_ns;
+	if (l->s.stopped_ns > fl->pause_max_ns)
+		fl->pause_max_ns = l->s.stopped_ns;
 	if (ma_agent_mechanism_for(&l->t) == MA_AGENT_MECH_HOOKS)
 		settle_threads(fl->cmd, l->t.pid, fl->a->o.strict, fl->fr);
 	if (ma_agent_find(&l->t, &fl->after))
@@ -469,6 +473,7 @@ static int do_start(struct frag_args *a)
 		ma_json_u64(&j, "table_bytes", v->table_bytes);
 		ma_json_u64(&j, "table_resident_bytes", v->table_resident);
 		ma_json_u64(&j, "agent_base", v->base);
+		ma_json_u64(&j, "pause_ns", fl.pause_ns);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
@@ -556,6 +561,8 @@ static int do_stop(struct frag_args *a)
 		ma_json_bool(&j, "code_mapped", after->loaded);
 		ma_json_u64(&j, "mappings_left", after->nmaps);
 		ma_json_u64(&j, "mapped_bytes_left", after->mapped);
+		ma_json_u64(&j, "pause_ns", fl.pause_ns);
+		ma_json_u64(&j, "pause_max_ns", fl.pause_max_ns);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
