@@ -111,6 +111,26 @@ const char *ma_comm_of(pid_t pid)
 	return comm;
 }
 
+/* When process PID started, in clock ticks since boot (field 22 of its stat); -1 unknown. */
+int64_t ma_process_start_ticks(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	unsigned long long start;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	/* Whole, not a line: the name in it may hold a newline. */
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+	fclose(f);
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+			 " %*s %*s %*s %*s %llu", &start) != 1)
+		return -1;
+	return (int64_t)start;
+}
+
 bool ma_is_memattach(pid_t pid)
 {
 	return strcmp(ma_comm_of(pid), "memattach") == 0;

@@ -55,23 +55,11 @@ static pid_t find_holder(int fd)
 /* How long process PID has run, in seconds (-1 unknown). */
 static double running_s(pid_t pid)
 {
-	char path[64], buf[512], *p;
-	unsigned long long start;
-	double up;
+	int64_t start = ma_process_start_ticks(pid);
+	double up = -1;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	/* Whole, not a line: the name in it may hold a newline. */
-	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
-	p = strrchr(buf, ')');
-	fclose(f);
-	/* Field 22, starttime, in clock ticks since boot; the name may hold anything. */
-	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
-			 " %*s %*s %*s %*s %llu", &start) != 1)
-		return -1;
-	if (!(f = fopen("/proc/uptime", "re")))
+	if (start < 0 || !(f = fopen("/proc/uptime", "re")))
 		return -1;
 	if (fscanf(f, "%lf", &up) != 1)
 		up = -1;

@@ -25,6 +25,7 @@ int cmd_stacks(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_frag(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
+int cmd_ab(int argc, char **argv);
 
 /* Shared by commands: print "memattach CMD: MSG" to stderr, MSG in its
  * printable form (format.h; pass names raw), laid out for a terminal

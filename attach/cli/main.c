@@ -39,6 +39,7 @@ static const struct command commands[] = {
 	{ "diff", cmd_diff, "compare two dumps or two snapshots" },
 	{ "frag", cmd_frag, "attribute slab fragmentation to allocation sites" },
 	{ "ps", cmd_ps, "list the processes that hold a jemalloc" },
+	{ "ab", cmd_ab, "compare the memory of two daemon builds over fresh runs" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -1,0 +1,584 @@
+/*
+ * cmd_ab.c - memattach ab: the memory of two builds or configurations of a
+ * daemon, compared over many fresh runs of each (A/B), each metric as B/A
+ * with a 95% interval.
+ *
+ * A sample: run the side's command to completion (it starts the daemon and
+ * lets it do the measured work), find the daemon (--pid CMD prints its PID,
+ * or the newest jemalloc process whose name matches --match), read its
+ * VmHWM (the sample's peak), purge every arena and read jemalloc's
+ * statistics in one borrow, keep a snapshot under -o DIR, and (fresh
+ * lifecycle) stop the daemon.  Sides alternate or go in random order
+ * within each pair, so a drift of the machine hits both alike.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "abstats.h"
+#include "cmdutil.h"
+#include "commands.h"
+#include "emit.h"
+#include "format.h"
+#include "headline.h"
+#include "jectl.h"
+#include "ma_error.h"
+#include "options.h"
+#include "target.h"
+
+static const char about[] =
+	"A/B memory comparison over fresh daemon runs.  Each sample runs a side's\n"
+	"command with sh -c to completion (MEMATTACH_AB_SIDE=a or b in its\n"
+	"environment): it starts the daemon and has it do the measured work.  Then\n"
+	"memattach finds the daemon (--pid CMD prints its PID; --match REGEX takes\n"
+	"the newest jemalloc process whose name matches), reads its VmHWM (the\n"
+	"sample's peak), purges every arena and reads allocated, active,\n"
+	"resident, slab_waste, dirty and metadata, keeps a snapshot with -o DIR\n"
+	"(memattach diff opens any two), and with --lifecycle fresh (the default)\n"
+	"stops the daemon (--stop CMD, else SIGTERM, and waits up to 30 s for it to\n"
+	"exit).  The report gives per metric each side's mean +- sd and B/A with\n"
+	"its 95% interval (delta method on the log ratio, Welch's degrees of\n"
+	"freedom), \"significant\" when the interval excludes 1.  A progress line\n"
+	"per sample goes to stderr.\n";
+
+#define MAX_RUNS 1000
+#define STOP_WAIT_MS 30000
+
+enum { M_HWM, M_ALLOCATED, M_ACTIVE, M_RESIDENT, M_SLAB_WASTE, M_DIRTY, M_METADATA, NMETRICS };
+
+static const char *const metric_names[NMETRICS] = {
+	"vm_hwm", "allocated", "active", "resident", "slab_waste", "dirty", "metadata",
+};
+
+struct ab_args {
+	const char *cmd[2]; /* -a, -b */
+	const char *pid_cmd, *match, *stop_cmd, *out;
+	long runs;
+	bool warmup, json, reuse, random_order;
+	struct ma_session_opts o;
+	regex_t re;
+	bool have_re;
+};
+
+/* The samples kept (warm-up ones dropped), per side and metric. */
+struct ab_samples {
+	double *v[2][NMETRICS];
+	size_t n[2];
+};
+
+/* One sample's readings. */
+struct ab_reading {
+	struct ma_je_stats st;
+	struct ma_headline h;
+	uint64_t hwm;
+};
+
+static int lifecycle_opt(const struct ma_opt *o, const char *value)
+{
+	struct ab_args *a = o->ctx;
+
+	if (strcmp(value, "fresh") == 0 || strcmp(value, "reuse") == 0) {
+		a->reuse = value[0] == 'r';
+		return 0;
+	}
+	return ma_usage_error("ab", "--lifecycle %s: expected fresh or reuse", value);
+}
+
+static int order_opt(const struct ma_opt *o, const char *value)
+{
+	struct ab_args *a = o->ctx;
+
+	if (strcmp(value, "alternate") == 0 || strcmp(value, "random") == 0) {
+		a->random_order = value[0] == 'r';
+		return 0;
+	}
+	return ma_usage_error("ab", "--order %s: expected alternate or random", value);
+}
+
+/*
+ * Run CMD with sh -c, MEMATTACH_AB_SIDE=SIDE (and MEMATTACH_AB_PID=PID if
+ * PID) in its environment; its stdout into OUT (OUTLEN bytes, NUL-ended)
+ * if OUT, else inherited.  The exit status as wait() gives it, or -1.
+ */
+static int run_shell(const char *cmd, char side, pid_t pid, char *out, size_t outlen)
+{
+	int fds[2] = { -1, -1 }, status;
+	size_t got = 0;
+	pid_t child;
+
+	if (out && pipe2(fds, O_CLOEXEC) != 0)
+		return -1;
+	if ((child = fork()) < 0) {
+		if (out) {
+			close(fds[0]);
+			close(fds[1]);
+		}
+		return -1;
+	}
+	if (child == 0) {
+		char s[2] = { side, 0 }, p[24];
+
+		setenv("MEMATTACH_AB_SIDE", s, 1);
+		if (pid) {
+			snprintf(p, sizeof(p), "%d", pid);
+			setenv("MEMATTACH_AB_PID", p, 1);
+		}
+		if (out && dup2(fds[1], STDOUT_FILENO) < 0)
+			_exit(127);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (out) {
+		ssize_t n;
+
+		close(fds[1]);
+		while ((n = read(fds[0], out + got, outlen - 1 - got)) > 0 || (n < 0 && errno == EINTR))
+			if (n > 0 && (got += (size_t)n) == outlen - 1)
+				break;
+		out[got] = '\0';
+		close(fds[0]);
+	}
+	while (waitpid(child, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return status;
+}
+
+/* "exited with status N" / "killed by signal N" for a wait() status. */
+static const char *status_words(int status, char *buf, size_t len)
+{
+	if (status < 0)
+		snprintf(buf, len, "could not be run (%s)", strerror(errno));
+	else if (WIFEXITED(status))
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+	else
+		snprintf(buf, len, "was killed by signal %d", WTERMSIG(status));
+	return buf;
+}
+
+static bool name_matches(void *ctx, const char *comm)
+{
+	return regexec(ctx, comm, 0, NULL, 0) == 0;
+}
+
+/* The daemon of this sample: from --pid CMD, or the newest match. 0 if none (error set). */
+static pid_t find_daemon(struct ab_args *a, char side)
+{
+	if (a->pid_cmd) {
+		char out[256], words[64];
+		int st = run_shell(a->pid_cmd, side, 0, out, sizeof(out));
+		long pid;
+		char *end;
+
+		if (st != 0) {
+			ma_fail(MA_E_NOPROC, "--pid command %s", status_words(st, words, sizeof(words)));
+			return 0;
+		}
+		for (size_t n = strlen(out); n && (out[n - 1] == '\n' || out[n - 1] == ' '); n--)
+			out[n - 1] = '\0';
+		pid = strtol(out, &end, 10);
+		while (*end == ' ' || *end == '\n' || *end == '\t')
+			end++;
+		if (pid <= 0 || pid > 0x3fffffff || *end) {
+			ma_fail(MA_E_NOPROC, "--pid command printed no PID (%.40s)", out);
+			return 0;
+		}
+		return (pid_t)pid;
+	} else {
+		static struct ma_je_process found[256];
+		size_t n = ma_jemalloc_processes(name_matches, &a->re, found, 256);
+		pid_t best = 0;
+		int64_t best_start = -1;
+
+		for (size_t i = 0; i < n; i++) {
+			int64_t t = ma_process_start_ticks(found[i].pid);
+
+			if (t > best_start || (t == best_start && found[i].pid > best))
+				best = found[i].pid, best_start = t;
+		}
+		if (!best)
+			ma_fail(MA_E_NOPROC, "no jemalloc process whose name matches --match %s", a->match);
+		return best;
+	}
+}
+
+/* The live part of a sample: purge every arena, then read the statistics. */
+static int purge_and_read(struct ma_session *s, void *ctx)
+{
+	struct ab_reading *r = ctx;
+	struct ma_proc_status ps;
+	int rc;
+
+	if ((rc = ma_mallctl_write(s, "arena.4096.purge", NULL, 0)) || (rc = ma_collect_stats(s, &r->st)))
+		return rc;
+	if ((rc = ma_process_status(s->t->pid, &ps)))
+		return rc;
+	ma_headline_compute(&r->st, ps.vm_rss, &r->h);
+	return 0;
+}
+
+static void reading_values(const struct ab_reading *r, double v[NMETRICS])
+{
+	v[M_HWM] = (double)r->hwm;
+	v[M_ALLOCATED] = (double)r->st.allocated;
+	v[M_ACTIVE] = (double)r->st.active;
+	v[M_RESIDENT] = (double)r->st.resident;
+	v[M_SLAB_WASTE] = (double)r->h.slab_waste;
+	v[M_DIRTY] = (double)r->h.dirty;
+	v[M_METADATA] = (double)r->st.metadata;
+}
+
+/* A snapshot of PID into DIR (cmd_snapshot, its stdout silenced): 0 or an exit status. */
+static int snapshot_into(pid_t pid, const char *dir)
+{
+	char p[24];
+	char *argv[] = { "snapshot", p, "-o", (char *)dir, NULL };
+	int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY | O_CLOEXEC), rc;
+
+	snprintf(p, sizeof(p), "%d", pid);
+	fflush(stdout);
+	if (saved < 0 || null < 0 || dup2(null, STDOUT_FILENO) < 0) {
+		if (saved >= 0)
+			close(saved);
+		if (null >= 0)
+			close(null);
+		return MA_EXIT_FAIL;
+	}
+	rc = cmd_snapshot(4, argv);
+	fflush(stdout);
+	dup2(saved, STDOUT_FILENO);
+	close(saved);
+	close(null);
+	return rc;
+}
+
+/* SIGTERM (or --stop CMD) and wait up to STOP_WAIT_MS for PID to be gone. */
+static int stop_daemon(struct ab_args *a, char side, pid_t pid, char *why, size_t whylen)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), st;
+	struct pollfd p;
+
+	if (pfd < 0)
+		return errno == ESRCH ? 0 : (snprintf(why, whylen, "pidfd_open: %s", strerror(errno)), -1);
+	if (a->stop_cmd) {
+		char words[64];
+
+		if ((st = run_shell(a->stop_cmd, side, pid, NULL, 0)) != 0) {
+			snprintf(why, whylen, "--stop command %s", status_words(st, words, sizeof(words)));
+			close(pfd);
+			return -1;
+		}
+	} else if (syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) != 0 && errno != ESRCH) {
+		snprintf(why, whylen, "SIGTERM: %s", strerror(errno));
+		close(pfd);
+		return -1;
+	}
+	p = (struct pollfd){ .fd = pfd, .events = POLLIN };
+	while ((st = poll(&p, 1, STOP_WAIT_MS)) < 0 && errno == EINTR)
+		;
+	close(pfd);
+	if (st == 1)
+		return 0;
+	snprintf(why, whylen, "still running %d s after %s", STOP_WAIT_MS / 1000,
+		 a->stop_cmd ? "the --stop command" : "SIGTERM");
+	return -1;
+}
+
+/* Append one sample's line to DIR/samples.tsv (the samples survive a failed run). */
+static void log_sample(const struct ab_args *a, int k, char side, bool kept, pid_t pid,
+		       const double v[NMETRICS])
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/samples.tsv", a->out);
+	if (!(f = fopen(path, "ae")))
+		return;
+	if (ftell(f) == 0) {
+		fprintf(f, "sample\tside\tkept\tpid");
+		for (int m = 0; m < NMETRICS; m++)
+			fprintf(f, "\t%s", metric_names[m]);
+		fputc('\n', f);
+	}
+	fprintf(f, "%d\t%c\t%d\t%d", k, side, kept, pid);
+	for (int m = 0; m < NMETRICS; m++)
+		fprintf(f, "\t%.0f", v[m]);
+	fputc('\n', f);
+	fclose(f);
+}
+
+/*
+ * Sample K (1-based) of side SIDE: run, find, read, snapshot, stop.
+ * V gets its values; 0 or an exit status after a message naming the sample.
+ */
+static int one_sample(struct ab_args *a, int k, int total, char side, double v[NMETRICS], pid_t *pidp)
+{
+	char cmdname[64], words[96], hwm[32], al[32];
+	struct ab_reading r;
+	struct ma_proc_status ps;
+	pid_t pid;
+	int st, rc;
+
+	snprintf(cmdname, sizeof(cmdname), "ab: sample %d (%c)", k, side);
+	if ((st = run_shell(a->cmd[side - 'a'], side, 0, NULL, 0)) != 0)
+		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "-%c command %s", side,
+				    status_words(st, words, sizeof(words)));
+	if (!(pid = find_daemon(a, side)))
+		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "%s", ma_errmsg());
+	*pidp = pid;
+	memset(&r, 0, sizeof(r));
+	if (ma_process_status(pid, &ps))
+		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "the daemon (pid %d): %s", pid, ma_errmsg());
+	r.hwm = ps.vm_hwm;
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmdname, .pid = pid, .o = &a->o,
+						     .body = purge_and_read },
+			      &r)))
+		return rc;
+	reading_values(&r, v);
+	if (a->out) {
+		char dir[4096];
+
+		snprintf(dir, sizeof(dir), "%s/%03d-%c", a->out, k, side);
+		if ((rc = snapshot_into(pid, dir)))
+			return ma_cmd_error(cmdname, rc, "the snapshot into %s failed (above)", dir);
+	}
+	fprintf(stderr, "ab: sample %d/%d (%c): pid %d, VmHWM %s, allocated %s\n", k, total, side, pid,
+		ma_fmt_bytes(hwm, sizeof(hwm), r.hwm), ma_fmt_bytes(al, sizeof(al), r.st.allocated));
+	if (!a->reuse && stop_daemon(a, side, pid, words, sizeof(words)))
+		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "the daemon (pid %d) %s", pid, words);
+	return MA_EXIT_OK;
+}
+
+/* The order of the sides: pairs, each "ab" (alternate) or either way (random). */
+static void plan_order(const struct ab_args *a, char *order, int pairs)
+{
+	for (int i = 0; i < pairs; i++) {
+		unsigned char coin = 0;
+
+		if (a->random_order && getrandom(&coin, 1, 0) != 1)
+			coin = (unsigned char)(time(NULL) + i);
+		bool b_first = a->random_order && (coin & 1);
+
+		order[2 * i] = b_first ? 'b' : 'a';
+		order[2 * i + 1] = b_first ? 'a' : 'b';
+	}
+}
+
+static int run_samples(struct ab_args *a, struct ab_samples *sm)
+{
+	int pairs = (int)a->runs + (a->warmup ? 1 : 0), total = 2 * pairs, seen[2] = { 0, 0 };
+	char *order = malloc((size_t)total);
+
+	if (!order)
+		return ma_cmd_error("ab", MA_EXIT_FAIL, "out of memory");
+	plan_order(a, order, pairs);
+	for (int k = 1; k <= total; k++) {
+		char side = order[k - 1];
+		int s = side - 'a', rc;
+		double v[NMETRICS];
+		pid_t pid = 0;
+		bool kept;
+
+		if ((rc = one_sample(a, k, total, side, v, &pid))) {
+			free(order);
+			if (a->out)
+				ma_cmd_note("ab", "the samples taken so far are in %s/ (samples.tsv, one "
+					    "snapshot each)", a->out);
+			return rc;
+		}
+		kept = !(a->warmup && seen[s]++ == 0);
+		if (kept) {
+			for (int m = 0; m < NMETRICS; m++)
+				sm->v[s][m][sm->n[s]] = v[m];
+			sm->n[s]++;
+		}
+		if (a->out)
+			log_sample(a, k, side, kept, pid, v);
+	}
+	free(order);
+	return MA_EXIT_OK;
+}
+
+static void print_json(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_i64(&j, "runs", a->runs);
+	ma_json_bool(&j, "warmup", a->warmup);
+	ma_json_str(&j, "lifecycle", a->reuse ? "reuse" : "fresh");
+	ma_json_str(&j, "order", a->random_order ? "random" : "alternate");
+	ma_json_arr_open(&j, "metrics");
+	for (int m = 0; m < NMETRICS; m++) {
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "name", metric_names[m]);
+		for (int s = 0; s < 2; s++) {
+			ma_json_arr_open(&j, s ? "b" : "a");
+			for (size_t i = 0; i < sm->n[s]; i++)
+				ma_json_u64(&j, NULL, (uint64_t)sm->v[s][m][i]);
+			ma_json_arr_close(&j);
+		}
+		ma_json_double(&j, "a_mean", c[m].a_mean);
+		ma_json_double(&j, "b_mean", c[m].b_mean);
+		ma_json_double(&j, "a_sd", c[m].a_sd);
+		ma_json_double(&j, "b_sd", c[m].b_sd);
+		if (c[m].have_ratio) {
+			ma_json_double(&j, "ratio", c[m].ratio);
+			ma_json_double(&j, "ci_low", c[m].ratio_low);
+			ma_json_double(&j, "ci_high", c[m].ratio_high);
+		} else {
+			ma_json_null(&j, "ratio");
+			ma_json_null(&j, "ci_low");
+			ma_json_null(&j, "ci_high");
+		}
+		ma_json_double(&j, "diff", c[m].diff);
+		ma_json_double(&j, "diff_ci_low", c[m].diff_low);
+		ma_json_double(&j, "diff_ci_high", c[m].diff_high);
+		ma_json_bool(&j, "significant", c[m].significant);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_arr_open(&j, "sites");
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
+static void print_table(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c)
+{
+	char x[32], y[32], z[32], w[32];
+
+	printf("A/B over %zu runs of A and %zu of B (%s lifecycle, %s order%s)\n\n", sm->n[0], sm->n[1],
+	       a->reuse ? "reused" : "fresh", a->random_order ? "random" : "alternating",
+	       a->warmup ? ", first run of each side discarded" : "");
+	printf("%-11s %21s %21s %7s %17s\n", "metric", "A mean +- sd", "B mean +- sd", "B/A", "95% interval");
+	for (int m = 0; m < NMETRICS; m++) {
+		char ia[48], ib[48], ci[40], r[16];
+
+		snprintf(ia, sizeof(ia), "%s +- %s", ma_fmt_bytes(x, sizeof(x), (uint64_t)c[m].a_mean),
+			 ma_fmt_bytes(y, sizeof(y), (uint64_t)c[m].a_sd));
+		snprintf(ib, sizeof(ib), "%s +- %s", ma_fmt_bytes(z, sizeof(z), (uint64_t)c[m].b_mean),
+			 ma_fmt_bytes(w, sizeof(w), (uint64_t)c[m].b_sd));
+		if (c[m].have_ratio) {
+			snprintf(r, sizeof(r), "%.4f", c[m].ratio);
+			snprintf(ci, sizeof(ci), "%.4f-%.4f", c[m].ratio_low, c[m].ratio_high);
+		} else {
+			snprintf(r, sizeof(r), "-");
+			snprintf(ci, sizeof(ci), "(a mean is 0)");
+		}
+		printf("%-11s %21s %21s %7s %17s%s\n", metric_names[m], ia, ib, r, ci,
+		       c[m].significant ? "  significant" : "");
+	}
+	if (a->out)
+		printf("\nevery sample's snapshot is in %s/ (NNN-a, NNN-b: memattach diff opens any two)\n",
+		       a->out);
+}
+
+static int check_args(struct ab_args *a)
+{
+	int rc;
+
+	if (!a->cmd[0] || !a->cmd[1])
+		return ma_usage_error("ab", "-a CMD and -b CMD are required");
+	if (!a->pid_cmd == !a->match)
+		return ma_usage_error("ab", "give exactly one of --pid CMD and --match REGEX");
+	if (a->match) {
+		if ((rc = regcomp(&a->re, a->match, REG_EXTENDED | REG_NOSUB))) {
+			char msg[128];
+
+			regerror(rc, &a->re, msg, sizeof(msg));
+			return ma_usage_error("ab", "--match %s: %s", a->match, msg);
+		}
+		a->have_re = true;
+	}
+	if (a->stop_cmd && a->reuse)
+		return ma_usage_error("ab", "--stop CMD stops each sample's daemon: it goes with "
+				      "--lifecycle fresh, not reuse");
+	if (a->out && mkdir(a->out, 0755) != 0 && errno != EEXIST)
+		return ma_cmd_error("ab", MA_EXIT_FAIL, "-o %s: %s", a->out, strerror(errno));
+	return 0;
+}
+
+int cmd_ab(int argc, char **argv)
+{
+	struct ab_args a = { .runs = 5, .o = { .deadline_ms = 2000, .call_timeout_ms = 60000 } };
+	struct ab_samples sm = { 0 };
+	struct ma_ab_compare c[NMETRICS];
+	int rc;
+
+	const struct ma_opt opts[] = {
+		MA_STR_REQUIRED("-a", "CMD", &a.cmd[0], "side A: a shell command that starts the daemon "
+				"and has it do the measured work, then returns"),
+		MA_STR_REQUIRED("-b", "CMD", &a.cmd[1], "side B: the same for the other build or configuration"),
+		MA_STR("--pid", "CMD", &a.pid_cmd, "a shell command printing the daemon's PID (run after "
+		       "each side's command, MEMATTACH_AB_SIDE set)"),
+		MA_STR("--match", "REGEX", &a.match, "take the newest jemalloc process whose name "
+		       "matches REGEX (extended regex) instead"),
+		{ .kind = MA_OPT_COUNT, .name = "--runs", .metavar = "N", .dst = &a.runs, .min = 2,
+		  .max = MAX_RUNS, .help = "samples kept per side (default 5)" },
+		MA_FLAG("--warmup", &a.warmup, "run each side once more first and discard that sample"),
+		{ .kind = MA_OPT_CALL, .name = "--lifecycle", .metavar = "fresh|reuse", .takes_value = true,
+		  .call = lifecycle_opt, .ctx = &a,
+		  .help = "fresh (default): stop the daemon after each sample, so each starts anew; "
+			  "reuse: leave it running (the side's command then drives the running one)" },
+		MA_STR("--stop", "CMD", &a.stop_cmd, "a shell command that stops the daemon "
+		       "(MEMATTACH_AB_PID and MEMATTACH_AB_SIDE set); default SIGTERM"),
+		{ .kind = MA_OPT_CALL, .name = "--order", .metavar = "alternate|random", .takes_value = true,
+		  .call = order_opt, .ctx = &a,
+		  .help = "alternate (default): A, B, A, B...; random: each pair in a random order" },
+		MA_FLAG("--json", &a.json, "machine-readable output: runs, metrics[{name, a[], b[], a_mean, "
+			"b_mean, a_sd, b_sd, ratio, ci_low, ci_high, diff, diff_ci_low, diff_ci_high, "
+			"significant}] (bytes)"),
+		MA_STR("-o", "DIR", &a.out, "keep every sample's snapshot (DIR/NNN-a, DIR/NNN-b) and "
+		       "DIR/samples.tsv, written as the samples are taken"),
+		/* The borrow options but --tid: each sample is another process. */
+		{ .kind = MA_OPT_CALL, .name = "--timeout", .metavar = "TIME", .takes_value = true,
+		  .call = ma_opt_timeout, .ctx = &a.o,
+		  .help = "each sample's reading of the daemon ends within TIME (milliseconds, or with "
+			  "a unit: 500ms, 2s, 1m; default: 2000ms to find a thread, then each call its "
+			  "own limit)" },
+		{ .kind = MA_OPT_FLAG, .name = "--strict", .dst = &a.o.strict, .help = MA_HELP_STRICT },
+		MA_OPTS_END,
+	};
+	const struct ma_cmd_spec spec = { .cmd = "ab", .about = about, .opts = opts,
+					  .footer = MA_FOOTER_EXIT };
+
+	if ((rc = ma_opts_parse(argc, argv, &spec)))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if ((rc = check_args(&a)))
+		goto out;
+	for (int s = 0; s < 2; s++)
+		for (int m = 0; m < NMETRICS; m++)
+			if (!(sm.v[s][m] = calloc((size_t)a.runs, sizeof(double)))) {
+				rc = ma_cmd_error("ab", MA_EXIT_FAIL, "out of memory");
+				goto out;
+			}
+	if ((rc = run_samples(&a, &sm)))
+		goto out;
+	for (int m = 0; m < NMETRICS; m++)
+		ma_ab_compare(sm.v[0][m], sm.n[0], sm.v[1][m], sm.n[1], &c[m]);
+	if (a.json)
+		print_json(&a, &sm, c);
+	else
+		print_table(&a, &sm, c);
+	rc = fflush(stdout) ? ma_cmd_error("ab", MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
+out:
+	for (int s = 0; s < 2; s++)
+		for (int m = 0; m < NMETRICS; m++)
+			free(sm.v[s][m]);
+	if (a.have_re)
+		regfree(&a.re);
+	return rc;
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# tests/attach/ab.sh - memattach ab on fixtures/abdaemon, which forks into
+# the background holding BASE KiB plus a uniform random 0..NOISE KiB (and
+# EXTRA KiB more on side B) in 1 KiB objects, checked at SIGTERM:
+#   - B retains 2 MiB more (noise 512 KiB, 6 runs a side): allocated B - A is
+#     2 MiB within a few of its standard errors and called significant;
+#     every daemon's objects intact after memattach read and purged it;
+#   - --json's keys and arrays; -o DIR: a snapshot per sample, samples.tsv,
+#     and memattach diff opens two of them;
+#   - 20 A/A experiments (3 runs a side): allocated called significant in at
+#     most 5 of them (5% expected: 1; more than 5 has probability 0.3%);
+#   - --match, --warmup, --order random, --lifecycle reuse (one daemon,
+#     never stopped); errors: a side command that fails, a --pid command
+#     that prints no PID, a PID that is gone, no --match match, bad options:
+#     each names the sample (or the option) and keeps the samples taken.
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
+plan 24
+need_fixtures abdaemon
+D=$FIX/abdaemon
+side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
+PIDCMD="cat $TMP/pid"
+
+# Every verdict file written since the last call: all "ok" (and how many).
+verdicts_ok() {
+	local n=0 bad=0 f
+	for f in "$TMP"/verdict.*; do
+		[ -e "$f" ] || continue
+		n=$((n + 1))
+		grep -q '^VERDICT ok' "$f" || bad=$((bad + 1))
+		rm -f "$f"
+	done
+	VERDICTS="$n daemons, $bad damaged"
+	[ "$n" -gt 0 ] && [ "$bad" -eq 0 ]
+}
+
+# --- B retains 2 MiB more ---
+"$MA" ab -a "$(side)" -b "$(side -x 2048)" --pid "$PIDCMD" --runs 6 --json -o "$TMP/out" \
+	>"$TMP/ab.json" 2>"$TMP/ab.err"
+rc=$?
+check "ab, B holding 2 MiB more: exit 0 ($(tail -1 "$TMP/ab.err" | cut -c1-160))" [ "$rc" -eq 0 ]
+check "one progress line per sample on stderr (12)" [ "$(grep -c '^ab: sample [0-9]*/12 ([ab]): pid ' "$TMP/ab.err")" -eq 12 ]
+out=$(jcheck '
+r = load(sys.argv[1])
+m = {x["name"]: x for x in r["metrics"]}
+a = m["allocated"]
+se = ((a["a_sd"] ** 2 + a["b_sd"] ** 2) / 6) ** 0.5
+d = a["b_mean"] - a["a_mean"]
+print("B-A %.0f KiB (expected 2048), se %.0f KiB, B/A %.3f [%.3f, %.3f]" % (d / 1024, se / 1024, a["ratio"], a["ci_low"], a["ci_high"]))
+assert a["significant"] and a["ci_low"] > 1, "not significant"
+assert abs(d - 2097152) <= 4 * se + 65536, "B-A away from 2 MiB"
+assert len(a["a"]) == 6 and len(a["b"]) == 6, "6 samples a side"
+' "$TMP/ab.json" 2>&1)
+check "allocated: B - A is the 2 MiB retained, within its noise, significant ($out)" [ $? -eq 0 ]
+out=$(jcheck '
+r = load(sys.argv[1])
+assert r["runs"] == 6
+names = [x["name"] for x in r["metrics"]]
+assert names == ["vm_hwm", "allocated", "active", "resident", "slab_waste", "dirty", "metadata"], names
+keys = {"name", "a", "b", "a_mean", "b_mean", "ratio", "ci_low", "ci_high", "significant"}
+for x in r["metrics"]:
+    assert keys <= set(x), (x["name"], keys - set(x))
+assert r["metrics"][0]["significant"], "vm_hwm: B peaks higher"
+assert isinstance(r["sites"], list)
+print("keys ok, vm_hwm B/A %.3f" % r["metrics"][0]["ratio"])
+' "$TMP/ab.json" 2>&1)
+check "--json: runs, metrics[{name, a[], b[], a_mean, b_mean, ratio, ci_low, ci_high, significant}], sites ($out)" [ $? -eq 0 ]
+verdicts_ok
+check "every daemon's objects intact after the reading and purge, each stopped by SIGTERM: $VERDICTS" \
+	[ "$VERDICTS" = "12 daemons, 0 damaged" ]
+check "-o: a snapshot per sample (12) and samples.tsv (13 lines)" \
+	eval '[ "$(ls -d "$TMP"/out/0*-[ab] | wc -l)" -eq 12 ] && [ "$(wc -l <"$TMP/out/samples.tsv")" -eq 13 ]'
+"$MA" diff "$TMP/out/001-a" "$TMP/out/002-b" >"$TMP/diff.out" 2>&1
+check "memattach diff opens two of its snapshots ($(head -1 "$TMP/diff.out" | cut -c1-100))" [ $? -eq 0 ]
+
+# --- A/A ---
+sig=0 runs=0 failed=0
+for i in $(seq 20); do
+	if "$MA" ab -a "$(side)" -b "$(side)" --pid "$PIDCMD" --runs 3 --json >"$TMP/aa.json" 2>/dev/null; then
+		runs=$((runs + 1))
+		jcheck 'sys.exit(0 if [m for m in load(sys.argv[1])["metrics"] if m["name"] == "allocated"][0]["significant"] else 1)' \
+			"$TMP/aa.json" 2>/dev/null && sig=$((sig + 1))
+	else
+		failed=$((failed + 1))
+	fi
+done
+check "A/A: 20 experiments ran ($failed failed)" [ "$runs" -eq 20 ]
+check "A/A: allocated called significant in $sig of 20 (5% expected; at most 5)" [ "$sig" -le 5 ]
+verdicts_ok; check "A/A: $VERDICTS" [ "$VERDICTS" = "120 daemons, 0 damaged" ]
+
+# --- --match, --warmup, --order random ---
+"$MA" ab -a "$(side)" -b "$(side -x 1024)" --match '^abdaemon$' --runs 2 --warmup --order random --json \
+	>"$TMP/m.json" 2>"$TMP/m.err"
+check "--match '^abdaemon\$' --warmup --order random: exit 0 ($(tail -1 "$TMP/m.err" | cut -c1-120))" [ $? -eq 0 ]
+check "--warmup: 6 samples taken, 2 kept a side" \
+	eval '[ "$(grep -c "^ab: sample [0-9]*/6 " "$TMP/m.err")" -eq 6 ] && jcheck "assert len(load(sys.argv[1])[\"metrics\"][1][\"a\"]) == 2" "$TMP/m.json"'
+verdicts_ok; check "--match: $VERDICTS" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
+
+# --- --lifecycle reuse: one daemon, never stopped ---
+$D -f "$TMP/rpid" -v "$TMP/rverdict" -m 1024 || fail "reuse daemon start"
+rp=$(cat "$TMP/rpid")
+"$MA" ab -a true -b true --pid "cat $TMP/rpid" --lifecycle reuse --runs 3 --json >"$TMP/r.json" 2>"$TMP/r.err"
+check "--lifecycle reuse: exit 0 ($(tail -1 "$TMP/r.err" | cut -c1-120))" [ $? -eq 0 ]
+check "--lifecycle reuse: the daemon still runs" kill -0 "$rp"
+out=$(jcheck 'm = load(sys.argv[1])["metrics"][1]; print(m["a"], m["b"]); assert not m["significant"]' "$TMP/r.json" 2>&1)
+check "--lifecycle reuse, same daemon both sides: allocated not significant ($out)" [ $? -eq 0 ]
+kill -TERM "$rp"
+for _ in $(seq 100); do [ -s "$TMP/rverdict" ] && break; bsleep 0.05; done
+check "--lifecycle reuse: the daemon's objects intact ($(cat "$TMP/rverdict" 2>/dev/null))" grep -q '^VERDICT ok' "$TMP/rverdict"
+
+# --- errors ---
+"$MA" ab -a "$(side)" -b false --pid "$PIDCMD" --runs 2 -o "$TMP/err1" >/dev/null 2>"$TMP/e1"
+rc=$?
+check "a failing -b command: exit 1 naming the sample, samples kept ($(tr '\n' ' ' <"$TMP/e1" | cut -c1-200))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "sample 2 (b): -b command exited with status 1" "$TMP/e1" && [ -d "$TMP/err1/001-a" ] && grep -q "samples taken so far" "$TMP/e1"'
+"$MA" ab -a true -b true --pid "echo nope" --runs 2 >/dev/null 2>"$TMP/e2"; rc=$?
+check "a --pid command printing no PID: exit 1, said ($(head -1 "$TMP/e2" | cut -c1-120))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "sample 1 (a): --pid command printed no PID" "$TMP/e2"'
+"$MA" ab -a true -b true --pid "echo 999999999" --runs 2 >/dev/null 2>"$TMP/e3"; rc=$?
+check "a PID that does not exist: exit 1 naming the sample ($(head -1 "$TMP/e3" | cut -c1-120))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "sample 1 (a)" "$TMP/e3"'
+"$MA" ab -a true -b true --match '^no-such-daemon$' --runs 2 >/dev/null 2>"$TMP/e4"
+check "no --match match: said ($(head -1 "$TMP/e4" | cut -c1-120))" grep -q "no jemalloc process whose name matches" "$TMP/e4"
+"$MA" ab -a true -b true --runs 2 >/dev/null 2>"$TMP/e5"; rc5=$?
+"$MA" ab -a true -b true --pid x --runs 1 >/dev/null 2>"$TMP/e6"; rc6=$?
+"$MA" ab -a true -b true --pid x --lifecycle sometimes >/dev/null 2>"$TMP/e7"; rc7=$?
+check "usage errors exit 2: neither --pid nor --match ($rc5), --runs 1 ($rc6), --lifecycle sometimes ($rc7)" \
+	eval '[ "$rc5$rc6$rc7" = 222 ] && grep -q "exactly one of --pid" "$TMP/e5" && grep -q "fresh or reuse" "$TMP/e7"'
+verdicts_ok; check "after the errors: $VERDICTS (the daemon of the failed run stopped)" [ "$VERDICTS" = "1 daemons, 0 damaged" ]
