@@ -299,7 +299,16 @@ def r_frag_focus(r, t):
     r.run("memattach frag stop %d" % f.pid, show=False)
 
 
+def r_ab(r, t):
+    side = os.path.join(ROOT, "fixtures", "ab_redis_side.sh")
+    os.symlink(side, os.path.join(r.work, "side.sh"))
+    os.mkdir(os.path.join(r.work, "r"))
+    r.run("memattach ab -a './side.sh r' -b './side.sh r --hash-max-listpack-entries 0' "
+          "--pid 'cat r/redis.pid' --runs 5")
+
+
 RECIPES = {
+    "ab": r_ab,
     "stats_redis": r_stats_redis, "stats_strict": r_stats_strict, "ps": r_ps,
     "threads": r_threads, "bins_top": r_bins_top, "bins_flush": r_bins_flush,
     "stats_dump": r_stats_dump, "purge": r_purge, "heap_dump": r_heap_dump,

@@ -9,13 +9,16 @@
 #     and memattach diff opens two of them;
 #   - 20 A/A experiments (3 runs a side): allocated called significant in at
 #     most 5 of them (5% expected: 1; more than 5 has probability 0.3%);
+#   - Debian's redis-server filled with 20,000 small hashes, B with
+#     hash-max-listpack-entries 0 (hash tables, not listpacks): B's allocated
+#     found larger (fixtures/ab_redis_side.sh), every server gone after;
 #   - --match, --warmup, --order random, --lifecycle reuse (one daemon,
 #     never stopped); errors: a side command that fails, a --pid command
 #     that prints no PID, a PID that is gone, no --match match, bad options:
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 24
+plan 27
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -107,6 +110,25 @@ check "--lifecycle reuse, same daemon both sides: allocated not significant ($ou
 kill -TERM "$rp"
 for _ in $(seq 100); do [ -s "$TMP/rverdict" ] && break; bsleep 0.05; done
 check "--lifecycle reuse: the daemon's objects intact ($(cat "$TMP/rverdict" 2>/dev/null))" grep -q '^VERDICT ok' "$TMP/rverdict"
+
+# --- a real daemon: redis-server, two configurations ---
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+	RS=$ROOT/fixtures/ab_redis_side.sh
+	mkdir -p "$TMP/redis"
+	"$MA" ab -a "$RS $TMP/redis" -b "$RS $TMP/redis --hash-max-listpack-entries 0" \
+		--pid "cat $TMP/redis/redis.pid" --runs 3 --json >"$TMP/redis.json" 2>"$TMP/redis.err"
+	check "redis-server A/B: exit 0 ($(tail -1 "$TMP/redis.err" | cut -c1-120))" [ $? -eq 0 ]
+	out=$(jcheck 'm = load(sys.argv[1])["metrics"][1]
+print("allocated B/A %.3f [%.3f, %.3f]" % (m["ratio"], m["ci_low"], m["ci_high"]))
+assert m["significant"] and m["ci_low"] > 1.2' "$TMP/redis.json" 2>&1)
+	check "redis-server, hash-max-listpack-entries 0 in B: B's allocated larger, significant ($out)" [ $? -eq 0 ]
+	check "redis-server: every server stopped (no redis-server on the test's socket)" \
+		eval '! pgrep -f "unixsocket $TMP/redis/redis.sock" >/dev/null'
+else
+	fail "redis-server A/B: redis-server and redis-cli needed (make deps installs redis-server)"
+	fail "redis-server: B's allocated larger (not run)"
+	fail "redis-server: every server stopped (not run)"
+fi
 
 # --- errors ---
 "$MA" ab -a "$(side)" -b false --pid "$PIDCMD" --runs 2 -o "$TMP/err1" >/dev/null 2>"$TMP/e1"
