@@ -13,6 +13,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
 #include <poll.h>
 #include <regex.h>
 #include <signal.h>
@@ -35,6 +37,7 @@
 #include "jectl.h"
 #include "ma_error.h"
 #include "options.h"
+#include "profcmd.h"
 #include "target.h"
 
 static const char about[] =
@@ -65,7 +68,9 @@ struct ab_args {
 	const char *cmd[2]; /* -a, -b */
 	const char *pid_cmd, *match, *stop_cmd, *out;
 	long runs;
-	bool warmup, json, reuse, random_order;
+	bool warmup, json, reuse, random_order, heap;
+	char tmpdir[64]; /* the snapshots' folder when --heap is given without -o */
+	const char *snapdir; /* -o DIR, or tmpdir */
 	struct ma_session_opts o;
 	regex_t re;
 	bool have_re;
@@ -75,6 +80,22 @@ struct ab_args {
 struct ab_samples {
 	double *v[2][NMETRICS];
 	size_t n[2];
+};
+
+/*
+ * --heap: each kept sample's bytes per allocation site (the leaf function
+ * after jemalloc's frames, as aggregate reports it), as jeprof unsamples.
+ */
+struct ab_site {
+	char *name;
+	double *v[2]; /* per kept sample of each side; 0 where the site did not appear */
+	struct ma_ab_compare c;
+};
+
+struct ab_sites {
+	struct ab_site *s;
+	size_t n, cap;
+	size_t runs; /* room in each v[] */
 };
 
 /* One sample's readings. */
@@ -263,6 +284,110 @@ static int snapshot_into(pid_t pid, const char *dir)
 	return rc;
 }
 
+/* The site named NAME (added, zeroed, if new); NULL out of memory. */
+static struct ab_site *site_of(struct ab_sites *t, const char *name)
+{
+	struct ab_site *x;
+
+	for (size_t i = 0; i < t->n; i++)
+		if (strcmp(t->s[i].name, name) == 0)
+			return &t->s[i];
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 64;
+		struct ab_site *s = realloc(t->s, cap * sizeof(*s));
+
+		if (!s)
+			return NULL;
+		t->s = s;
+		t->cap = cap;
+	}
+	x = &t->s[t->n];
+	memset(x, 0, sizeof(*x));
+	if (!(x->name = strdup(name)) || !(x->v[0] = calloc(t->runs, sizeof(double))) ||
+	    !(x->v[1] = calloc(t->runs, sizeof(double)))) {
+		free(x->name);
+		free(x->v[0]);
+		return NULL;
+	}
+	t->n++;
+	return x;
+}
+
+static void sites_release(struct ab_sites *t)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		free(t->s[i].name);
+		free(t->s[i].v[0]);
+		free(t->s[i].v[1]);
+	}
+	free(t->s);
+}
+
+/*
+ * The heap dump of the sample's snapshot SNAP, by site, into column K of
+ * side S: 0, or an exit status after a message naming the sample CMDNAME.
+ */
+static int add_heap_sites(struct ab_sites *t, const char *cmdname, const char *snap, int s, size_t k)
+{
+	char path[4200];
+	struct ma_profcmd pc;
+	struct ma_profbundle b;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/heap.heap", snap);
+	if (access(path, R_OK) != 0)
+		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "--heap: the daemon gave no heap dump (it "
+				    "runs without prof: start it with MALLOC_CONF=prof:true in its "
+				    "environment); its snapshot says why in %s/manifest.json", snap);
+	ma_profcmd_init(&pc, cmdname, 0);
+	if ((rc = ma_profcmd_load(&pc, &b, path))) {
+		ma_profcmd_release(&pc);
+		return rc;
+	}
+	for (size_t i = 0; i < b.prof.nsites; i++) {
+		uint32_t f = b.prof.sites[i];
+		struct ab_site *x = site_of(t, ma_sym_func_name(&b.sym, f));
+
+		if (!x) {
+			rc = ma_cmd_error(cmdname, MA_EXIT_FAIL, "out of memory");
+			break;
+		}
+		x->v[s][k] += b.prof.fs[f].flat;
+	}
+	ma_profbundle_release(&b);
+	ma_profcmd_release(&pc);
+	return rc;
+}
+
+/* Largest |B - A| first. */
+static int by_abs_diff(const void *x, const void *y)
+{
+	double a = fabs(((const struct ab_site *)x)->c.diff), b = fabs(((const struct ab_site *)y)->c.diff);
+
+	return (a < b) - (a > b);
+}
+
+/* Compare every site; the significant ones first, largest difference first; how many. */
+static size_t rank_sites(struct ab_sites *t, const size_t n[2])
+{
+	size_t sig = 0;
+
+	for (size_t i = 0; i < t->n; i++) {
+		ma_ab_compare(t->s[i].v[0], n[0], t->s[i].v[1], n[1], &t->s[i].c);
+		/* For a site the question is whether B - A differs from 0. */
+		t->s[i].c.significant = t->s[i].c.diff_low > 0 || t->s[i].c.diff_high < 0;
+	}
+	for (size_t i = 0; i < t->n; i++)
+		if (t->s[i].c.significant) {
+			struct ab_site tmp = t->s[sig];
+
+			t->s[sig++] = t->s[i];
+			t->s[i] = tmp;
+		}
+	qsort(t->s, sig, sizeof(*t->s), by_abs_diff);
+	return sig;
+}
+
 /* SIGTERM (or --stop CMD) and wait up to STOP_WAIT_MS for PID to be gone. */
 static int stop_daemon(struct ab_args *a, char side, pid_t pid, char *why, size_t whylen)
 {
@@ -322,7 +447,30 @@ static void log_sample(const struct ab_args *a, int k, char side, bool kept, pid
  * Sample K (1-based) of side SIDE: run, find, read, snapshot, stop.
  * V gets its values; 0 or an exit status after a message naming the sample.
  */
-static int one_sample(struct ab_args *a, int k, int total, char side, double v[NMETRICS], pid_t *pidp)
+/* The reading of a found daemon PID: purge and stats, the snapshot, its heap by site. */
+static int read_sample(struct ab_args *a, const char *cmdname, int k, char side, pid_t pid,
+		       struct ab_reading *r, struct ab_sites *sites, long kidx)
+{
+	int rc;
+
+	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmdname, .pid = pid, .o = &a->o,
+						     .body = purge_and_read },
+			      r)))
+		return rc;
+	if (a->snapdir) {
+		char dir[4096];
+
+		snprintf(dir, sizeof(dir), "%s/%03d-%c", a->snapdir, k, side);
+		if ((rc = snapshot_into(pid, dir)))
+			return ma_cmd_error(cmdname, rc, "the snapshot into %s failed (above)", dir);
+		if (a->heap && kidx >= 0 && (rc = add_heap_sites(sites, cmdname, dir, side - 'a', (size_t)kidx)))
+			return rc;
+	}
+	return 0;
+}
+
+static int one_sample(struct ab_args *a, int k, int total, char side, double v[NMETRICS], pid_t *pidp,
+		      struct ab_sites *sites, long kidx)
 {
 	char cmdname[64], words[96], hwm[32], al[32];
 	struct ab_reading r;
@@ -341,23 +489,17 @@ static int one_sample(struct ab_args *a, int k, int total, char side, double v[N
 	if (ma_process_status(pid, &ps))
 		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "the daemon (pid %d): %s", pid, ma_errmsg());
 	r.hwm = ps.vm_hwm;
-	if ((rc = ma_live_run(&(struct ma_live_cmd){ .cmd = cmdname, .pid = pid, .o = &a->o,
-						     .body = purge_and_read },
-			      &r)))
-		return rc;
-	reading_values(&r, v);
-	if (a->out) {
-		char dir[4096];
-
-		snprintf(dir, sizeof(dir), "%s/%03d-%c", a->out, k, side);
-		if ((rc = snapshot_into(pid, dir)))
-			return ma_cmd_error(cmdname, rc, "the snapshot into %s failed (above)", dir);
+	rc = read_sample(a, cmdname, k, side, pid, &r, sites, kidx);
+	if (!rc) {
+		reading_values(&r, v);
+		fprintf(stderr, "ab: sample %d/%d (%c): pid %d, VmHWM %s, allocated %s\n", k, total, side,
+			pid, ma_fmt_bytes(hwm, sizeof(hwm), r.hwm),
+			ma_fmt_bytes(al, sizeof(al), r.st.allocated));
 	}
-	fprintf(stderr, "ab: sample %d/%d (%c): pid %d, VmHWM %s, allocated %s\n", k, total, side, pid,
-		ma_fmt_bytes(hwm, sizeof(hwm), r.hwm), ma_fmt_bytes(al, sizeof(al), r.st.allocated));
-	if (!a->reuse && stop_daemon(a, side, pid, words, sizeof(words)))
-		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "the daemon (pid %d) %s", pid, words);
-	return MA_EXIT_OK;
+	/* Stopped even when its reading failed: no daemon of ours is left behind. */
+	if (!a->reuse && stop_daemon(a, side, pid, words, sizeof(words)) && !rc)
+		rc = ma_cmd_error(cmdname, MA_EXIT_FAIL, "the daemon (pid %d) %s", pid, words);
+	return rc;
 }
 
 /* The order of the sides: pairs, each "ab" (alternate) or either way (random). */
@@ -375,7 +517,7 @@ static void plan_order(const struct ab_args *a, char *order, int pairs)
 	}
 }
 
-static int run_samples(struct ab_args *a, struct ab_samples *sm)
+static int run_samples(struct ab_args *a, struct ab_samples *sm, struct ab_sites *sites)
 {
 	int pairs = (int)a->runs + (a->warmup ? 1 : 0), total = 2 * pairs, seen[2] = { 0, 0 };
 	char *order = malloc((size_t)total);
@@ -390,14 +532,14 @@ static int run_samples(struct ab_args *a, struct ab_samples *sm)
 		pid_t pid = 0;
 		bool kept;
 
-		if ((rc = one_sample(a, k, total, side, v, &pid))) {
+		kept = !(a->warmup && seen[s]++ == 0);
+		if ((rc = one_sample(a, k, total, side, v, &pid, sites, kept ? (long)sm->n[s] : -1))) {
 			free(order);
 			if (a->out)
 				ma_cmd_note("ab", "the samples taken so far are in %s/ (samples.tsv, one "
 					    "snapshot each)", a->out);
 			return rc;
 		}
-		kept = !(a->warmup && seen[s]++ == 0);
 		if (kept) {
 			for (int m = 0; m < NMETRICS; m++)
 				sm->v[s][m][sm->n[s]] = v[m];
@@ -410,7 +552,8 @@ static int run_samples(struct ab_args *a, struct ab_samples *sm)
 	return MA_EXIT_OK;
 }
 
-static void print_json(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c)
+static void print_json(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c,
+		       const struct ab_sites *sites, size_t nsig)
 {
 	struct ma_json j;
 
@@ -450,13 +593,55 @@ static void print_json(const struct ab_args *a, const struct ab_samples *sm, con
 		ma_json_obj_close(&j);
 	}
 	ma_json_arr_close(&j);
+	ma_json_bool(&j, "heap", a->heap);
 	ma_json_arr_open(&j, "sites");
+	for (size_t i = 0; i < nsig; i++) {
+		const struct ab_site *x = &sites->s[i];
+
+		ma_json_obj_open(&j, NULL);
+		ma_json_str(&j, "name", x->name);
+		ma_json_double(&j, "a_mean", x->c.a_mean);
+		ma_json_double(&j, "b_mean", x->c.b_mean);
+		ma_json_double(&j, "diff", x->c.diff);
+		ma_json_double(&j, "ci_low", x->c.diff_low);
+		ma_json_double(&j, "ci_high", x->c.diff_high);
+		ma_json_obj_close(&j);
+	}
 	ma_json_arr_close(&j);
 	ma_json_obj_close(&j);
 	ma_json_end(&j);
 }
 
-static void print_table(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c)
+/* The sites whose B - A interval excludes 0, largest first (at most 20). */
+static void print_sites(const struct ab_sites *sites, size_t nsig)
+{
+	char d[32], lo[32], hi[32], am[32], bm[32];
+
+	if (!nsig) {
+		printf("\nheap: no allocation site differs (no B - A interval excludes 0; %zu sites)\n",
+		       sites->n);
+		return;
+	}
+	printf("\nheap: allocation sites whose B - A bytes differ (95%% interval excludes 0), largest first:\n");
+	printf("%12s %27s %10s %10s  %s\n", "B - A", "95% interval", "A mean", "B mean", "site");
+	for (size_t i = 0; i < nsig && i < 20; i++) {
+		const struct ab_site *x = &sites->s[i];
+		char ci[64];
+
+		snprintf(ci, sizeof(ci), "%s .. %s",
+			 ma_fmt_signed_bytes(lo, sizeof(lo), (int64_t)x->c.diff_low, true),
+			 ma_fmt_signed_bytes(hi, sizeof(hi), (int64_t)x->c.diff_high, true));
+		printf("%12s %27s %10s %10s  ", ma_fmt_signed_bytes(d, sizeof(d), (int64_t)x->c.diff, true),
+		       ci, ma_fmt_bytes(am, sizeof(am), (uint64_t)x->c.a_mean),
+		       ma_fmt_bytes(bm, sizeof(bm), (uint64_t)x->c.b_mean));
+		printf("%s\n", ma_printable(x->name));
+	}
+	if (nsig > 20)
+		printf("(%zu more: --json lists them all)\n", nsig - 20);
+}
+
+static void print_table(const struct ab_args *a, const struct ab_samples *sm, const struct ma_ab_compare *c,
+			const struct ab_sites *sites, size_t nsig)
 {
 	char x[32], y[32], z[32], w[32];
 
@@ -481,9 +666,26 @@ static void print_table(const struct ab_args *a, const struct ab_samples *sm, co
 		printf("%-11s %21s %21s %7s %17s%s\n", metric_names[m], ia, ib, r, ci,
 		       c[m].significant ? "  significant" : "");
 	}
+	if (a->heap)
+		print_sites(sites, nsig);
 	if (a->out)
 		printf("\nevery sample's snapshot is in %s/ (NNN-a, NNN-b: memattach diff opens any two)\n",
 		       a->out);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path) != 0 && errno != ENOENT;
+}
+
+/* Remove DIR, the folder of snapshots this run made (without -o), and all in it. */
+static void remove_tree(const char *dir)
+{
+	if (nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+		ma_cmd_note("ab", "could not remove all of %s", dir);
 }
 
 static int check_args(struct ab_args *a)
@@ -508,6 +710,15 @@ static int check_args(struct ab_args *a)
 				      "--lifecycle fresh, not reuse");
 	if (a->out && mkdir(a->out, 0755) != 0 && errno != EEXIST)
 		return ma_cmd_error("ab", MA_EXIT_FAIL, "-o %s: %s", a->out, strerror(errno));
+	a->snapdir = a->out;
+	if (a->heap && !a->out) {
+		snprintf(a->tmpdir, sizeof(a->tmpdir), "/tmp/memattach-ab.XXXXXX");
+		if (!mkdtemp(a->tmpdir)) {
+			a->tmpdir[0] = '\0';
+			return ma_cmd_error("ab", MA_EXIT_FAIL, "a folder for the snapshots: %s", strerror(errno));
+		}
+		a->snapdir = a->tmpdir;
+	}
 	return 0;
 }
 
@@ -515,7 +726,9 @@ int cmd_ab(int argc, char **argv)
 {
 	struct ab_args a = { .runs = 5, .o = { .deadline_ms = 2000, .call_timeout_ms = 60000 } };
 	struct ab_samples sm = { 0 };
+	struct ab_sites sites = { 0 };
 	struct ma_ab_compare c[NMETRICS];
+	size_t nsig = 0;
 	int rc;
 
 	const struct ma_opt opts[] = {
@@ -541,6 +754,9 @@ int cmd_ab(int argc, char **argv)
 		MA_FLAG("--json", &a.json, "machine-readable output: runs, metrics[{name, a[], b[], a_mean, "
 			"b_mean, a_sd, b_sd, ratio, ci_low, ci_high, diff, diff_ci_low, diff_ci_high, "
 			"significant}] (bytes)"),
+		MA_FLAG("--heap", &a.heap, "also compare heap profiles: each sample's heap dump (the daemon "
+			"must run with MALLOC_CONF=prof:true), by allocation site; the report names the "
+			"sites whose B - A bytes have a 95% interval that excludes 0, largest first"),
 		MA_STR("-o", "DIR", &a.out, "keep every sample's snapshot (DIR/NNN-a, DIR/NNN-b) and "
 		       "DIR/samples.tsv, written as the samples are taken"),
 		/* The borrow options but --tid: each sample is another process. */
@@ -565,14 +781,17 @@ int cmd_ab(int argc, char **argv)
 				rc = ma_cmd_error("ab", MA_EXIT_FAIL, "out of memory");
 				goto out;
 			}
-	if ((rc = run_samples(&a, &sm)))
+	sites.runs = (size_t)a.runs;
+	if ((rc = run_samples(&a, &sm, &sites)))
 		goto out;
 	for (int m = 0; m < NMETRICS; m++)
 		ma_ab_compare(sm.v[0][m], sm.n[0], sm.v[1][m], sm.n[1], &c[m]);
+	if (a.heap)
+		nsig = rank_sites(&sites, sm.n);
 	if (a.json)
-		print_json(&a, &sm, c);
+		print_json(&a, &sm, c, &sites, nsig);
 	else
-		print_table(&a, &sm, c);
+		print_table(&a, &sm, c, &sites, nsig);
 	rc = fflush(stdout) ? ma_cmd_error("ab", MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 out:
 	for (int s = 0; s < 2; s++)
@@ -580,5 +799,8 @@ out:
 			free(sm.v[s][m]);
 	if (a.have_re)
 		regfree(&a.re);
+	sites_release(&sites);
+	if (a.tmpdir[0])
+		remove_tree(a.tmpdir);
 	return rc;
 }

@@ -5,6 +5,9 @@
 #   - B retains 2 MiB more (noise 512 KiB, 6 runs a side): allocated B - A is
 #     2 MiB within a few of its standard errors and called significant;
 #     every daemon's objects intact after memattach read and purged it;
+#   - --heap (prof:true, lg_prof_sample:12): the top site whose B - A
+#     interval excludes 0 is retain_extra() (where abdaemon keeps the extra
+#     objects), 2 MiB within its interval; without prof: said, named;
 #   - --json's keys and arrays; -o DIR: a snapshot per sample, samples.tsv,
 #     and memattach diff opens two of them;
 #   - 20 A/A experiments (3 runs a side): allocated called significant in at
@@ -18,7 +21,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 27
+plan 31
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -75,6 +78,27 @@ check "-o: a snapshot per sample (12) and samples.tsv (13 lines)" \
 	eval '[ "$(ls -d "$TMP"/out/0*-[ab] | wc -l)" -eq 12 ] && [ "$(wc -l <"$TMP/out/samples.tsv")" -eq 13 ]'
 "$MA" diff "$TMP/out/001-a" "$TMP/out/002-b" >"$TMP/diff.out" 2>&1
 check "memattach diff opens two of its snapshots ($(head -1 "$TMP/diff.out" | cut -c1-100))" [ $? -eq 0 ]
+
+# --- --heap ---
+MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:12 "$MA" ab -a "$(side)" -b "$(side -x 2048)" \
+	--pid "$PIDCMD" --runs 4 --heap --json >"$TMP/heap.json" 2>"$TMP/heap.err"
+check "--heap: exit 0 ($(tail -1 "$TMP/heap.err" | cut -c1-120))" [ $? -eq 0 ]
+out=$(jcheck '
+s = load(sys.argv[1])["sites"]
+assert s, "no site differs"
+t = s[0]
+print("top site %s: B-A %.0f KiB [%.0f, %.0f]; %d sites differ" % (t["name"], t["diff"] / 1024, t["ci_low"] / 1024, t["ci_high"] / 1024, len(s)))
+assert t["name"] == "retain_extra", "top site"
+assert t["ci_low"] <= 2097152 * 1.15 and t["ci_high"] >= 2097152 * 0.85 and t["ci_low"] > 0, "interval"
+assert "retain" not in [x["name"] for x in s], "the base site, the same on both sides, differs"
+' "$TMP/heap.json" 2>&1)
+check "--heap: the top site differing is retain_extra, about 2 MiB, the shared site not among them ($out)" [ $? -eq 0 ]
+"$MA" ab -a "$(side)" -b "$(side)" --pid "$PIDCMD" --runs 2 --heap >/dev/null 2>"$TMP/noprof.err"; rc=$?
+check "--heap on a daemon without prof: exit 1, says so ($(grep -o 'runs without prof[^;]*' "$TMP/noprof.err" | head -1))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "MALLOC_CONF=prof:true" "$TMP/noprof.err"'
+verdicts_ok
+check "--heap without prof: the daemon of the failed sample was stopped all the same ($VERDICTS)" \
+	[ "$VERDICTS" = "1 daemons, 0 damaged" ]
 
 # --- A/A ---
 sig=0 runs=0 failed=0
