@@ -21,7 +21,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 31
+plan 32
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -93,6 +93,7 @@ assert t["ci_low"] <= 2097152 * 1.15 and t["ci_high"] >= 2097152 * 0.85 and t["c
 assert "retain" not in [x["name"] for x in s], "the base site, the same on both sides, differs"
 ' "$TMP/heap.json" 2>&1)
 check "--heap: the top site differing is retain_extra, about 2 MiB, the shared site not among them ($out)" [ $? -eq 0 ]
+verdicts_ok; check "--heap: $VERDICTS" [ "$VERDICTS" = "8 daemons, 0 damaged" ]
 "$MA" ab -a "$(side)" -b "$(side)" --pid "$PIDCMD" --runs 2 --heap >/dev/null 2>"$TMP/noprof.err"; rc=$?
 check "--heap on a daemon without prof: exit 1, says so ($(grep -o 'runs without prof[^;]*' "$TMP/noprof.err" | head -1))" \
 	eval '[ "$rc" -eq 1 ] && grep -q "MALLOC_CONF=prof:true" "$TMP/noprof.err"'
