@@ -21,7 +21,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 32
+plan 31
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
