@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 struct ma_ab_compare {
 	size_t na, nb;
@@ -31,6 +32,20 @@ struct ma_ab_compare {
  * at least 2 samples: -1 otherwise (C left zeroed), else 0.
  */
 int ma_ab_compare(const double *a, size_t na, const double *b, size_t nb, struct ma_ab_compare *c);
+
+/* One metric of an A/B run, for the SVG. */
+struct ma_ab_metric {
+	const char *name;
+	const double *a, *b; /* c.na and c.nb values */
+	struct ma_ab_compare c;
+	bool bytes; /* values are bytes (axis labels in KiB/MiB) */
+};
+
+/*
+ * One small histogram per metric on F: A's and B's samples over the same
+ * bins, each side's mean marked, B/A and its interval in the title.
+ */
+void ma_ab_svg(FILE *f, const struct ma_ab_metric *m, size_t n, const char *title);
 
 /* The 0.975 quantile of Student's t with DF degrees of freedom (DF >= 1; real DF interpolated). */
 double ma_t975(double df);

@@ -37,6 +37,7 @@
 #include "jectl.h"
 #include "ma_error.h"
 #include "options.h"
+#include "outfile.h"
 #include "profcmd.h"
 #include "target.h"
 
@@ -66,7 +67,7 @@ static const char *const metric_names[NMETRICS] = {
 
 struct ab_args {
 	const char *cmd[2]; /* -a, -b */
-	const char *pid_cmd, *match, *stop_cmd, *out;
+	const char *pid_cmd, *match, *stop_cmd, *out, *svg;
 	long runs;
 	bool warmup, json, reuse, random_order, heap;
 	char tmpdir[64]; /* the snapshots' folder when --heap is given without -o */
@@ -669,8 +670,10 @@ static void print_table(const struct ab_args *a, const struct ab_samples *sm, co
 	if (a->heap)
 		print_sites(sites, nsig);
 	if (a->out)
-		printf("\nevery sample's snapshot is in %s/ (NNN-a, NNN-b: memattach diff opens any two)\n",
-		       a->out);
+		printf("\nevery sample's snapshot is in %s/ (NNN-a, NNN-b: memattach diff opens any two); "
+		       "histograms: %s/ab.svg\n", a->out, a->out);
+	if (a->svg)
+		printf("histograms: %s\n", a->svg);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -722,6 +725,33 @@ static int check_args(struct ab_args *a)
 	return 0;
 }
 
+/* The histograms of every metric into a new file PATH (replaced only once complete). */
+static int write_svg(const char *path, const struct ab_samples *sm, const struct ma_ab_compare *c)
+{
+	struct ma_ab_metric m[NMETRICS];
+	struct ma_outfile of;
+	bool ok = false;
+	FILE *f;
+
+	for (int k = 0; k < NMETRICS; k++)
+		m[k] = (struct ma_ab_metric){ .name = metric_names[k], .a = sm->v[0][k], .b = sm->v[1][k],
+					      .c = c[k], .bytes = true };
+	if (ma_outfile_open(&of, path) == 0) {
+		if ((f = ma_outfile_stream(&of))) {
+			ma_ab_svg(f, m, NMETRICS, "memattach ab: the samples of A and B per metric");
+			ok = fclose(f) == 0;
+		}
+		if (ok)
+			ok = ma_outfile_commit(&of) == 0;
+		else
+			ma_outfile_abort(&of);
+	}
+	if (ok)
+		return 0;
+	return ma_cmd_error("ab", MA_EXIT_FAIL, "cannot write '%s': %s", path,
+			    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+}
+
 int cmd_ab(int argc, char **argv)
 {
 	struct ab_args a = { .runs = 5, .o = { .deadline_ms = 2000, .call_timeout_ms = 60000 } };
@@ -758,7 +788,9 @@ int cmd_ab(int argc, char **argv)
 			"must run with MALLOC_CONF=prof:true), by allocation site; the report names the "
 			"sites whose B - A bytes have a 95% interval that excludes 0, largest first"),
 		MA_STR("-o", "DIR", &a.out, "keep every sample's snapshot (DIR/NNN-a, DIR/NNN-b) and "
-		       "DIR/samples.tsv, written as the samples are taken"),
+		       "DIR/samples.tsv, written as the samples are taken, and the histograms in DIR/ab.svg"),
+		MA_STR("--svg", "FILE", &a.svg, "one small histogram per metric, A and B side by side, "
+		       "into FILE"),
 		/* The borrow options but --tid: each sample is another process. */
 		{ .kind = MA_OPT_CALL, .name = "--timeout", .metavar = "TIME", .takes_value = true,
 		  .call = ma_opt_timeout, .ctx = &a.o,
@@ -788,6 +820,15 @@ int cmd_ab(int argc, char **argv)
 		ma_ab_compare(sm.v[0][m], sm.n[0], sm.v[1][m], sm.n[1], &c[m]);
 	if (a.heap)
 		nsig = rank_sites(&sites, sm.n);
+	if (a.out) {
+		char path[4200];
+
+		snprintf(path, sizeof(path), "%s/ab.svg", a.out);
+		if ((rc = write_svg(path, &sm, c)))
+			goto out;
+	}
+	if (a.svg && (rc = write_svg(a.svg, &sm, c)))
+		goto out;
 	if (a.json)
 		print_json(&a, &sm, c, &sites, nsig);
 	else

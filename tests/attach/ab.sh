@@ -7,9 +7,10 @@
 #     every daemon's objects intact after memattach read and purged it;
 #   - --heap (prof:true, lg_prof_sample:12): the top site whose B - A
 #     interval excludes 0 is retain_extra() (where abdaemon keeps the extra
-#     objects), 2 MiB within its interval; without prof: said, named;
+#     objects), 2 MiB within its interval, any other site far below it;
+#     without prof: said, and the daemon stopped all the same;
 #   - --json's keys and arrays; -o DIR: a snapshot per sample, samples.tsv,
-#     and memattach diff opens two of them;
+#     ab.svg (a histogram per metric), and memattach diff opens two of them;
 #   - 20 A/A experiments (3 runs a side): allocated called significant in at
 #     most 5 of them (5% expected: 1; more than 5 has probability 0.3%);
 #   - Debian's redis-server filled with 20,000 small hashes, B with
@@ -21,7 +22,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 31
+plan 32
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -76,6 +77,18 @@ check "every daemon's objects intact after the reading and purge, each stopped b
 	[ "$VERDICTS" = "12 daemons, 0 damaged" ]
 check "-o: a snapshot per sample (12) and samples.tsv (13 lines)" \
 	eval '[ "$(ls -d "$TMP"/out/0*-[ab] | wc -l)" -eq 12 ] && [ "$(wc -l <"$TMP/out/samples.tsv")" -eq 13 ]'
+out=$(python3 - "$TMP/out/ab.svg" <<'PY' 2>&1
+import sys, xml.dom.minidom
+d = xml.dom.minidom.parse(sys.argv[1])
+panels = [g for g in d.getElementsByTagName("g") if g.getAttribute("transform").startswith("translate")]
+titles = [t.firstChild.data for t in d.getElementsByTagName("text") if t.firstChild and t.firstChild.nodeType == t.TEXT_NODE and ": " in t.firstChild.data]
+bars = len(d.getElementsByTagName("rect")) - 1
+print("%d panels, %d bars; %s" % (len(panels), bars, [t for t in titles if t.startswith("allocated")]))
+assert len(panels) == 7 and any(t.startswith("allocated: B/A") and t.endswith("significant") for t in titles)
+assert bars >= 14, "bars"
+PY
+)
+check "-o: DIR/ab.svg, one histogram per metric, allocated's title with B/A and 'significant' ($out)" [ $? -eq 0 ]
 "$MA" diff "$TMP/out/001-a" "$TMP/out/002-b" >"$TMP/diff.out" 2>&1
 check "memattach diff opens two of its snapshots ($(head -1 "$TMP/diff.out" | cut -c1-100))" [ $? -eq 0 ]
 
@@ -90,9 +103,10 @@ t = s[0]
 print("top site %s: B-A %.0f KiB [%.0f, %.0f]; %d sites differ" % (t["name"], t["diff"] / 1024, t["ci_low"] / 1024, t["ci_high"] / 1024, len(s)))
 assert t["name"] == "retain_extra", "top site"
 assert t["ci_low"] <= 2097152 * 1.15 and t["ci_high"] >= 2097152 * 0.85 and t["ci_low"] > 0, "interval"
-assert "retain" not in [x["name"] for x in s], "the base site, the same on both sides, differs"
+# The shared site may differ by chance (5% of runs: its noise is real); never as much.
+assert all(abs(x["diff"]) < 0.5 * t["diff"] for x in s[1:]), "another site differs as much"
 ' "$TMP/heap.json" 2>&1)
-check "--heap: the top site differing is retain_extra, about 2 MiB, the shared site not among them ($out)" [ $? -eq 0 ]
+check "--heap: the top site differing is retain_extra, about 2 MiB, any other far less ($out)" [ $? -eq 0 ]
 verdicts_ok; check "--heap: $VERDICTS" [ "$VERDICTS" = "8 daemons, 0 damaged" ]
 "$MA" ab -a "$(side)" -b "$(side)" --pid "$PIDCMD" --runs 2 --heap >/dev/null 2>"$TMP/noprof.err"; rc=$?
 check "--heap on a daemon without prof: exit 1, says so ($(grep -o 'runs without prof[^;]*' "$TMP/noprof.err" | head -1))" \
