@@ -303,8 +303,13 @@ def r_ab(r, t):
     side = os.path.join(ROOT, "fixtures", "ab_redis_side.sh")
     os.symlink(side, os.path.join(r.work, "side.sh"))
     os.mkdir(os.path.join(r.work, "r"))
-    r.run("memattach ab -a './side.sh r' -b './side.sh r --hash-max-listpack-entries 0' "
-          "--pid 'cat r/redis.pid' --runs 5")
+    prof = "MALLOC_CONF=prof:true,lg_prof_sample:14"
+    line = ("memattach ab -a '%s ./side.sh r' -b '%s ./side.sh r --hash-max-listpack-entries 0' "
+            "--pid 'cat r/redis.pid' --runs 5 --heap --skip 'zmalloc|zcalloc|zrealloc|ztry'" % (prof, prof))
+    out = r.run(line, show=False)
+    # the progress lines (stderr, one per sample) left out
+    r.text.append("$ " + line)
+    r.text.extend(l for l in out if not l.startswith("ab: sample "))
 
 
 RECIPES = {

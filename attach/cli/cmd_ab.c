@@ -73,6 +73,7 @@ struct ab_args {
 	char tmpdir[64]; /* the snapshots' folder when --heap is given without -o */
 	const char *snapdir; /* -o DIR, or tmpdir */
 	struct ma_session_opts o;
+	struct ma_profcmd pc; /* --heap: how dumps are read (--skip) */
 	regex_t re;
 	bool have_re;
 };
@@ -328,10 +329,10 @@ static void sites_release(struct ab_sites *t)
  * The heap dump of the sample's snapshot SNAP, by site, into column K of
  * side S: 0, or an exit status after a message naming the sample CMDNAME.
  */
-static int add_heap_sites(struct ab_sites *t, const char *cmdname, const char *snap, int s, size_t k)
+static int add_heap_sites(struct ab_sites *t, struct ma_profcmd *pc, const char *cmdname, const char *snap,
+			  int s, size_t k)
 {
 	char path[4200];
-	struct ma_profcmd pc;
 	struct ma_profbundle b;
 	int rc;
 
@@ -340,11 +341,9 @@ static int add_heap_sites(struct ab_sites *t, const char *cmdname, const char *s
 		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "--heap: the daemon gave no heap dump (it "
 				    "runs without prof: start it with MALLOC_CONF=prof:true in its "
 				    "environment); its snapshot says why in %s/manifest.json", snap);
-	ma_profcmd_init(&pc, cmdname, 0);
-	if ((rc = ma_profcmd_load(&pc, &b, path))) {
-		ma_profcmd_release(&pc);
+	pc->cmd = cmdname;
+	if ((rc = ma_profcmd_load(pc, &b, path)))
 		return rc;
-	}
 	for (size_t i = 0; i < b.prof.nsites; i++) {
 		uint32_t f = b.prof.sites[i];
 		struct ab_site *x = site_of(t, ma_sym_func_name(&b.sym, f));
@@ -356,7 +355,6 @@ static int add_heap_sites(struct ab_sites *t, const char *cmdname, const char *s
 		x->v[s][k] += b.prof.fs[f].flat;
 	}
 	ma_profbundle_release(&b);
-	ma_profcmd_release(&pc);
 	return rc;
 }
 
@@ -464,7 +462,7 @@ static int read_sample(struct ab_args *a, const char *cmdname, int k, char side,
 		snprintf(dir, sizeof(dir), "%s/%03d-%c", a->snapdir, k, side);
 		if ((rc = snapshot_into(pid, dir)))
 			return ma_cmd_error(cmdname, rc, "the snapshot into %s failed (above)", dir);
-		if (a->heap && kidx >= 0 && (rc = add_heap_sites(sites, cmdname, dir, side - 'a', (size_t)kidx)))
+		if (a->heap && kidx >= 0 && (rc = add_heap_sites(sites, &a->pc, cmdname, dir, side - 'a', (size_t)kidx)))
 			return rc;
 	}
 	return 0;
@@ -761,6 +759,7 @@ int cmd_ab(int argc, char **argv)
 	size_t nsig = 0;
 	int rc;
 
+	ma_profcmd_init(&a.pc, "ab", 0);
 	const struct ma_opt opts[] = {
 		MA_STR_REQUIRED("-a", "CMD", &a.cmd[0], "side A: a shell command that starts the daemon "
 				"and has it do the measured work, then returns"),
@@ -787,6 +786,11 @@ int cmd_ab(int argc, char **argv)
 		MA_FLAG("--heap", &a.heap, "also compare heap profiles: each sample's heap dump (the daemon "
 			"must run with MALLOC_CONF=prof:true), by allocation site; the report names the "
 			"sites whose B - A bytes have a 95% interval that excludes 0, largest first"),
+		{ .kind = MA_OPT_CALL, .name = "--skip", .metavar = "REGEX", .takes_value = true,
+		  .call = ma_profcmd_skip, .ctx = &a.pc,
+		  .help = "with --heap: also drop a stack's leading frames matching REGEX (a program's "
+			  "own allocation wrappers, e.g. 'zmalloc|zcalloc'), as aggregate's --skip; "
+			  "repeatable" },
 		MA_STR("-o", "DIR", &a.out, "keep every sample's snapshot (DIR/NNN-a, DIR/NNN-b) and "
 		       "DIR/samples.tsv, written as the samples are taken, and the histograms in DIR/ab.svg"),
 		MA_STR("--svg", "FILE", &a.svg, "one small histogram per metric, A and B side by side, "
@@ -803,8 +807,10 @@ int cmd_ab(int argc, char **argv)
 	const struct ma_cmd_spec spec = { .cmd = "ab", .about = about, .opts = opts,
 					  .footer = MA_FOOTER_EXIT };
 
-	if ((rc = ma_opts_parse(argc, argv, &spec)))
+	if ((rc = ma_opts_parse(argc, argv, &spec))) {
+		ma_profcmd_release(&a.pc);
 		return rc < 0 ? MA_EXIT_OK : rc;
+	}
 	if ((rc = check_args(&a)))
 		goto out;
 	for (int s = 0; s < 2; s++)
@@ -841,6 +847,7 @@ out:
 	if (a.have_re)
 		regfree(&a.re);
 	sites_release(&sites);
+	ma_profcmd_release(&a.pc);
 	if (a.tmpdir[0])
 		remove_tree(a.tmpdir);
 	return rc;

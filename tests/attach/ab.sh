@@ -15,14 +15,16 @@
 #     most 5 of them (5% expected: 1; more than 5 has probability 0.3%);
 #   - Debian's redis-server filled with 20,000 small hashes, B with
 #     hash-max-listpack-entries 0 (hash tables, not listpacks): B's allocated
-#     found larger (fixtures/ab_redis_side.sh), every server gone after;
+#     found larger (fixtures/ab_redis_side.sh); with --heap (prof:true) the
+#     hash tables' sites (dict*) grow and the listpacks' (lpInsert) shrink;
+#     every server gone after;
 #   - --match, --warmup, --order random, --lifecycle reuse (one daemon,
 #     never stopped); errors: a side command that fails, a --pid command
 #     that prints no PID, a PID that is gone, no --match match, bad options:
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 32
+plan 34
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -161,11 +163,24 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
 print("allocated B/A %.3f [%.3f, %.3f]" % (m["ratio"], m["ci_low"], m["ci_high"]))
 assert m["significant"] and m["ci_low"] > 1.2' "$TMP/redis.json" 2>&1)
 	check "redis-server, hash-max-listpack-entries 0 in B: B's allocated larger, significant ($out)" [ $? -eq 0 ]
+	MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:14 "$MA" ab -a "$RS $TMP/redis" \
+		-b "$RS $TMP/redis --hash-max-listpack-entries 0" --pid "cat $TMP/redis/redis.pid" --runs 3 \
+		--heap --skip 'zmalloc|zcalloc|zrealloc|ztry' --json >"$TMP/rheap.json" 2>"$TMP/rheap.err"
+	check "redis-server --heap (prof:true): exit 0 ($(tail -1 "$TMP/rheap.err" | cut -c1-120))" [ $? -eq 0 ]
+	out=$(jcheck 's = load(sys.argv[1])["sites"]
+print(", ".join("%s %+.0f KiB" % (x["name"], x["diff"] / 1024) for x in s[:5]))
+grew = [x for x in s[:3] if x["name"].startswith("dict") and x["diff"] > 0]
+assert grew, "no dict* site among the 3 largest differences"
+assert [x for x in s if x["name"] == "lpInsert" and x["diff"] < 0], "the listpack site did not shrink"' \
+		"$TMP/rheap.json" 2>&1)
+	check "redis-server --heap: B's hash tables (dict*) among the 3 largest growths, the listpacks' lpInsert shrinks ($out)" [ $? -eq 0 ]
 	check "redis-server: every server stopped (no redis-server on the test's socket)" \
 		eval '! pgrep -f "unixsocket $TMP/redis/redis.sock" >/dev/null'
 else
 	fail "redis-server A/B: redis-server and redis-cli needed (make deps installs redis-server)"
 	fail "redis-server: B's allocated larger (not run)"
+	fail "redis-server --heap (not run)"
+	fail "redis-server --heap: sites (not run)"
 	fail "redis-server: every server stopped (not run)"
 fi
 
