@@ -399,7 +399,8 @@ static int stop_daemon(struct ab_args *a, char side, pid_t pid, char *why, size_
 		char words[64];
 
 		if ((st = run_shell(a->stop_cmd, side, pid, NULL, 0)) != 0) {
-			snprintf(why, whylen, "--stop command %s", status_words(st, words, sizeof(words)));
+			snprintf(why, whylen, "--stop command %s (the daemon is left running)",
+				 status_words(st, words, sizeof(words)));
 			close(pfd);
 			return -1;
 		}
@@ -471,7 +472,7 @@ static int read_sample(struct ab_args *a, const char *cmdname, int k, char side,
 static int one_sample(struct ab_args *a, int k, int total, char side, double v[NMETRICS], pid_t *pidp,
 		      struct ab_sites *sites, long kidx)
 {
-	char cmdname[64], words[96], hwm[32], al[32];
+	char cmdname[64], words[160], hwm[32], al[32];
 	struct ab_reading r;
 	struct ma_proc_status ps;
 	pid_t pid;

@@ -24,7 +24,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 34
+plan 36
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -134,8 +134,11 @@ verdicts_ok; check "A/A: $VERDICTS" [ "$VERDICTS" = "120 daemons, 0 damaged" ]
 
 # --- --match, --warmup, --order random ---
 "$MA" ab -a "$(side)" -b "$(side -x 1024)" --match '^abdaemon$' --runs 2 --warmup --order random --json \
+	--stop 'echo "$MEMATTACH_AB_SIDE $MEMATTACH_AB_PID" >>'"$TMP/stops"'; kill -TERM "$MEMATTACH_AB_PID"' \
 	>"$TMP/m.json" 2>"$TMP/m.err"
-check "--match '^abdaemon\$' --warmup --order random: exit 0 ($(tail -1 "$TMP/m.err" | cut -c1-120))" [ $? -eq 0 ]
+check "--match '^abdaemon\$' --warmup --order random --stop CMD: exit 0 ($(tail -1 "$TMP/m.err" | cut -c1-120))" [ $? -eq 0 ]
+check "--stop CMD ran once per sample with MEMATTACH_AB_SIDE and MEMATTACH_AB_PID ($(tr '\n' ' ' <"$TMP/stops"))" \
+	eval '[ "$(grep -cE "^[ab] [0-9]+$" "$TMP/stops")" -eq 6 ]'
 check "--warmup: 6 samples taken, 2 kept a side" \
 	eval '[ "$(grep -c "^ab: sample [0-9]*/6 " "$TMP/m.err")" -eq 6 ] && jcheck "assert len(load(sys.argv[1])[\"metrics\"][1][\"a\"]) == 2" "$TMP/m.json"'
 verdicts_ok; check "--match: $VERDICTS" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
@@ -189,6 +192,11 @@ fi
 rc=$?
 check "a failing -b command: exit 1 naming the sample, samples kept ($(tr '\n' ' ' <"$TMP/e1" | cut -c1-200))" \
 	eval '[ "$rc" -eq 1 ] && grep -q "sample 2 (b): -b command exited with status 1" "$TMP/e1" && [ -d "$TMP/err1/001-a" ] && grep -q "samples taken so far" "$TMP/e1"'
+"$MA" ab -a "$(side)" -b "$(side)" --pid "$PIDCMD" --runs 2 --stop false >/dev/null 2>"$TMP/e8"; rc=$?
+check "a --stop command that fails: exit 1 naming the sample ($(head -1 "$TMP/e8" | cut -c1-120))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "sample 1 (a): the daemon (pid [0-9]*) --stop command exited with status 1" "$TMP/e8"'
+kill -TERM "$(cat "$TMP/pid")" 2>/dev/null
+for _ in $(seq 100); do [ "$(ls "$TMP"/verdict.* 2>/dev/null | wc -l)" -ge 2 ] && break; bsleep 0.05; done
 "$MA" ab -a true -b true --pid "echo nope" --runs 2 >/dev/null 2>"$TMP/e2"; rc=$?
 check "a --pid command printing no PID: exit 1, said ($(head -1 "$TMP/e2" | cut -c1-120))" \
 	eval '[ "$rc" -eq 1 ] && grep -q "sample 1 (a): --pid command printed no PID" "$TMP/e2"'
@@ -202,4 +210,4 @@ check "no --match match: said ($(head -1 "$TMP/e4" | cut -c1-120))" grep -q "no 
 "$MA" ab -a true -b true --pid x --lifecycle sometimes >/dev/null 2>"$TMP/e7"; rc7=$?
 check "usage errors exit 2: neither --pid nor --match ($rc5), --runs 1 ($rc6), --lifecycle sometimes ($rc7)" \
 	eval '[ "$rc5$rc6$rc7" = 222 ] && grep -q "exactly one of --pid" "$TMP/e5" && grep -q "fresh or reuse" "$TMP/e7"'
-verdicts_ok; check "after the errors: $VERDICTS (the daemon of the failed run stopped)" [ "$VERDICTS" = "1 daemons, 0 damaged" ]
+verdicts_ok; check "after the errors: $VERDICTS (the failed runs' daemons stopped)" [ "$VERDICTS" = "2 daemons, 0 damaged" ]
