@@ -37,7 +37,6 @@
 #include "jectl.h"
 #include "ma_error.h"
 #include "options.h"
-#include "outfile.h"
 #include "profcmd.h"
 #include "target.h"
 
@@ -724,31 +723,27 @@ static int check_args(struct ab_args *a)
 	return 0;
 }
 
+struct svg_job {
+	const struct ab_samples *sm;
+	const struct ma_ab_compare *c;
+};
+
+static int histograms_into(FILE *f, void *ctx)
+{
+	const struct svg_job *job = ctx;
+	struct ma_ab_metric m[NMETRICS];
+
+	for (int k = 0; k < NMETRICS; k++)
+		m[k] = (struct ma_ab_metric){ .name = metric_names[k], .a = job->sm->v[0][k],
+					      .b = job->sm->v[1][k], .c = job->c[k], .bytes = true };
+	ma_ab_svg(f, m, NMETRICS, "memattach ab: the samples of A and B per metric");
+	return 0;
+}
+
 /* The histograms of every metric into a new file PATH (replaced only once complete). */
 static int write_svg(const char *path, const struct ab_samples *sm, const struct ma_ab_compare *c)
 {
-	struct ma_ab_metric m[NMETRICS];
-	struct ma_outfile of;
-	bool ok = false;
-	FILE *f;
-
-	for (int k = 0; k < NMETRICS; k++)
-		m[k] = (struct ma_ab_metric){ .name = metric_names[k], .a = sm->v[0][k], .b = sm->v[1][k],
-					      .c = c[k], .bytes = true };
-	if (ma_outfile_open(&of, path) == 0) {
-		if ((f = ma_outfile_stream(&of))) {
-			ma_ab_svg(f, m, NMETRICS, "memattach ab: the samples of A and B per metric");
-			ok = fclose(f) == 0;
-		}
-		if (ok)
-			ok = ma_outfile_commit(&of) == 0;
-		else
-			ma_outfile_abort(&of);
-	}
-	if (ok)
-		return 0;
-	return ma_cmd_error("ab", MA_EXIT_FAIL, "cannot write '%s': %s", path,
-			    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+	return ma_write_file("ab", path, histograms_into, &(struct svg_job){ sm, c });
 }
 
 int cmd_ab(int argc, char **argv)

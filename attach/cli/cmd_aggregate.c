@@ -219,28 +219,23 @@ static int live_allocated(const char *cmd, pid_t pid, const struct ma_session_op
 			   allocated);
 }
 
+struct flame_job {
+	struct ma_profile *prof;
+	const char *dump;
+};
+
+static int flame_into(FILE *f, void *ctx)
+{
+	struct flame_job *job = ctx;
+
+	return ma_flame_svg(f, job->prof, job->dump);
+}
+
 /* The flame graph into a new file PATH (replaced only once complete). */
 static int write_svg(struct ma_profcmd *c, const char *path, struct ma_profile *prof,
 		     const char *dump)
 {
-	struct ma_outfile of;
-	bool ok = false;
-	FILE *f;
-
-	if (ma_outfile_open(&of, path) == 0) {
-		if ((f = ma_outfile_stream(&of))) {
-			ok = ma_flame_svg(f, prof, dump) == 0;
-			ok = fclose(f) == 0 && ok;
-		}
-		if (ok)
-			ok = ma_outfile_commit(&of) == 0;
-		else
-			ma_outfile_abort(&of);
-	}
-	if (ok)
-		return 0;
-	return ma_cmd_error(c->cmd, MA_EXIT_FAIL, "cannot write '%s': %s", path,
-			    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+	return ma_write_file(c->cmd, path, flame_into, &(struct flame_job){ prof, dump });
 }
 
 /* The pprof profile into a new file PATH. */

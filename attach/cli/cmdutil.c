@@ -249,3 +249,25 @@ int ma_live_run(const struct ma_live_cmd *c, void *ctx)
 	ma_live_end(&l);
 	return rc;
 }
+
+int ma_write_file(const char *cmd, const char *path, int (*write)(FILE *f, void *ctx), void *ctx)
+{
+	struct ma_outfile of;
+	bool ok = false;
+	FILE *f;
+
+	if (ma_outfile_open(&of, path) == 0) {
+		if ((f = ma_outfile_stream(&of))) {
+			ok = write(f, ctx) == 0;
+			ok = fclose(f) == 0 && ok;
+		}
+		if (ok)
+			ok = ma_outfile_commit(&of) == 0;
+		else
+			ma_outfile_abort(&of);
+	}
+	if (ok)
+		return 0;
+	return ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write '%s': %s", path,
+			    ma_errmsg()[0] ? ma_errmsg() : "I/O error");
+}

@@ -89,5 +89,12 @@ struct ma_live_cmd {
 };
 int ma_live_run(const struct ma_live_cmd *c, void *ctx);
 
+/*
+ * A new file PATH ("-": the standard output) written by WRITE(f, CTX)
+ * (0 when all went well) under a temporary name, put in place only once
+ * complete: 0, or an exit status after a message naming CMD and PATH.
+ */
+int ma_write_file(const char *cmd, const char *path, int (*write)(FILE *f, void *ctx), void *ctx);
+
 
 #endif
