@@ -34,6 +34,7 @@ track "$J"
 NOPID=999999999
 L=127.0.0.1:1 # export --once never listens
 
+printf '#!/bin/sh\necho %s\n' "$P" >"$TMP/abpid" && chmod +x "$TMP/abpid" # ab's --pid: the daemon
 # In order: the later ones read what the earlier ones wrote.
 scenarios=(
 	"stats $P" "stats $X" "stats $N --tid $N" "stats $S --tid $RECV" "stats $M --tid $CORO --timeout 200"
@@ -55,6 +56,7 @@ scenarios=(
 	"frag stop $P" "frag status $P" "frag report $P" "frag start $X --focus 48" "names: frag report $X"
 	"frag stop $X" "frag start $J"
 	"ps" "ps daemon"
+	"ab -a true -b true --pid $TMP/abpid --lifecycle reuse --runs 2" "ab -a false -b true --pid $TMP/abpid"
 )
 mapfile -t cmds < <(ma_commands)
 missing=()
