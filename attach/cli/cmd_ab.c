@@ -11,6 +11,7 @@
  * lifecycle) stop the daemon.  Sides alternate or go in random order
  * within each pair, so a drift of the machine hits both alike.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -689,6 +690,23 @@ static void remove_tree(const char *dir)
 		ma_cmd_note("ab", "could not remove all of %s", dir);
 }
 
+/* Is DIR a folder with nothing in it? */
+static bool dir_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool empty = d != NULL;
+
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+			empty = false;
+			break;
+		}
+	if (d)
+		closedir(d);
+	return empty;
+}
+
 static int check_args(struct ab_args *a)
 {
 	int rc;
@@ -711,6 +729,9 @@ static int check_args(struct ab_args *a)
 				      "--lifecycle fresh, not reuse");
 	if (a->out && mkdir(a->out, 0755) != 0 && errno != EEXIST)
 		return ma_cmd_error("ab", MA_EXIT_FAIL, "-o %s: %s", a->out, strerror(errno));
+	if (a->out && !dir_empty(a->out))
+		return ma_cmd_error("ab", MA_EXIT_FAIL, "-o %s: not an empty folder (another run's samples "
+				    "would mix with these); name a new one", a->out);
 	a->snapdir = a->out;
 	if (a->heap && !a->out) {
 		snprintf(a->tmpdir, sizeof(a->tmpdir), "/tmp/memattach-ab.XXXXXX");

@@ -24,7 +24,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 36
+plan 37
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -205,6 +205,9 @@ check "a PID that does not exist: exit 1 naming the sample ($(head -1 "$TMP/e3" 
 	eval '[ "$rc" -eq 1 ] && grep -q "sample 1 (a)" "$TMP/e3"'
 "$MA" ab -a true -b true --match '^no-such-daemon$' --runs 2 >/dev/null 2>"$TMP/e4"
 check "no --match match: said ($(head -1 "$TMP/e4" | cut -c1-120))" grep -q "no jemalloc process whose name matches" "$TMP/e4"
+"$MA" ab -a true -b true --pid x --runs 2 -o "$TMP/out" >/dev/null 2>"$TMP/e9"; rc=$?
+check "-o of a folder holding another run's samples: refused, nothing run ($(head -1 "$TMP/e9" | cut -c1-100))" \
+	eval '[ "$rc" -eq 1 ] && grep -q "not an empty folder" "$TMP/e9" && [ "$(ls "$TMP/out" | wc -l)" -eq 14 ]'
 "$MA" ab -a true -b true --runs 2 >/dev/null 2>"$TMP/e5"; rc5=$?
 "$MA" ab -a true -b true --pid x --runs 1 >/dev/null 2>"$TMP/e6"; rc6=$?
 "$MA" ab -a true -b true --pid x --lifecycle sometimes >/dev/null 2>"$TMP/e7"; rc7=$?
