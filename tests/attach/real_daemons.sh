@@ -10,7 +10,7 @@
 # where it is off; and at the end both daemons answer, are the same
 # processes with the same threads, and logged no EINTR.
 . "$(dirname "$0")/../lib/common.sh"
-plan 48
+plan 49
 
 for tool in redis-server redis-cli redis-benchmark kresd kdig curl; do
 	command -v "$tool" >/dev/null || missing="$missing $tool"
@@ -93,7 +93,7 @@ check "ps (exit $rc): both redis and kresd, with the system libjemalloc" \
 	eval '[ $rc = 0 ] && listed $R1_PID redis-server && listed $R2_PID redis-server && listed $K_PID kresd'
 
 # Every command of 'memattach --help' must be run below: a new one fails here until it is.
-covered="stats threads bins purge heap-dump stats-dump watch snapshot export aggregate stacks diff frag ps"
+covered="stats threads bins purge heap-dump stats-dump watch snapshot export aggregate stacks diff frag ps ab"
 uncovered=$("$MA" --help | sed -n '/^commands:/,/^$/p' | awk 'NF > 1 { print $1 }' |
 	while read -r c; do [[ " $covered " == *" $c "* ]] || echo "$c"; done | tr '\n' ' ')
 check "every command of --help is run here (not covered: '${uncovered% }')" [ -z "$uncovered" ]
@@ -289,6 +289,14 @@ done
 mark "redis's own figures"
 # --- redis's own figures, with its load paused ---
 kill "$r1_BENCH"; wait "$r1_BENCH" 2>/dev/null
+# ab on the running redis (reuse: each side only pings it; fixtures/ab_redis_side.sh and
+# attach/ab.sh start fresh servers): its samples read while redis-benchmark runs, redis stays.
+"$MA" ab -a "redis-cli -p $P1 ping" -b "redis-cli -p $P1 ping" --pid "echo $R1_PID" --lifecycle reuse \
+	--runs 2 >"$TMP/ab.out" 2>&1; rc=$?
+check "r1: ab --lifecycle reuse (exit $rc): 4 samples of the running redis under load, which stays" \
+	eval '[ $rc = 0 ] && [ "$(grep -c "^ab: sample [0-9]/4 (.): pid $R1_PID," "$TMP/ab.out")" = 4 ] &&
+	grep -q "^allocated " "$TMP/ab.out" && kill -0 "$R1_PID"'
+
 rinfo() { sed -n "s/^$1://p" "$TMP/r1.info"; }
 # INFO memory gives the figures redis read at its last serverCron (every 100 ms), with the
 # same mallctl calls; MEMORY MALLOC-STATS prints at once.  Any allocation between the two
