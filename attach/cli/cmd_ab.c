@@ -195,45 +195,79 @@ static bool name_matches(void *ctx, const char *comm)
 	return regexec(ctx, comm, 0, NULL, 0) == 0;
 }
 
-/* The daemon of this sample: from --pid CMD, or the newest match. 0 if none (error set). */
-static pid_t find_daemon(struct ab_args *a, char side)
+/* Now in clock ticks since boot, the unit of a process's start time (rounded down). */
+static int64_t boot_ticks_now(void)
 {
-	if (a->pid_cmd) {
-		char out[256], words[64];
-		int st = run_shell(a->pid_cmd, side, 0, out, sizeof(out));
-		long pid;
-		char *end;
+	struct timespec ts;
 
-		if (st != 0) {
-			ma_fail(MA_E_NOPROC, "--pid command %s", status_words(st, words, sizeof(words)));
-			return 0;
-		}
-		for (size_t n = strlen(out); n && (out[n - 1] == '\n' || out[n - 1] == ' '); n--)
-			out[n - 1] = '\0';
-		pid = strtol(out, &end, 10);
-		while (*end == ' ' || *end == '\n' || *end == '\t')
-			end++;
-		if (pid <= 0 || pid > 0x3fffffff || *end) {
-			ma_fail(MA_E_NOPROC, "--pid command printed no PID (%.40s)", out);
-			return 0;
-		}
-		return (pid_t)pid;
-	} else {
-		static struct ma_je_process found[256];
-		size_t n = ma_jemalloc_processes(name_matches, &a->re, found, 256);
-		pid_t best = 0;
-		int64_t best_start = -1;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec) / (1000000000LL / sysconf(_SC_CLK_TCK));
+}
 
-		for (size_t i = 0; i < n; i++) {
-			int64_t t = ma_process_start_ticks(found[i].pid);
+/* The PID a --pid command printed (0 and an error if none). */
+static pid_t pid_from_command(struct ab_args *a, char side)
+{
+	char out[256], words[64];
+	int st = run_shell(a->pid_cmd, side, 0, out, sizeof(out));
+	long pid;
+	char *end;
 
-			if (t > best_start || (t == best_start && found[i].pid > best))
-				best = found[i].pid, best_start = t;
-		}
-		if (!best)
-			ma_fail(MA_E_NOPROC, "no jemalloc process whose name matches --match %s", a->match);
-		return best;
+	if (st != 0) {
+		ma_fail(MA_E_NOPROC, "--pid command %s", status_words(st, words, sizeof(words)));
+		return 0;
 	}
+	for (size_t n = strlen(out); n && (out[n - 1] == '\n' || out[n - 1] == ' '); n--)
+		out[n - 1] = '\0';
+	pid = strtol(out, &end, 10);
+	if (pid <= 0 || pid > 0x3fffffff || *end) {
+		ma_fail(MA_E_NOPROC, "--pid command printed no PID (%.40s)", out);
+		return 0;
+	}
+	return (pid_t)pid;
+}
+
+/* The newest jemalloc process whose name matches, started at BORN or later (0 and an error if none). */
+static pid_t newest_match(struct ab_args *a, int64_t born)
+{
+	static struct ma_je_process found[256];
+	size_t n = ma_jemalloc_processes(name_matches, &a->re, found, 256);
+	pid_t best = 0;
+	int64_t best_start = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		int64_t t = ma_process_start_ticks(found[i].pid);
+
+		if (t >= born && (t > best_start || (t == best_start && found[i].pid > best)))
+			best = found[i].pid, best_start = t;
+	}
+	if (!best)
+		ma_fail(MA_E_NOPROC, "no jemalloc process whose name matches --match %s%s", a->match,
+			born ? " started during the sample's command" : "");
+	return best;
+}
+
+/*
+ * The daemon of this sample, whose side command began at tick BEGAN: from
+ * --pid CMD, or the newest match.  With a fresh lifecycle it must have
+ * started since then: ab stops it afterwards, and a stale pid file or
+ * another instance of the same program must never be the one stopped.
+ * 0 if none (error set).
+ */
+static pid_t find_daemon(struct ab_args *a, char side, int64_t began)
+{
+	int64_t born = a->reuse ? 0 : began;
+	pid_t pid;
+
+	if (!a->pid_cmd)
+		return newest_match(a, born);
+	if (!(pid = pid_from_command(a, side)))
+		return 0;
+	if (born && ma_process_start_ticks(pid) >= 0 && ma_process_start_ticks(pid) < born) {
+		ma_fail(MA_E_NOPROC, "process %d (from --pid) started before this sample's command: "
+			"not its daemon (a stale pid file?); it is left alone", pid);
+		return 0;
+	}
+	return pid;
 }
 
 /* The live part of a sample: purge every arena, then read the statistics. */
@@ -475,14 +509,16 @@ static int one_sample(struct ab_args *a, int k, int total, char side, double v[N
 	char cmdname[64], words[160], hwm[32], al[32];
 	struct ab_reading r;
 	struct ma_proc_status ps;
+	int64_t began;
 	pid_t pid;
 	int st, rc;
 
 	snprintf(cmdname, sizeof(cmdname), "ab: sample %d (%c)", k, side);
+	began = boot_ticks_now();
 	if ((st = run_shell(a->cmd[side - 'a'], side, 0, NULL, 0)) != 0)
 		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "-%c command %s", side,
 				    status_words(st, words, sizeof(words)));
-	if (!(pid = find_daemon(a, side)))
+	if (!(pid = find_daemon(a, side, began)))
 		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "%s", ma_errmsg());
 	*pidp = pid;
 	memset(&r, 0, sizeof(r));

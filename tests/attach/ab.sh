@@ -19,12 +19,13 @@
 #     hash tables' sites (dict*) grow and the listpacks' (lpInsert) shrink;
 #     every server gone after;
 #   - --match, --warmup, --order random, --lifecycle reuse (one daemon,
-#     never stopped); errors: a side command that fails, a --pid command
+#     never stopped); a process older than the sample's command (a stale
+#     --pid, an older instance for --match) is never taken nor stopped; errors: a side command that fails, a --pid command
 #     that prints no PID, a PID that is gone, no --match match, bad options:
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 37
+plan 39
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -151,6 +152,14 @@ check "--lifecycle reuse: exit 0 ($(tail -1 "$TMP/r.err" | cut -c1-120))" [ $? -
 check "--lifecycle reuse: the daemon still runs" kill -0 "$rp"
 out=$(jcheck 'm = load(sys.argv[1])["metrics"][1]; print(m["a"], m["b"]); assert not m["significant"]' "$TMP/r.json" 2>&1)
 check "--lifecycle reuse, same daemon both sides: allocated not significant ($out)" [ $? -eq 0 ]
+# Fresh lifecycle: a daemon that did not start during the sample's command is never taken
+# (nor stopped): a stale pid file, or another instance of the same program.
+"$MA" ab -a true -b true --pid "echo $rp" --runs 2 >/dev/null 2>"$TMP/stale.err"; rc=$?
+check "a --pid naming a process older than the sample: refused, left alone ($(head -1 "$TMP/stale.err" | cut -c1-110))" \
+	eval '[ "$rc" -eq 1 ] && says "started before this sample.s command" "$TMP/stale.err" && kill -0 "$rp"'
+"$MA" ab -a true -b true --match '^abdaemon$' --runs 2 >/dev/null 2>"$TMP/older.err"; rc=$?
+check "--match with only an older instance running: none taken, left alone ($(head -1 "$TMP/older.err" | cut -c1-110))" \
+	eval '[ "$rc" -eq 1 ] && says "started during the sample.s command" "$TMP/older.err" && kill -0 "$rp"'
 kill -TERM "$rp"
 for _ in $(seq 100); do [ -s "$TMP/rverdict" ] && break; bsleep 0.05; done
 check "--lifecycle reuse: the daemon's objects intact ($(cat "$TMP/rverdict" 2>/dev/null))" grep -q '^VERDICT ok' "$TMP/rverdict"
