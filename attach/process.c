@@ -111,6 +111,25 @@ const char *ma_comm_of(pid_t pid)
 	return comm;
 }
 
+/* The parent of process PID (field 4 of its stat); -1 unknown. */
+pid_t ma_process_parent(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	int ppid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	/* Whole, not a line: the name in it may hold anything. */
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+	fclose(f);
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+		return -1;
+	return (pid_t)ppid;
+}
+
 /* When process PID started, in clock ticks since boot (field 22 of its stat); -1 unknown. */
 int64_t ma_process_start_ticks(pid_t pid)
 {

@@ -114,6 +114,8 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st);
  * live thread -- the process is alive.  Z/X only when it is really gone.
  */
 int ma_process_status(pid_t pid, struct ma_proc_status *st);
+/* The parent of process PID (/proc/PID/stat); -1 unknown. */
+pid_t ma_process_parent(pid_t pid);
 /* When process PID started, in clock ticks since boot (/proc/PID/stat); -1 unknown. */
 int64_t ma_process_start_ticks(pid_t pid);
 /*

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -204,6 +205,22 @@ static int64_t boot_ticks_now(void)
 	return ((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec) / (1000000000LL / sysconf(_SC_CLK_TCK));
 }
 
+/*
+ * Is PID a descendant of this process?  ab is a child subreaper
+ * (PR_SET_CHILD_SUBREAPER): a daemon its side command started, forked
+ * into the background and orphaned, is re-parented to ab, not to init.
+ * A process of anyone else (another user's, of the same name) is not.
+ */
+static bool our_descendant(pid_t pid)
+{
+	pid_t self = getpid();
+
+	for (int depth = 0; pid > 1 && depth < 64; depth++)
+		if ((pid = ma_process_parent(pid)) == self)
+			return true;
+	return false;
+}
+
 /* The PID a --pid command printed (0 and an error if none). */
 static pid_t pid_from_command(struct ab_args *a, char side)
 {
@@ -237,12 +254,16 @@ static pid_t newest_match(struct ab_args *a, int64_t born)
 	for (size_t i = 0; i < n; i++) {
 		int64_t t = ma_process_start_ticks(found[i].pid);
 
-		if (t >= born && (t > best_start || (t == best_start && found[i].pid > best)))
+		if (born && (t < born || !our_descendant(found[i].pid)))
+			continue;
+		if (t > best_start || (t == best_start && found[i].pid > best))
 			best = found[i].pid, best_start = t;
 	}
 	if (!best)
 		ma_fail(MA_E_NOPROC, "no jemalloc process whose name matches --match %s%s", a->match,
-			born ? " started during the sample's command" : "");
+			born ? " among those the sample's command started (a daemon started by a "
+			       "service manager is not one: name it with --pid and stop it with --stop)"
+			     : "");
 	return best;
 }
 
@@ -265,6 +286,12 @@ static pid_t find_daemon(struct ab_args *a, char side, int64_t began)
 	if (born && ma_process_start_ticks(pid) >= 0 && ma_process_start_ticks(pid) < born) {
 		ma_fail(MA_E_NOPROC, "process %d (from --pid) started before this sample's command: "
 			"not its daemon (a stale pid file?); it is left alone", pid);
+		return 0;
+	}
+	/* ab signals it itself only if the sample's command started it. */
+	if (born && !a->stop_cmd && !our_descendant(pid)) {
+		ma_fail(MA_E_NOPROC, "process %d (from --pid) was not started by the sample's command "
+			"(a daemon of a service manager? give --stop CMD); it is left alone", pid);
 		return 0;
 	}
 	return pid;
@@ -569,7 +596,10 @@ static int run_samples(struct ab_args *a, struct ab_samples *sm, struct ab_sites
 		bool kept;
 
 		kept = !(a->warmup && seen[s]++ == 0);
-		if ((rc = one_sample(a, k, total, side, v, &pid, sites, kept ? (long)sm->n[s] : -1))) {
+		rc = one_sample(a, k, total, side, v, &pid, sites, kept ? (long)sm->n[s] : -1);
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			; /* the sample's daemon, re-parented to us (and any other orphan of its command) */
+		if (rc) {
 			free(order);
 			if (a->out)
 				ma_cmd_note("ab", "the samples taken so far are in %s/ (samples.tsv, one "
@@ -872,6 +902,11 @@ int cmd_ab(int argc, char **argv)
 				rc = ma_cmd_error("ab", MA_EXIT_FAIL, "out of memory");
 				goto out;
 			}
+	/* The side commands' daemons, once orphaned, become ours: see our_descendant(). */
+	if (!a.reuse && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+		rc = ma_cmd_error("ab", MA_EXIT_FAIL, "PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
+		goto out;
+	}
 	sites.runs = (size_t)a.runs;
 	if ((rc = run_samples(&a, &sm, &sites)))
 		goto out;

@@ -20,12 +20,13 @@
 #     every server gone after;
 #   - --match, --warmup, --order random, --lifecycle reuse (one daemon,
 #     never stopped); a process older than the sample's command (a stale
-#     --pid, an older instance for --match) is never taken nor stopped; errors: a side command that fails, a --pid command
+#     --pid, an older instance for --match), or one the sample's command did
+#     not start (another's, of the same name), is never taken nor stopped; errors: a side command that fails, a --pid command
 #     that prints no PID, a PID that is gone, no --match match, bad options:
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 39
+plan 41
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -159,9 +160,26 @@ check "a --pid naming a process older than the sample: refused, left alone ($(he
 	eval '[ "$rc" -eq 1 ] && says "started before this sample.s command" "$TMP/stale.err" && kill -0 "$rp"'
 "$MA" ab -a true -b true --match '^abdaemon$' --runs 2 >/dev/null 2>"$TMP/older.err"; rc=$?
 check "--match with only an older instance running: none taken, left alone ($(head -1 "$TMP/older.err" | cut -c1-110))" \
-	eval '[ "$rc" -eq 1 ] && says "started during the sample.s command" "$TMP/older.err" && kill -0 "$rp"'
+	eval '[ "$rc" -eq 1 ] && says "among those the sample.s command started" "$TMP/older.err" && kill -0 "$rp"'
 kill -TERM "$rp"
 for _ in $(seq 100); do [ -s "$TMP/rverdict" ] && break; bsleep 0.05; done
+
+# Someone else keeps starting processes of the same name during the samples (an outside
+# attack made --match measure and SIGTERM them while ab's own daemons ran on): only the
+# daemons the sample's commands started are taken.
+( while [ ! -e "$TMP/evil.stop" ]; do
+	$D -f "$TMP/evil.pid" -v "$TMP/evil.v" -m 512 && kill -TERM "$(cat "$TMP/evil.pid")" 2>/dev/null
+done ) &
+evil=$!
+"$MA" ab -a "$(side); cat $TMP/pid >>$TMP/mine" -b "$(side -x 512); cat $TMP/pid >>$TMP/mine" \
+	--match '^abdaemon$' --runs 3 >/dev/null 2>"$TMP/evil.err"; rc=$?
+touch "$TMP/evil.stop"; wait "$evil" 2>/dev/null
+taken=$(sed -n 's/^ab: sample [0-9]*\/6 (.): pid \([0-9]*\),.*/\1/p' "$TMP/evil.err" | sort | tr '\n' ' ')
+mine=$(sort "$TMP/mine" 2>/dev/null | tr '\n' ' ')
+check "--match while others start processes of that name: exit $rc, the 6 daemons taken are the samples' own ($taken = $mine)" \
+	eval '[ "$rc" -eq 0 ] && [ -n "$taken" ] && [ "$taken" = "$mine" ]'
+verdicts_ok
+check "... and those 6 were the ones stopped: $VERDICTS" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
 check "--lifecycle reuse: the daemon's objects intact ($(cat "$TMP/rverdict" 2>/dev/null))" grep -q '^VERDICT ok' "$TMP/rverdict"
 
 # --- a real daemon: redis-server, two configurations ---
