@@ -72,6 +72,7 @@ struct ab_args {
 	long runs;
 	bool warmup, json, reuse, random_order, heap;
 	char tmpdir[64]; /* the snapshots' folder when --heap is given without -o */
+	FILE *tsv; /* -o DIR/samples.tsv */
 	const char *snapdir; /* -o DIR, or tmpdir */
 	struct ma_session_opts o;
 	struct ma_profcmd pc; /* --heap: how dumps are read (--skip) */
@@ -481,27 +482,42 @@ static int stop_daemon(struct ab_args *a, char side, pid_t pid, char *why, size_
 	return -1;
 }
 
-/* Append one sample's line to DIR/samples.tsv (the samples survive a failed run). */
+/*
+ * DIR/samples.tsv, created once before the first sample (O_EXCL, no
+ * symlink followed) and kept open: whoever else can write in DIR cannot
+ * point it elsewhere between samples.  NULL with an error message.
+ */
+static FILE *open_samples_log(const char *dir)
+{
+	char path[4200];
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/samples.tsv", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		ma_cmd_error("ab", MA_EXIT_FAIL, "cannot create %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	fprintf(f, "sample\tside\tkept\tpid");
+	for (int m = 0; m < NMETRICS; m++)
+		fprintf(f, "\t%s", metric_names[m]);
+	fputc('\n', f);
+	fflush(f);
+	return f;
+}
+
+/* One sample's line in samples.tsv, written at once (the samples survive a failed run). */
 static void log_sample(const struct ab_args *a, int k, char side, bool kept, pid_t pid,
 		       const double v[NMETRICS])
 {
-	char path[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/samples.tsv", a->out);
-	if (!(f = fopen(path, "ae")))
-		return;
-	if (ftell(f) == 0) {
-		fprintf(f, "sample\tside\tkept\tpid");
-		for (int m = 0; m < NMETRICS; m++)
-			fprintf(f, "\t%s", metric_names[m]);
-		fputc('\n', f);
-	}
-	fprintf(f, "%d\t%c\t%d\t%d", k, side, kept, pid);
+	fprintf(a->tsv, "%d\t%c\t%d\t%d", k, side, kept, pid);
 	for (int m = 0; m < NMETRICS; m++)
-		fprintf(f, "\t%.0f", v[m]);
-	fputc('\n', f);
-	fclose(f);
+		fprintf(a->tsv, "\t%.0f", v[m]);
+	fputc('\n', a->tsv);
+	fflush(a->tsv);
 }
 
 /*
@@ -798,6 +814,8 @@ static int check_args(struct ab_args *a)
 	if (a->out && !dir_empty(a->out))
 		return ma_cmd_error("ab", MA_EXIT_FAIL, "-o %s: not an empty folder (another run's samples "
 				    "would mix with these); name a new one", a->out);
+	if (a->out && !(a->tsv = open_samples_log(a->out)))
+		return MA_EXIT_FAIL;
 	a->snapdir = a->out;
 	if (a->heap && !a->out) {
 		snprintf(a->tmpdir, sizeof(a->tmpdir), "/tmp/memattach-ab.XXXXXX");
@@ -936,6 +954,8 @@ out:
 		regfree(&a.re);
 	sites_release(&sites);
 	ma_profcmd_release(&a.pc);
+	if (a.tsv)
+		fclose(a.tsv);
 	if (a.tmpdir[0])
 		remove_tree(a.tmpdir);
 	return rc;

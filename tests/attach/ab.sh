@@ -26,7 +26,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 41
+plan 42
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -235,9 +235,16 @@ check "no --match match: said ($(head -1 "$TMP/e4" | cut -c1-120))" grep -q "no 
 "$MA" ab -a true -b true --pid x --runs 2 -o "$TMP/out" >/dev/null 2>"$TMP/e9"; rc=$?
 check "-o of a folder holding another run's samples: refused, nothing run ($(head -1 "$TMP/e9" | cut -c1-100))" \
 	eval '[ "$rc" -eq 1 ] && grep -q "not an empty folder" "$TMP/e9" && [ "$(ls "$TMP/out" | wc -l)" -eq 14 ]'
+# Another writer of the -o folder swaps samples.tsv for a symlink between samples: the
+# link's target (a file root could write) is never written.
+: >"$TMP/victim"
+"$MA" ab -a "$(side)" -b "$(side); rm -f $TMP/swap/samples.tsv; ln -s $TMP/victim $TMP/swap/samples.tsv" \
+	--pid "$PIDCMD" --runs 2 -o "$TMP/swap" >/dev/null 2>"$TMP/swap.err"; rc=$?
+check "samples.tsv swapped for a symlink during the run: exit $rc, the symlink's target untouched ($(wc -c <"$TMP/victim") bytes)" \
+	eval '[ "$rc" -eq 0 ] && [ ! -s "$TMP/victim" ]'
 "$MA" ab -a true -b true --runs 2 >/dev/null 2>"$TMP/e5"; rc5=$?
 "$MA" ab -a true -b true --pid x --runs 1 >/dev/null 2>"$TMP/e6"; rc6=$?
 "$MA" ab -a true -b true --pid x --lifecycle sometimes >/dev/null 2>"$TMP/e7"; rc7=$?
 check "usage errors exit 2: neither --pid nor --match ($rc5), --runs 1 ($rc6), --lifecycle sometimes ($rc7)" \
 	eval '[ "$rc5$rc6$rc7" = 222 ] && grep -q "exactly one of --pid" "$TMP/e5" && grep -q "fresh or reuse" "$TMP/e7"'
-verdicts_ok; check "after the errors: $VERDICTS (the failed runs' daemons stopped)" [ "$VERDICTS" = "2 daemons, 0 damaged" ]
+verdicts_ok; check "after the errors: $VERDICTS (the failed runs' 2 daemons and the swap run's 4 stopped)" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
