@@ -111,40 +111,43 @@ const char *ma_comm_of(pid_t pid)
 	return comm;
 }
 
-/* The parent of process PID (field 4 of its stat); -1 unknown. */
-pid_t ma_process_parent(pid_t pid)
+/*
+ * /proc/PID/stat read whole into BUF (LEN bytes): its fields after the
+ * name, or NULL.  Whole, not a line: the name in it may hold anything.
+ */
+static const char *stat_after_name(pid_t pid, char *buf, size_t len)
 {
-	char path[64], buf[512], *p;
-	int ppid;
+	char path[64];
+	char *p;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if (!(f = fopen(path, "re")))
-		return -1;
-	/* Whole, not a line: the name in it may hold anything. */
-	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+		return NULL;
+	buf[fread(buf, 1, len - 1, f)] = '\0';
 	fclose(f);
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
-		return -1;
-	return (pid_t)ppid;
+	return p ? p + 1 : NULL;
+}
+
+/* The parent of process PID (field 4 of its stat); -1 unknown. */
+pid_t ma_process_parent(pid_t pid)
+{
+	char buf[512];
+	const char *p = stat_after_name(pid, buf, sizeof(buf));
+	int ppid;
+
+	return p && sscanf(p, " %*c %d", &ppid) == 1 ? (pid_t)ppid : -1;
 }
 
 /* When process PID started, in clock ticks since boot (field 22 of its stat); -1 unknown. */
 int64_t ma_process_start_ticks(pid_t pid)
 {
-	char path[64], buf[512], *p;
+	char buf[512];
+	const char *p = stat_after_name(pid, buf, sizeof(buf));
 	unsigned long long start;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	/* Whole, not a line: the name in it may hold a newline. */
-	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
-	fclose(f);
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+	if (!p || sscanf(p, " %*c" " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
 			 " %*s %*s %*s %*s %llu", &start) != 1)
 		return -1;
 	return (int64_t)start;
