@@ -109,26 +109,24 @@ struct ab_reading {
 	uint64_t hwm;
 };
 
+/* VALUE of option NAME, one of FIRST and SECOND: *SECOND_CHOSEN, or a usage error. */
+static int one_of(const char *name, const char *value, const char *first, const char *second,
+		  bool *second_chosen)
+{
+	if (strcmp(value, first) != 0 && strcmp(value, second) != 0)
+		return ma_usage_error("ab", "%s %s: expected %s or %s", name, value, first, second);
+	*second_chosen = strcmp(value, second) == 0;
+	return 0;
+}
+
 static int lifecycle_opt(const struct ma_opt *o, const char *value)
 {
-	struct ab_args *a = o->ctx;
-
-	if (strcmp(value, "fresh") == 0 || strcmp(value, "reuse") == 0) {
-		a->reuse = value[0] == 'r';
-		return 0;
-	}
-	return ma_usage_error("ab", "--lifecycle %s: expected fresh or reuse", value);
+	return one_of(o->name, value, "fresh", "reuse", &((struct ab_args *)o->ctx)->reuse);
 }
 
 static int order_opt(const struct ma_opt *o, const char *value)
 {
-	struct ab_args *a = o->ctx;
-
-	if (strcmp(value, "alternate") == 0 || strcmp(value, "random") == 0) {
-		a->random_order = value[0] == 'r';
-		return 0;
-	}
-	return ma_usage_error("ab", "--order %s: expected alternate or random", value);
+	return one_of(o->name, value, "alternate", "random", &((struct ab_args *)o->ctx)->random_order);
 }
 
 /*
@@ -277,14 +275,15 @@ static pid_t newest_match(struct ab_args *a, int64_t born)
  */
 static pid_t find_daemon(struct ab_args *a, char side, int64_t began)
 {
-	int64_t born = a->reuse ? 0 : began;
+	int64_t born = a->reuse ? 0 : began, started;
 	pid_t pid;
 
 	if (!a->pid_cmd)
 		return newest_match(a, born);
 	if (!(pid = pid_from_command(a, side)))
 		return 0;
-	if (born && ma_process_start_ticks(pid) >= 0 && ma_process_start_ticks(pid) < born) {
+	started = ma_process_start_ticks(pid);
+	if (born && started >= 0 && started < born) {
 		ma_fail(MA_E_NOPROC, "process %d (from --pid) started before this sample's command: "
 			"not its daemon (a stale pid file?); it is left alone", pid);
 		return 0;
