@@ -121,14 +121,15 @@ check-layers: all
 	python3 tests/check_layers.py $(B)
 
 # The jemalloc builds of the version matrix start first, in the background
-# (fixtures/jemalloc.mk), and yield to memattach's own build and the tests
-# once Debian's packages are in.
+# (fixtures/jemalloc.mk), yield to memattach's own build once Debian's
+# packages are in, and share the CPUs with the tests.
 test:
 	@$(MAKE) --no-print-directory jemalloc-matrix-background
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory jemalloc-matrix-yield
 	$(MAKE) all $(B)/memattach-test fixtures $(UNIT_BINS) $(B)/fuzz/heapprof
 	@$(MAKE) --no-print-directory check-layers
+	@$(MAKE) --no-print-directory jemalloc-matrix-share
 	bash tests/run.sh
 
 # The same tests with the randomized campaigns at full size (1,000 random
