@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,7 @@ static int parse_map(struct parser *ps, const struct line *l)
 	const char *p = l->p, *end = l->end, *perm;
 	uint64_t start, stop, off, major, minor, inode;
 	struct ma_hp_map *m;
+	size_t perm_len;
 	bool exec;
 	int rc;
 
@@ -270,6 +272,7 @@ static int parse_map(struct parser *ps, const struct line *l)
 	while (p < end && *p != ' ')
 		p++;
 	exec = p - perm >= 3 && perm[2] == 'x';
+	perm_len = (size_t)(p - perm);
 	p = skip_ws(p, end);
 	if (!parse_hex(&p, end, &off))
 		off = 0;
@@ -292,6 +295,10 @@ static int parse_map(struct parser *ps, const struct line *l)
 	*m = (struct ma_hp_map){ .start = start, .end = stop, .offset = off, .inode = inode,
 				 .dev_major = (unsigned)major, .dev_minor = (unsigned)minor };
 	m->exec = exec;
+	if (perm_len == 4) {
+		memcpy(m->perms, perm, 4);
+		m->perms[4] = '\0';
+	}
 	if (p < end) {
 		m->path = strndup(p, (size_t)(end - p));
 		if (!m->path)
@@ -539,4 +546,47 @@ const struct ma_hp_map *ma_heapprof_map_at(const struct ma_heapprof *hp, uint64_
 	if (lo == 0 || addr >= hp->maps[lo - 1].end)
 		return NULL;
 	return &hp->maps[lo - 1];
+}
+
+/* One stack's count line: in use, then cumulative, as sampled. */
+static void write_counts(FILE *f, uint64_t objs, uint64_t bytes, uint64_t aobjs, uint64_t abytes)
+{
+	fprintf(f, "  t*: %" PRIu64 ": %" PRIu64 " [%" PRIu64 ": %" PRIu64 "]\n", objs, bytes, aobjs,
+		abytes);
+}
+
+int ma_heapprof_write(const struct ma_heapprof *hp, FILE *f)
+{
+	uint64_t objs = 0, bytes = 0, aobjs = 0, abytes = 0;
+
+	for (size_t i = 0; i < hp->nstacks; i++) {
+		objs += hp->stacks[i].objs;
+		bytes += hp->stacks[i].bytes;
+		aobjs += hp->stacks[i].accum_objs;
+		abytes += hp->stacks[i].accum_bytes;
+	}
+	fprintf(f, "heap_v2/%" PRIu64 "\n", hp->period);
+	write_counts(f, objs, bytes, aobjs, abytes);
+	for (size_t i = 0; i < hp->nstacks; i++) {
+		const struct ma_hp_stack *st = &hp->stacks[i];
+
+		if (!st->npcs)
+			continue; /* the format has no empty stack */
+		fputc('@', f);
+		for (uint32_t k = 0; k < st->npcs; k++)
+			fprintf(f, " 0x%" PRIx64, hp->pcs[st->pc_first + k]);
+		fputc('\n', f);
+		write_counts(f, st->objs, st->bytes, st->accum_objs, st->accum_bytes);
+	}
+	fputs("\nMAPPED_LIBRARIES:\n", f);
+	for (size_t i = 0; i < hp->nmaps; i++) {
+		const struct ma_hp_map *m = &hp->maps[i];
+
+		fprintf(f, "%08" PRIx64 "-%08" PRIx64 " %s %08" PRIx64 " %02x:%02x %" PRIu64 "%s%s\n",
+			m->start, m->end, m->perms[0] ? m->perms : m->exec ? "r-xp" : "r--p", m->offset,
+			m->dev_major, m->dev_minor, m->inode, m->path ? "                  " : "",
+			m->path ? m->path : "");
+	}
+	fflush(f);
+	return ferror(f) ? ma_fail(MA_E_IO, "could not write the heap profile") : 0;
 }

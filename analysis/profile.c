@@ -3,11 +3,23 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ma_error.h"
 #include "profile.h"
+
+double ma_profile_se(double var)
+{
+	return var > 0 ? sqrt(var) : 0;
+}
+
+/* Sampling variance of the estimate EST made from N samples at scale S (see ma_profile_se). */
+static double estimate_var(double est, uint64_t n, double s)
+{
+	return n && s > 1 ? est * est * (1 - 1 / s) / (double)n : 0;
+}
 
 double ma_profile_stack_bytes(const struct ma_profile *p, size_t i)
 {
@@ -115,6 +127,16 @@ static int grow_fs(struct ma_profile *p)
 
 static const struct ma_profile *sort_prof;
 
+static int cmp_accum(const void *a, const void *b)
+{
+	const struct ma_fstat *x = &sort_prof->fs[*(const uint32_t *)a];
+	const struct ma_fstat *y = &sort_prof->fs[*(const uint32_t *)b];
+
+	if (x->accum != y->accum)
+		return x->accum > y->accum ? -1 : 1;
+	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : *(const uint32_t *)a > *(const uint32_t *)b;
+}
+
 static int cmp_flat(const void *a, const void *b)
 {
 	const struct ma_fstat *x = &sort_prof->fs[*(const uint32_t *)a];
@@ -160,6 +182,8 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 		size_t n = 0, k = 0;
 		double bytes = (double)st->bytes * st->scale;
 		double objs = (double)st->objs * st->scale;
+		double ascale = ma_heapprof_scale(st->accum_objs, st->accum_bytes, hp->period);
+		double abytes = (double)st->accum_bytes * ascale;
 		struct ma_fstat *leaf;
 
 		/* Expand pcs into frames (several per pc with --lines). */
@@ -205,11 +229,17 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 		p->total_objs += objs;
 		p->total_raw_bytes += st->bytes;
 		p->total_raw_objs += st->objs;
-		if (n == k || st->bytes == 0)
+		p->total_accum_bytes += abytes;
+		p->total_accum_objs += (double)st->accum_objs * ascale;
+		if (n == k || (st->bytes == 0 && st->accum_bytes == 0))
 			continue;
 		leaf = &p->fs[sym->frames[buf[k]].func];
 		leaf->flat += bytes;
 		leaf->flat_objs += objs;
+		leaf->flat_var += estimate_var(bytes, st->objs, st->scale);
+		leaf->accum += abytes;
+		leaf->accum_objs += (double)st->accum_objs * ascale;
+		leaf->accum_var += estimate_var(abytes, st->accum_objs, ascale);
 		leaf->raw_flat += st->bytes;
 		leaf->raw_flat_objs += st->objs;
 		leaf->nstacks++;
@@ -238,17 +268,22 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 	hot.acc = NULL;
 	p->sites = malloc((p->nfs + 1) * sizeof(uint32_t));
 	p->cum_order = malloc((p->nfs + 1) * sizeof(uint32_t));
-	if (!p->sites || !p->cum_order)
+	p->churn_order = malloc((p->nfs + 1) * sizeof(uint32_t));
+	if (!p->sites || !p->cum_order || !p->churn_order)
 		goto oom;
 	for (size_t f = 0; f < p->nfs; f++) {
-		if (p->fs[f].flat > 0 || p->fs[f].nstacks)
+		/* A site of freed allocations only is in churn_order alone. */
+		if (p->fs[f].flat > 0 || (p->fs[f].nstacks && p->fs[f].accum <= 0))
 			p->sites[p->nsites++] = (uint32_t)f;
 		if (p->fs[f].cum > 0)
 			p->cum_order[p->ncum++] = (uint32_t)f;
+		if (p->fs[f].accum > 0)
+			p->churn_order[p->nchurn++] = (uint32_t)f;
 	}
 	sort_prof = p;
 	qsort(p->sites, p->nsites, sizeof(uint32_t), cmp_flat);
 	qsort(p->cum_order, p->ncum, sizeof(uint32_t), cmp_cum);
+	qsort(p->churn_order, p->nchurn, sizeof(uint32_t), cmp_accum);
 	return 0;
 oom:
 	free(hot.func);
@@ -265,6 +300,7 @@ void ma_profile_release(struct ma_profile *p)
 	free(p->fs);
 	free(p->sites);
 	free(p->cum_order);
+	free(p->churn_order);
 	memset(p, 0, sizeof(*p));
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "fragctl.h"
 #include "seccomp.h"
 #include "jectl.h"
 #include "live.h"
@@ -99,8 +100,39 @@ static int copy_dump(int fd, pid_t pid, int out_fd, size_t *nbytes)
 	return append_kernel_maps(pid, out_fd, nbytes);
 }
 
+/*
+ * The agent's heap profile (profile start) as a heap_v2 dump into OUT_FD:
+ * its stacks, then the kernel's maps as for jemalloc's own dump.
+ */
+static int agent_heap_dump(const struct ma_target *t, int out_fd, size_t *nbytes,
+			   struct ma_agent_profile *info)
+{
+	struct ma_heapprof hp;
+	long len;
+	FILE *f;
+	int fd, rc;
+
+	if ((rc = ma_agent_profile_read(t, &hp, info)))
+		return rc;
+	if ((fd = dup(out_fd)) < 0 || !(f = fdopen(fd, "w"))) {
+		if (fd >= 0)
+			close(fd);
+		ma_heapprof_release(&hp);
+		return ma_fail(MA_E_IO, "cannot write the heap profile: %s", strerror(errno));
+	}
+	rc = ma_heapprof_write(&hp, f);
+	len = ftell(f);
+	if (fclose(f) && !rc)
+		rc = ma_fail(MA_E_IO, "cannot write the heap profile: %s", strerror(errno));
+	ma_heapprof_release(&hp);
+	if (rc)
+		return rc;
+	*nbytes = len > 0 ? (size_t)len : 0;
+	return append_kernel_maps(t->proc_pid, out_fd, nbytes);
+}
+
 int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
-			 size_t *nbytes)
+			 size_t *nbytes, struct ma_agent_profile *agent)
 {
 	static const char name[] = MA_MEMFD_NAME;
 	char path[48];
@@ -108,11 +140,16 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	int rc, ours = -1;
 
 	*nbytes = 0;
+	if (agent)
+		memset(agent, 0, sizeof(*agent));
+	if (!st->opt_prof && agent && ma_agent_profiling(s->t))
+		return agent_heap_dump(s->t, out_fd, nbytes, agent);
 	if (!st->opt_prof)
 		return ma_fail(MA_E_JEMALLOC,
 			       "process %d was not started with heap profiling (opt.prof is false); "
-			       "restart it with %s",
-			       s->t->pid, ma_prof_restart_hint(s->t));
+			       "'memattach profile start %d' profiles it from now on without a "
+			       "restart, or restart it with %s",
+			       s->t->pid, s->t->pid, ma_prof_restart_hint(s->t));
 	{
 		/* jemalloc's prof.dump creat()s, writes and closes the file in the borrowed thread. */
 		struct ma_sc_query q[] = {

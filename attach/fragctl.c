@@ -375,6 +375,13 @@ static int current_agent(struct ma_session *s, struct ma_agent_view *v)
 	return rc;
 }
 
+const char *ma_agent_mode_name(uint32_t mode)
+{
+	return mode == MA_AGENT_MODE_FOCUS	  ? "frag's focus mode"
+	       : mode == MA_AGENT_MODE_PROFILE ? "a heap profile"
+					       : "frag's shift mode";
+}
+
 static uint64_t unix_ns(void)
 {
 	struct timespec ts;
@@ -529,7 +536,7 @@ static int prepare_detours(struct ma_session *s, struct ma_agent_view *v, struct
 	if ((rc = call_agent(s, v, MA_AGENT_OFF_detour_area, &near, 1, STOP_TIMEOUT_MS, true, &area)))
 		return rc;
 	if (area < 0)
-		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(area));
+		return ma_fail(MA_E_JEMALLOC, "agent start: %s", agent_error(area));
 	if ((rc = current_agent(s, v)) || (rc = ma_detour_prepare(s->t, &v->ctl, p->original, list, n)))
 		return rc;
 	return check_patch_pages(s, list, *n);
@@ -550,7 +557,7 @@ static int write_detours(struct ma_session *s, const struct ma_agent_view *v, co
 	    (rc = call_agent(s, v, MA_AGENT_OFF_patch, args, 3, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
 	if (ret != (int64_t)n)
-		return ma_fail(MA_E_JEMALLOC, "frag start: %s", ret < 0 ? agent_error(ret) :
+		return ma_fail(MA_E_JEMALLOC, "agent start: %s", ret < 0 ? agent_error(ret) :
 			       "not every entry point was rewritten");
 	return 0;
 }
@@ -594,13 +601,13 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 			       "running when it was stopped); run memattach frag stop %d again",
 			       s->t->pid, s->t->pid);
 	if (v.ctl.state == MA_AGENT_RUNNING)
-		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s mode, "
-			       "%llu samples); memattach frag stop %d first", s->t->pid,
-			       v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift",
-			       (unsigned long long)v.live, s->t->pid);
-	if (o->mode == MA_AGENT_MODE_FOCUS && !je->malloc_usable_size)
-		return ma_fail(MA_E_JEMALLOC, "no %smalloc_usable_size in process %d: focus mode needs it",
-			       je->prefix, s->t->pid);
+		return ma_fail(MA_E_JEMALLOC, "an agent is already running in process %d (%s, "
+			       "%llu samples); memattach %s stop %d first", s->t->pid,
+			       ma_agent_mode_name(v.ctl.mode), (unsigned long long)v.live,
+			       v.ctl.mode == MA_AGENT_MODE_PROFILE ? "profile" : "frag", s->t->pid);
+	if (o->mode != MA_AGENT_MODE_SHIFT && !je->malloc_usable_size)
+		return ma_fail(MA_E_JEMALLOC, "no %smalloc_usable_size in process %d: %s needs it",
+			       je->prefix, s->t->pid, ma_agent_mode_name(o->mode));
 	if ((rc = check_agent_syscalls(s, mechanism)))
 		return rc;
 	if (!v.loaded) {
@@ -615,6 +622,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.mode = o->mode;
 	p.shift = o->shift;
 	p.focus_size = o->focus_size;
+	p.rate = o->rate;
 	p.seed = random_seed();
 	p.mechanism = mechanism;
 	if (mechanism == MA_AGENT_MECH_DETOUR && (rc = prepare_detours(s, &v, &p, list, &nlist)))
@@ -642,7 +650,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	    (rc = call_agent(s, &v, MA_AGENT_OFF_start, &a_params, 1, STOP_TIMEOUT_MS, false, &ret)))
 		return rc;
 	if (ret != MA_AGENT_OK)
-		return ma_fail(MA_E_JEMALLOC, "frag start: %s", agent_error(ret));
+		return ma_fail(MA_E_JEMALLOC, "agent start: %s", agent_error(ret));
 	if (mechanism == MA_AGENT_MECH_DETOUR && (rc = write_detours(s, &v, list, nlist))) {
 		bool inflight;
 		char why[400];
@@ -675,7 +683,7 @@ int ma_agent_stop_in(struct ma_session *s, bool *inflight)
 		return rc;
 	*inflight = ret == -MA_AGENT_EINFLIGHT;
 	if (ret != MA_AGENT_OK && !*inflight)
-		return ma_fail(MA_E_JEMALLOC, "frag stop: %s", agent_error(ret));
+		return ma_fail(MA_E_JEMALLOC, "agent stop: %s", agent_error(ret));
 	return 0;
 }
 
@@ -763,6 +771,10 @@ int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d)
 	if (!v.loaded || v.ctl.state != MA_AGENT_RUNNING)
 		return ma_fail(MA_E_JEMALLOC, "no agent is running in process %d; start one with "
 			       "memattach frag start %d", s->t->pid, s->t->pid);
+	if (v.ctl.mode == MA_AGENT_MODE_PROFILE)
+		return ma_fail(MA_E_JEMALLOC, "the agent in process %d keeps a heap profile (memattach "
+			       "profile start), not frag's samples; read it with heap-dump, or 'memattach "
+			       "profile stop %d' first", s->t->pid, s->t->pid);
 	if ((rc = call_agent(s, &v, MA_AGENT_OFF_query, NULL, 0, QUERY_TIMEOUT_MS, true, &n)))
 		return rc;
 	if (n < 0)

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 5
+#define MA_AGENT_VERSION 6
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
@@ -84,6 +84,21 @@ enum ma_agent_mechanism {
 enum ma_agent_mode {
 	MA_AGENT_MODE_SHIFT = 0, /* each allocation with probability 1/2^shift */
 	MA_AGENT_MODE_FOCUS = 1, /* every allocation of one size class */
+	/*
+	 * A heap profile (memattach profile): each allocation sampled with
+	 * probability 1 - exp(-usable size / rate), as jemalloc's prof does,
+	 * and counted per stack (struct ma_agent_stackstat).
+	 */
+	MA_AGENT_MODE_PROFILE = 2,
+};
+
+/*
+ * Profile mode: per stack, its sampled allocations still live and those
+ * made since start (counts and usable bytes, as sampled: memattach
+ * unsamples them as jeprof does).  Updated with relaxed atomics.
+ */
+struct ma_agent_stackstat {
+	uint64_t live_n, live_bytes, accum_n, accum_bytes;
 };
 
 /* Written by memattach into scratch memory; ma_agent_start copies it. */
@@ -105,6 +120,7 @@ struct ma_agent_params {
 	uint64_t started_unix_ns;
 	/* samples held at most: each stripe max_samples / MA_AGENT_STRIPES, rounded up */
 	uint64_t max_samples;
+	uint64_t rate; /* profile mode: the mean bytes between samples (1: every allocation) */
 	/* DETOUR: each entry point's ORIGINAL in its trampoline (0: not detoured) */
 	uint64_t original[MA_AGENT_NENTRIES];
 };
@@ -192,7 +208,8 @@ struct ma_agent_ctl {
 	uint64_t stripe_max; /* samples a stripe holds at most (the rest are dropped_full) */
 	/* samples allocated by the unwinder itself: the caller is their only frame */
 	uint64_t unwinder_samples;
-	uint64_t reserved[2];
+	uint64_t rate; /* profile mode (params.rate) */
+	uint64_t stats_off; /* profile mode: struct ma_agent_stackstat[stack_cap] in the tables */
 	/*
 	 * DETOUR: the trampoline area (mapped once, never unmapped: a thread
 	 * may be in it), each entry point's wrapper, and the patch points

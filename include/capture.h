@@ -19,10 +19,14 @@
  * anyone else could predict or replace), copy it to OUT_FD, close the memfd.
  * ST must come from ma_collect_stats: without opt.prof this fails with
  * MA_E_JEMALLOC and a message naming the MALLOC_CONF to restart with.
- * *NBYTES gets the dump size.
+ * *NBYTES gets the dump size.  Without opt.prof, if AGENT is set and an
+ * agent keeps a heap profile of the target (memattach profile start), that
+ * profile is written instead (read from its memory; nothing is called) and
+ * *AGENT says so (its rate non-zero) and since when.
  */
+struct ma_agent_profile;
 int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
-			 size_t *nbytes);
+			 size_t *nbytes, struct ma_agent_profile *agent);
 /* The environment variable and value to restart the target with prof on. */
 const char *ma_prof_restart_hint(const struct ma_target *t);
 

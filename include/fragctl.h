@@ -19,6 +19,7 @@
 
 #include "agent_abi.h"
 #include "frag.h"
+#include "heapprof.h"
 #include "remote.h"
 #include "target.h"
 
@@ -56,11 +57,15 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen);
  */
 int ma_agent_wait_idle(const struct ma_target *t, int timeout_ms);
 
-/* Options of `frag start`. */
+/* "frag's shift mode", "a heap profile"...: what an agent in MODE does, for messages. */
+const char *ma_agent_mode_name(uint32_t mode);
+
+/* Options of `frag start` and `profile start`. */
 struct ma_agent_start_opts {
 	uint32_t mode; /* enum ma_agent_mode */
 	uint32_t shift;
 	uint64_t focus_size;
+	uint64_t rate; /* profile mode: mean bytes between samples (1: all) */
 	uint64_t capacity; /* bound of sample slots, a power of two (the table grows to it) */
 	uint64_t max_samples; /* samples held at most (--max-samples) */
 	uint64_t stack_cap, frame_cap;
@@ -106,5 +111,28 @@ int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d);
  */
 int ma_detour_prepare(const struct ma_target *t, const struct ma_agent_ctl *c, uint64_t *original,
 		      struct ma_agent_patch *list, uint64_t *n);
+
+/* What a profile read says beside its stacks. */
+struct ma_agent_profile {
+	uint64_t rate; /* the sampling rate in bytes (the dump's period) */
+	uint32_t mechanism; /* enum ma_agent_mechanism */
+	uint64_t started_unix_ns, captured_unix_ns;
+	uint64_t live_samples;
+	uint64_t dropped_full; /* samples the table had no room for */
+	uint64_t dropped_stacks; /* samples whose stack the stack table had no room for... */
+	uint64_t unrecorded_objs, unrecorded_bytes; /* ...of which live now (not in the profile) */
+	uint64_t truncated_stacks;
+};
+
+/*
+ * The heap profile T's agent keeps in profile mode, read from its memory
+ * (nothing is stopped or called): HP gets the rate as its period and one
+ * stack per site with its live and cumulative counts as sampled (no
+ * mappings).  MA_E_JEMALLOC if no agent profiles T.
+ */
+int ma_agent_profile_read(const struct ma_target *t, struct ma_heapprof *hp,
+			  struct ma_agent_profile *info);
+/* Does an agent keep a heap profile of T now (profile start)? */
+bool ma_agent_profiling(const struct ma_target *t);
 
 #endif

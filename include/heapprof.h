@@ -18,6 +18,7 @@
 #define MA_HEAPPROF_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,7 @@ struct ma_hp_map {
 	uint64_t inode; /* the file's, as the dump lists it (0: none given) */
 	unsigned dev_major, dev_minor; /* its device */
 	bool exec; /* 'x' in the permissions */
+	char perms[5]; /* as the dump gives them ("" if not given) */
 	char *path; /* NULL for anonymous mappings; owned */
 };
 
@@ -66,6 +68,14 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 /* Read and parse the file at PATH.  0, MA_E_IO, MA_E_FORMAT, MA_E_NOMEM. */
 int ma_heapprof_load(struct ma_heapprof *hp, const char *path);
 void ma_heapprof_release(struct ma_heapprof *hp);
+
+/*
+ * Write HP in jemalloc's heap_v2 format (what jemalloc's prof.dump
+ * writes, without per-thread lines): its period, the totals, each stack
+ * with its in-use and cumulative counts as sampled, its mappings.  0, or
+ * MA_E_IO if F could not take it.
+ */
+int ma_heapprof_write(const struct ma_heapprof *hp, FILE *f);
 
 /* The scale factor jeprof applies to a stack of OBJS objects, BYTES bytes. */
 double ma_heapprof_scale(uint64_t objs, uint64_t bytes, uint64_t period);

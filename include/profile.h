@@ -31,6 +31,9 @@ struct ma_prof_opts {
 
 struct ma_fstat {
 	double flat, flat_objs; /* scaled, as the leaf (allocation site) */
+	double flat_var; /* the sampling variance of flat (ma_profile_se) */
+	/* allocated since the profile began, live or freed (the dumps' bracketed pair), scaled */
+	double accum, accum_objs, accum_var;
 	double cum; /* scaled, anywhere in the chain (once per stack) */
 	uint64_t raw_flat, raw_flat_objs; /* sampled, as the leaf */
 	uint32_t nstacks; /* stacks with this leaf */
@@ -49,17 +52,28 @@ struct ma_profile {
 	struct ma_fstat *fs; /* per function of sym */
 	size_t nfs, cap_fs;
 	double total_bytes, total_objs; /* scaled */
+	double total_accum_bytes, total_accum_objs; /* scaled; 0 where the dump has no cumulative counts */
 	uint64_t total_raw_bytes, total_raw_objs;
 	uint32_t *sites; /* functions with flat > 0, by flat descending */
 	size_t nsites;
 	uint32_t *cum_order; /* functions with cum > 0, by cum descending */
 	size_t ncum;
+	uint32_t *churn_order; /* functions with accum > 0, by accum descending */
+	size_t nchurn;
 };
 
 /* 0 or MA_E_NOMEM.  HP and SYM must outlive P. */
 int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 		     struct ma_symbolizer *sym, const struct ma_prof_opts *opts);
 void ma_profile_release(struct ma_profile *p);
+
+/*
+ * The standard error of an estimate whose sampling variance is VAR: a
+ * stack of n samples at scale s (= 1/p) estimates B bytes with variance
+ * B^2 (1 - p) / n (each object sampled independently with probability p,
+ * as jemalloc's prof and memattach's agent do); a site sums its stacks'.
+ */
+double ma_profile_se(double var);
 
 /* Scaled bytes and objects of stack I. */
 double ma_profile_stack_bytes(const struct ma_profile *p, size_t i);

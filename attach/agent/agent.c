@@ -80,8 +80,11 @@ typedef size_t (*usable_fn)(const void *);
 
 struct sample {
 	uint64_t ptr; /* 0: empty slot */
-	uint32_t stack, size;
+	uint32_t stack;
+	/* usable size (focus and profile modes); SIZE_HUGE: 4 GiB or more, asked again of jemalloc */
+	uint32_t size;
 };
+#define SIZE_HUGE UINT32_MAX
 
 /*
  * One stripe: its lock, counters and slot array, alone on a cache line.
@@ -153,6 +156,25 @@ static inline struct stripe *stack_lock(const struct ma_agent_ctl *c)
 static inline struct sample *slots_of(const struct stripe *s)
 {
 	return (struct sample *)(uintptr_t)s->slots;
+}
+
+static inline struct ma_agent_stackstat *stackstat(const struct ma_agent_ctl *c, uint32_t id)
+{
+	return (struct ma_agent_stackstat *)(uintptr_t)(c->tables + c->stats_off) + id;
+}
+
+/*
+ * Profile mode: how many samples each bucket of address hashes holds, so
+ * a free learns whether its pointer can be sampled from one load, without
+ * entering the tables.  In the library's .bss (never unmapped): the check
+ * may run after stop.  Cleared at start, while nothing records.
+ */
+#define FILTER_BUCKETS (1u << 15)
+static uint32_t filter[FILTER_BUCKETS];
+
+static inline uint32_t *filter_of(uint64_t h)
+{
+	return &filter[(h >> 40) & (FILTER_BUCKETS - 1)];
 }
 
 static uint64_t now_ns(clockid_t clk)
@@ -398,7 +420,76 @@ static uint32_t stack_of(struct ma_agent_ctl *c, uint64_t caller)
 	return current_stack(c);
 }
 
-static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size, uint64_t caller)
+static inline uint64_t usable(const struct ma_agent_ctl *c, uint64_t p)
+{
+	return ((usable_fn)(uintptr_t)c->malloc_usable_size)((void *)(uintptr_t)p);
+}
+
+static inline uint32_t size_code(uint64_t bytes)
+{
+	return bytes >= SIZE_HUGE ? SIZE_HUGE : (uint32_t)bytes;
+}
+
+/* X's usable size (its object is still live: it is asked again if huge). */
+static uint64_t sample_bytes(const struct ma_agent_ctl *c, const struct sample *x)
+{
+	return x->size == SIZE_HUGE ? usable(c, x->ptr) : x->size;
+}
+
+/* Profile mode: sample X enters the table (FRESH: a new allocation, not one put back). */
+static void count_in(struct ma_agent_ctl *c, const struct sample *x, uint64_t h, bool fresh)
+{
+	struct ma_agent_stackstat *st = stackstat(c, x->stack);
+	uint64_t b = sample_bytes(c, x);
+
+	__atomic_add_fetch(filter_of(h), 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&st->live_n, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&st->live_bytes, b, __ATOMIC_RELAXED);
+	if (fresh) {
+		__atomic_add_fetch(&st->accum_n, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&st->accum_bytes, b, __ATOMIC_RELAXED);
+	}
+}
+
+/* Profile mode: sample X leaves the table (freed; or replaced, FILTER false). */
+static void count_out(struct ma_agent_ctl *c, const struct sample *x, uint64_t h, bool filter_too)
+{
+	struct ma_agent_stackstat *st = stackstat(c, x->stack);
+
+	if (filter_too)
+		__atomic_sub_fetch(filter_of(h), 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&st->live_n, 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&st->live_bytes, sample_bytes(c, x), __ATOMIC_RELAXED);
+}
+
+/* Put X into stripe S (its lock held); FRESH as count_in.  Dropped if full. */
+static void insert_locked(struct ma_agent_ctl *c, struct stripe *s, const struct sample *x, uint64_t h,
+			  bool fresh, bool bounded)
+{
+	uint64_t i;
+	struct sample *slots;
+	bool profile = c->mode == MA_AGENT_MODE_PROFILE;
+
+	if ((bounded && s->count >= c->stripe_max) || (s->count >= s->cap - s->cap / 8 && !grow(c, s))) {
+		s->dropped++;
+		return;
+	}
+	slots = slots_of(s);
+	for (i = home_slot(h, s->cap); slots[i].ptr && slots[i].ptr != x->ptr; i = (i + 1) & (s->cap - 1))
+		;
+	if (!slots[i].ptr) {
+		s->count++;
+	} else if (profile) {
+		/* A stale sample: its object was freed where no wrapper saw it. */
+		count_out(c, &slots[i], h, true);
+	}
+	slots[i] = *x;
+	s->recorded++;
+	if (profile)
+		count_in(c, x, h, fresh);
+}
+
+static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t bytes, uint64_t caller)
 {
 	struct stripe *s;
 	struct sample x;
@@ -407,21 +498,9 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size
 		return;
 	x.ptr = p;
 	x.stack = stack_of(c, caller);
-	x.size = size;
+	x.size = size_code(bytes);
 	spin_lock(&s->lock);
-	if (s->count >= c->stripe_max || (s->count >= s->cap - s->cap / 8 && !grow(c, s))) {
-		s->dropped++;
-	} else {
-		uint64_t i = home_slot(h, s->cap);
-		struct sample *slots = slots_of(s);
-
-		while (slots[i].ptr && slots[i].ptr != p)
-			i = (i + 1) & (s->cap - 1);
-		if (!slots[i].ptr)
-			s->count++;
-		slots[i] = x;
-		s->recorded++;
-	}
+	insert_locked(c, s, &x, h, true, true);
 	spin_unlock(&s->lock);
 	leave(s);
 }
@@ -446,9 +525,11 @@ static bool take(struct ma_agent_ctl *c, uint64_t p, uint64_t h, struct sample *
 	for (i = home_slot(h, s->cap); slots[i].ptr && slots[i].ptr != p; i = (i + 1) & m)
 		;
 	if (slots[i].ptr == p) {
+		struct sample gone = slots[i];
+
 		found = true;
 		if (out)
-			*out = slots[i];
+			*out = gone;
 		/* Move later entries of the run back so no lookup stops at a hole. */
 		for (j = (i + 1) & m; slots[j].ptr; j = (j + 1) & m) {
 			uint64_t k = home_slot(addr_hash(c, slots[j].ptr), s->cap);
@@ -462,6 +543,8 @@ static bool take(struct ma_agent_ctl *c, uint64_t p, uint64_t h, struct sample *
 		slots[i].ptr = 0;
 		s->count--;
 		s->removed++;
+		if (c->mode == MA_AGENT_MODE_PROFILE)
+			count_out(c, &gone, h, true);
 	}
 	spin_unlock(&s->lock);
 	leave(s);
@@ -481,19 +564,7 @@ static void put_back(struct ma_agent_ctl *c, const struct sample *x, uint64_t h)
 	if (!enter(c, &s, h))
 		return;
 	spin_lock(&s->lock);
-	if (s->count >= s->cap - s->cap / 8 && !grow(c, s)) {
-		s->dropped++;
-	} else {
-		uint64_t i = home_slot(h, s->cap);
-		struct sample *slots = slots_of(s);
-
-		while (slots[i].ptr && slots[i].ptr != x->ptr)
-			i = (i + 1) & (s->cap - 1);
-		if (!slots[i].ptr)
-			s->count++;
-		slots[i] = *x;
-		s->recorded++;
-	}
+	insert_locked(c, s, x, h, false, false);
 	spin_unlock(&s->lock);
 	leave(s);
 }
@@ -503,6 +574,63 @@ static void put_back(struct ma_agent_ctl *c, const struct sample *x, uint64_t h)
 static inline bool running(const struct ma_agent_ctl *c)
 {
 	return __atomic_load_n(&c->state, __ATOMIC_RELAXED) == MA_AGENT_RUNNING;
+}
+
+/* 1 - e^-x for x >= 0, without libm (the agent links only libc and libgcc_s). */
+static double one_minus_exp_neg(double x)
+{
+	const double ln2 = 0.69314718055994530942;
+	double r, term = 1, sum = 1;
+	union { uint64_t bits; double d; } scale;
+	int k;
+
+	if (x > 40)
+		return 1;
+	if (x < 1e-3)
+		return x * (1 - x / 2 * (1 - x / 3 * (1 - x / 4)));
+	k = (int)(x / ln2);
+	r = x - k * ln2; /* e^-x = 2^-k e^-r, 0 <= r < ln 2 */
+	for (int i = 1; i <= 18; i++) {
+		term *= -r / i;
+		sum += term;
+	}
+	scale.bits = (uint64_t)(1023 - k) << 52;
+	return 1 - sum * scale.d;
+}
+
+/*
+ * Profile mode's draws: a counter per group of threads (by pthread_self),
+ * each on its own cache line, so that two allocations never share a draw.
+ * Relaxed loads and stores: a lost increment between two threads of one
+ * group still gives them different pointers or thread ids to hash.
+ */
+static struct {
+	uint64_t n;
+	char pad[56];
+} draws[64];
+
+/*
+ * Profile mode: is the allocation at P sampled?  With probability
+ * 1 - exp(-usable size / rate), independently of every other allocation
+ * (jemalloc's prof draws the same law from a per-thread byte counter).
+ * Its usable size in *BYTES.
+ */
+static bool prof_sampled(const struct ma_agent_ctl *c, uint64_t p, uint64_t *bytes)
+{
+	uint64_t self = (uint64_t)pthread_self(), *n = &draws[mix(self) & 63].n, k, u;
+	double uf, x;
+
+	*bytes = usable(c, p);
+	if (c->rate <= 1)
+		return true;
+	k = __atomic_load_n(n, __ATOMIC_RELAXED);
+	__atomic_store_n(n, k + 1, __ATOMIC_RELAXED);
+	u = mix(p ^ c->seed ^ self ^ (k * 0x9e3779b97f4a7c15ULL));
+	uf = (double)(u >> 11) * 0x1p-53;
+	x = (double)*bytes / (double)c->rate;
+	if (uf >= x) /* 1 - e^-x <= x: most allocations stop here */
+		return false;
+	return uf < one_minus_exp_neg(x);
 }
 
 /* Is P one of ours: sampled by address, or of the focus class (size in *SIZE)? */
@@ -518,32 +646,53 @@ static inline bool wanted(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32
 	return (h & c->mask) == 0;
 }
 
+/* A new allocation at P: is it sampled (its bytes in *BYTES)? */
+static inline bool wanted_alloc(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t *bytes)
+{
+	uint32_t size;
+	bool w;
+
+	if (c->mode == MA_AGENT_MODE_PROFILE)
+		return prof_sampled(c, p, bytes);
+	w = wanted(c, p, h, &size);
+	*bytes = size;
+	return w;
+}
+
+/* P about to be freed: can it be in the table? */
+static inline bool wanted_free(struct ma_agent_ctl *c, uint64_t p, uint64_t h)
+{
+	uint32_t size;
+
+	if (c->mode == MA_AGENT_MODE_PROFILE)
+		return __atomic_load_n(filter_of(h), __ATOMIC_RELAXED) != 0;
+	return wanted(c, p, h, &size);
+}
+
 static void alloc_hook(void *extra, int type, void *result, uintptr_t result_raw,
 		       uintptr_t args_raw[3])
 {
 	struct ma_agent_ctl *c = extra;
-	uint64_t p = (uint64_t)(uintptr_t)result, h;
-	uint32_t size;
+	uint64_t p = (uint64_t)(uintptr_t)result, h, bytes;
 
 	(void)type, (void)result_raw, (void)args_raw;
 	if (!p || !running(c))
 		return;
 	h = addr_hash(c, p);
-	if (wanted(c, p, h, &size))
-		record(c, p, h, size, 0);
+	if (wanted_alloc(c, p, h, &bytes))
+		record(c, p, h, bytes, 0);
 }
 
 static void dalloc_hook(void *extra, int type, void *address, uintptr_t args_raw[3])
 {
 	struct ma_agent_ctl *c = extra;
 	uint64_t p = (uint64_t)(uintptr_t)address, h;
-	uint32_t size;
 
 	(void)type, (void)args_raw;
 	if (!p || !running(c))
 		return;
 	h = addr_hash(c, p);
-	if (wanted(c, p, h, &size))
+	if (wanted_free(c, p, h))
 		forget(c, p, h);
 }
 
@@ -609,19 +758,14 @@ typedef uint64_t (*fn4)(uint64_t, uint64_t, uint64_t, uint64_t);
 
 uint64_t agent_original[E_COUNT];
 
-static inline uint64_t usable(const struct ma_agent_ctl *c, uint64_t p)
-{
-	return ((usable_fn)(uintptr_t)c->malloc_usable_size)((void *)(uintptr_t)p);
-}
-
-static void record_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32_t size,
+static void record_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t bytes,
 			   uint64_t caller)
 {
 	unsigned g;
 
 	if (!guard_enter(&g))
 		return;
-	record(c, p, h, size, caller);
+	record(c, p, h, bytes, caller);
 	guard_leave(g);
 }
 
@@ -640,14 +784,13 @@ static bool take_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, struct 
 static void after_alloc(uint64_t p, uint64_t caller)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
-	uint64_t h;
-	uint32_t size;
+	uint64_t h, bytes;
 
 	if (!p || !running(c))
 		return;
 	h = addr_hash(c, p);
-	if (wanted(c, p, h, &size))
-		record_guarded(c, p, h, size, caller);
+	if (wanted_alloc(c, p, h, &bytes))
+		record_guarded(c, p, h, bytes, caller);
 }
 
 /* Before the original frees P: once jemalloc has it back, another thread may get and record it. */
@@ -655,12 +798,11 @@ static void before_free(uint64_t p)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	uint64_t h;
-	uint32_t size;
 
 	if (!p || !running(c))
 		return;
 	h = addr_hash(c, p);
-	if (wanted(c, p, h, &size))
+	if (wanted_free(c, p, h))
 		take_guarded(c, p, h, NULL);
 }
 
@@ -673,11 +815,10 @@ static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f, uin
 	uint64_t gen = __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE), h = 0, q;
 	struct sample x;
 	bool had = false;
-	uint32_t size;
 
 	if (p && running(c)) {
 		h = addr_hash(c, p);
-		if (wanted(c, p, h, &size))
+		if (wanted_free(c, p, h))
 			had = take_guarded(c, p, h, &x);
 	}
 	q = ((fn3)(uintptr_t)orig(id))(p, n, f);
@@ -693,7 +834,7 @@ static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f, uin
 		}
 		return q;
 	}
-	if (q == p && had) {
+	if (q == p && had && c->mode != MA_AGENT_MODE_PROFILE) {
 		unsigned g;
 
 		if (gen != __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE) || !running(c))
@@ -710,15 +851,27 @@ static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f, uin
 	return q;
 }
 
-/* xallocx resizes in place: only focus mode cares (the pointer may leave or join the class). */
+/*
+ * xallocx resizes in place: in focus mode the pointer may leave or join
+ * the class; in profile mode a resized object is a new allocation (as in
+ * jemalloc's prof), its sample drawn again.
+ */
 static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint64_t flags,
 				uint64_t caller)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	bool focus = p && running(c) && c->mode == MA_AGENT_MODE_FOCUS;
-	uint64_t before = focus ? usable(c, p) : 0;
+	bool profile = p && running(c) && c->mode == MA_AGENT_MODE_PROFILE;
+	uint64_t before = focus || profile ? usable(c, p) : 0;
 	uint64_t after = ((fn4)(uintptr_t)orig(E_xallocx))(p, size, extra, flags);
 
+	if (profile && after != before && running(c)) {
+		uint64_t h = addr_hash(c, p);
+
+		if (wanted_free(c, p, h))
+			take_guarded(c, p, h, NULL);
+		after_alloc(p, caller);
+	}
 	if (focus && running(c)) {
 		uint64_t h = addr_hash(c, p);
 
@@ -897,7 +1050,11 @@ static int map_tables(struct ma_agent_ctl *c)
 	c->stacks_off = off;
 	off = align_up(off + c->stack_cap * sizeof(struct ma_agent_stack), 64);
 	c->frames_off = off;
-	off = align_up(off + c->frame_cap * sizeof(uint64_t), 4096);
+	off = align_up(off + c->frame_cap * sizeof(uint64_t), 64);
+	c->stats_off = off;
+	if (c->mode == MA_AGENT_MODE_PROFILE)
+		off += c->stack_cap * sizeof(struct ma_agent_stackstat);
+	off = align_up(off, 4096);
 	m = mmap(NULL, off, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED)
 		return -MA_AGENT_ENOMEM;
@@ -941,6 +1098,7 @@ static void take_params(struct ma_agent_ctl *c, const struct ma_agent_params *p)
 	c->self_lo = p->self_lo;
 	c->self_hi = p->self_hi;
 	c->started_unix_ns = p->started_unix_ns;
+	c->rate = p->rate;
 	c->pid = (uint64_t)getpid();
 	c->dropped_stacks = c->truncated_stacks = c->query_failed = 0;
 	c->slots_patched = c->slots_failed = c->slots_foreign = 0;
@@ -951,7 +1109,9 @@ static bool params_ok(const struct ma_agent_params *p)
 	return p->magic == MA_AGENT_MAGIC && p->version == MA_AGENT_VERSION && p->shift <= 30 &&
 	       pow2(p->capacity) && p->capacity >= MA_AGENT_STRIPES * 64 && pow2(p->stack_cap) &&
 	       p->stack_cap >= 2 && p->frame_cap && p->max_samples && p->mallctl &&
-	       p->mallctlnametomib && p->mallctlbymib && (p->mode != MA_AGENT_MODE_FOCUS || p->malloc_usable_size) &&
+	       p->mallctlnametomib && p->mallctlbymib && p->mode <= MA_AGENT_MODE_PROFILE &&
+	       (p->mode == MA_AGENT_MODE_SHIFT || p->malloc_usable_size) &&
+	       (p->mode != MA_AGENT_MODE_PROFILE || p->rate) &&
 	       (p->mechanism == MA_AGENT_MECH_HOOKS ||
 		(p->mechanism == MA_AGENT_MECH_GOT && p->je_lo < p->je_hi) ||
 		(p->mechanism == MA_AGENT_MECH_DETOUR && p->original[E_malloc] && p->original[E_free]));
@@ -983,6 +1143,8 @@ static int start_impl(const struct ma_agent_params *p)
 		return rc; /* a fork child's inherited slots, hooks and tables */
 	take_params(c, p);
 	learn_unwinder();
+	/* Nothing records now (not RUNNING; stop waited for every table access). */
+	memset(filter, 0, sizeof(filter));
 	if ((rc = map_tables(c)) != MA_AGENT_OK)
 		return rc;
 	register_atfork();

@@ -45,7 +45,7 @@ static void frame_label(struct ma_profbundle *b, uint32_t fr, char *buf, size_t 
 }
 
 /* Where a site's and a caller's file:line go when they do not fit beside the name. */
-#define SITE_COLUMN 51
+#define SITE_COLUMN 59
 #define CALLER_HANG (SITE_COLUMN + 3)
 
 /* The table's line for frame FR: LEAD, its name, its file:line in parentheses if known. */
@@ -57,6 +57,71 @@ static void print_frame_line(struct ma_profbundle *b, uint32_t fr, const char *l
 	if (f->file)
 		snprintf(where, sizeof(where), "(%s:%d)", ma_printable(f->file), f->line);
 	ma_print_named(lead, ma_printable(ma_sym_func_name(&b->sym, f->func)), where, hang);
+}
+
+/*
+ * "churn": the sites by bytes allocated since the profile began, freed or
+ * not (dumps with cumulative counts: memattach profile's; jemalloc's with
+ * prof_accum).
+ */
+static void print_churn_json(struct ma_json *j, struct ma_profcmd *c, struct ma_profbundle *b)
+{
+	const struct ma_profile *p = &b->prof;
+	size_t n = p->nchurn < (size_t)c->top ? p->nchurn : (size_t)c->top;
+
+	ma_json_arr_open(j, "churn");
+	for (size_t i = 0; i < n; i++) {
+		uint32_t fn = p->churn_order[i];
+		const struct ma_fstat *fs = &p->fs[fn];
+
+		ma_json_obj_open(j, NULL);
+		ma_json_str(j, "leaf", ma_sym_func_name(&b->sym, fn));
+		ma_json_u64(j, "accum_bytes", (uint64_t)llround(fs->accum));
+		ma_json_u64(j, "accum_objects", (uint64_t)llround(fs->accum_objs));
+		ma_json_u64(j, "accum_se_bytes", (uint64_t)llround(ma_profile_se(fs->accum_var)));
+		ma_json_u64(j, "live_bytes", (uint64_t)llround(fs->flat));
+		ma_json_obj_close(j);
+	}
+	ma_json_arr_close(j);
+}
+
+/* The standard error as a share of EST, for the tables' "se" column ("12%"; "-" if no estimate). */
+static const char *se_text(char *buf, size_t len, double est, double var)
+{
+	double se = ma_profile_se(var);
+
+	if (est <= 0)
+		snprintf(buf, len, "-");
+	else if (se / est < 0.0005)
+		snprintf(buf, len, "0%%");
+	else
+		snprintf(buf, len, "%.*f%%", se / est < 0.1 ? 1 : 0, 100 * se / est);
+	return buf;
+}
+
+/* The churn table: sites by bytes allocated since the profile began. */
+static void print_churn_table(struct ma_profcmd *c, struct ma_profbundle *b)
+{
+	const struct ma_profile *p = &b->prof;
+	size_t n = p->nchurn < (size_t)c->top ? p->nchurn : (size_t)c->top;
+	char s1[32], s2[32], se[16];
+
+	if (!p->nchurn)
+		return;
+	printf("\nallocated since the profile began (live or freed): %s in %.0f objects\n",
+	       ma_fmt_scaled_bytes(s1, sizeof(s1), p->total_accum_bytes, false), p->total_accum_objs);
+	printf("%11s %7s %10s %11s  %s\n", "allocated", "se", "objects", "live", "allocation site");
+	for (size_t i = 0; i < n; i++) {
+		uint32_t fn = p->churn_order[i];
+		const struct ma_fstat *fs = &p->fs[fn];
+
+		printf("%11s %7s %10.0f %11s  %s\n", ma_fmt_scaled_bytes(s1, sizeof(s1), fs->accum, false),
+		       se_text(se, sizeof(se), fs->accum, fs->accum_var), fs->accum_objs,
+		       ma_fmt_scaled_bytes(s2, sizeof(s2), fs->flat, false),
+		       ma_printable(ma_sym_func_name(&b->sym, fn)));
+	}
+	if (p->nchurn > n)
+		printf("(%zu more sites; --top N shows more)\n", p->nchurn - n);
 }
 
 static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
@@ -77,6 +142,8 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 	ma_json_u64(&j, "total_scaled_bytes", (uint64_t)llround(p->total_bytes));
 	ma_json_u64(&j, "total_raw_objects", p->total_raw_objs);
 	ma_json_u64(&j, "total_objects", (uint64_t)llround(p->total_objs));
+	ma_json_u64(&j, "total_accum_bytes", (uint64_t)llround(p->total_accum_bytes));
+	ma_json_u64(&j, "total_accum_objects", (uint64_t)llround(p->total_accum_objs));
 	ma_json_arr_open(&j, "sites");
 	n = p->nsites < (size_t)c->top ? p->nsites : (size_t)c->top;
 	for (size_t i = 0; i < n; i++) {
@@ -92,6 +159,10 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 		ma_json_u64(&j, "raw_bytes", fs->raw_flat);
 		ma_json_u64(&j, "objects", (uint64_t)llround(fs->flat_objs));
 		ma_json_u64(&j, "raw_objects", fs->raw_flat_objs);
+		ma_json_u64(&j, "se_bytes", (uint64_t)llround(ma_profile_se(fs->flat_var)));
+		ma_json_u64(&j, "accum_bytes", (uint64_t)llround(fs->accum));
+		ma_json_u64(&j, "accum_objects", (uint64_t)llround(fs->accum_objs));
+		ma_json_u64(&j, "accum_se_bytes", (uint64_t)llround(ma_profile_se(fs->accum_var)));
 		ma_json_double(&j, "scale", fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0);
 		ma_json_double(&j, "share", p->total_bytes > 0 ? fs->flat / p->total_bytes : 0);
 		ma_json_u64(&j, "stacks", fs->nstacks);
@@ -104,6 +175,7 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 		ma_json_obj_close(&j);
 	}
 	ma_json_arr_close(&j);
+	print_churn_json(&j, c, b);
 	if (cum) {
 		ma_json_arr_open(&j, "functions");
 		n = p->ncum < (size_t)c->top ? p->ncum : (size_t)c->top;
@@ -143,7 +215,7 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 {
 	struct ma_profile *p = &b->prof;
-	char s1[32], s2[32], lead[128];
+	char s1[32], s2[32], se[16], lead[160];
 	size_t n;
 
 	ma_print_wrapped(2, "dump %s: heap_v2, sampling period %s, %zu stacks%s\n",
@@ -167,7 +239,7 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		}
 		return;
 	}
-	printf("%11s %11s %10s %8s %6s  %s\n", "scaled", "raw", "objects", "scale", "share",
+	printf("%11s %7s %11s %10s %8s %6s  %s\n", "scaled", "se", "raw", "objects", "scale", "share",
 	       "allocation site  (<- callers)");
 	n = p->nsites < (size_t)c->top ? p->nsites : (size_t)c->top;
 	for (size_t i = 0; i < n; i++) {
@@ -175,8 +247,9 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 		const struct ma_fstat *fs = &p->fs[fn];
 		size_t st = fs->best_stack;
 
-		snprintf(lead, sizeof(lead), "%11s %11s %10.0f %8.1f %5.1f%%  ",
+		snprintf(lead, sizeof(lead), "%11s %7s %11s %10.0f %8.1f %5.1f%%  ",
 			 ma_fmt_scaled_bytes(s1, sizeof(s1), fs->flat, false),
+			 se_text(se, sizeof(se), fs->flat, fs->flat_var),
 			 ma_fmt_scaled_bytes(s2, sizeof(s2), (double)fs->raw_flat, false),
 			 fs->flat_objs, fs->raw_flat ? fs->flat / (double)fs->raw_flat : 1.0,
 			 p->total_bytes > 0 ? 100 * fs->flat / p->total_bytes : 0);
@@ -187,6 +260,7 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 	}
 	if (p->nsites > n)
 		printf("(%zu more sites; --top N shows more)\n", p->nsites - n);
+	print_churn_table(c, b);
 }
 
 /* stats.allocated of a malloc_stats_print JSON file. */

@@ -26,6 +26,7 @@
 #include "livesym.h"
 #include "ma_error.h"
 #include "safepoint.h"
+#include "frag_int.h"
 
 static const char about[] =
 	"Attribute the slab waste of a running process (active - allocated: free\n"
@@ -47,18 +48,7 @@ static const char about[] =
 #define DEFAULT_MAX_SAMPLES 4000000
 #define STACK_CAP (1ULL << 16)
 #define FRAME_CAP (1ULL << 21)
-#define MAX_SKIP 16
 
-struct frag_args {
-	const char *sub;
-	pid_t pid;
-	const char *from, *out;
-	bool json, no_flush, have_shift, have_focus, hooks;
-	long shift, focus, top, max_samples;
-	struct ma_session_opts o;
-	regex_t skip[MAX_SKIP];
-	size_t nskip;
-};
 
 /* --skip REGEX: one more regex; 0, or the usage error's exit status. */
 static int add_skip(struct frag_args *a, const char *re)
@@ -305,11 +295,6 @@ static bool is_small_class(const struct ma_bin_table *bt, uint64_t size)
 	return false;
 }
 
-/* Where a live report's time went (CLOCK_MONOTONIC durations). */
-struct frag_timing {
-	uint64_t began_unix_ns; /* the report began (the clock frag start recorded its start by) */
-	uint64_t began_ns, flush_ns, borrowed_ns, query_ns; /* borrowed_ns: when the thread was */
-};
 
 /* What a live frag command carries through ma_live_run. */
 struct frag_live {
@@ -416,7 +401,10 @@ static int start_agent(struct ma_session *s, void *ctx)
 			       "the classes are: %s", a->focus, list);
 	}
 	ma_bin_table_release(&bt);
-	fl->so.mode = a->have_focus ? MA_AGENT_MODE_FOCUS : MA_AGENT_MODE_SHIFT;
+	fl->so.mode = a->profile      ? MA_AGENT_MODE_PROFILE
+		      : a->have_focus ? MA_AGENT_MODE_FOCUS
+				      : MA_AGENT_MODE_SHIFT;
+	fl->so.rate = a->profile ? (uint64_t)a->rate : 0;
 	fl->so.shift = a->have_focus ? 0 : (uint32_t)a->shift;
 	fl->so.focus_size = a->have_focus ? (uint64_t)a->focus : 0;
 	fl->so.max_samples = max_samples(a);
@@ -446,10 +434,37 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 	return MA_EXIT_OK;
 }
 
+/* How the agent sees allocations, for messages. */
+static const char *mechanism_text(uint32_t m)
+{
+	return m == MA_AGENT_MECH_GOT	   ? "the agent's wrappers (GOT slots)"
+	       : m == MA_AGENT_MECH_DETOUR ? "the agent's wrappers (a jump written into each entry point)"
+					   : "jemalloc's hooks";
+}
+
+static void print_profile_started(const struct frag_args *a, const struct ma_agent_view *v,
+				  const struct ma_agent_start_opts *so)
+{
+	char b[32];
+
+	if (so->rate <= 1)
+		ma_print_wrapped(2, "heap profile started in process %d: every allocation is "
+				 "recorded with its stack (--rate 1)\n", a->pid);
+	else
+		ma_print_wrapped(2, "heap profile started in process %d: allocations sampled "
+				 "as jemalloc's prof does, one sample per %s allocated on average "
+				 "(--rate %llu)\n", a->pid, ma_fmt_bytes(b, sizeof(b), so->rate),
+				 (unsigned long long)so->rate);
+	ma_print_wrapped(2, "every malloc/free now goes through %s; heap-dump, snapshot, "
+			 "watch and aggregate --pid read this profile (allocations made from now "
+			 "on); 'memattach profile stop %d' undoes it\n",
+			 mechanism_text(v->ctl.mechanism), a->pid);
+}
+
 static int do_start(struct frag_args *a)
 {
 	struct ma_flush_result fr = { 0 };
-	const char *cmd = "frag start";
+	const char *cmd = a->profile ? "profile start" : "frag start";
 	struct frag_live fl = { .cmd = cmd, .a = a, .loading = true, .fr = &fr };
 	const struct ma_agent_start_opts *so = &fl.so;
 	const struct ma_agent_view *v = &fl.after;
@@ -465,7 +480,9 @@ static int do_start(struct frag_args *a)
 		ma_json_init(&j, stdout);
 		ma_json_obj_open(&j, NULL);
 		ma_json_i64(&j, "pid", a->pid);
-		ma_json_str(&j, "mode", a->have_focus ? "focus" : "shift");
+		ma_json_str(&j, "mode", a->profile ? "profile" : a->have_focus ? "focus" : "shift");
+		if (a->profile)
+			ma_json_u64(&j, "rate", so->rate);
 		ma_json_u64(&j, "shift", so->shift);
 		ma_json_u64(&j, "focus_size", so->focus_size);
 		ma_json_u64(&j, "capacity", so->capacity);
@@ -476,6 +493,8 @@ static int do_start(struct frag_args *a)
 		ma_json_u64(&j, "pause_ns", fl.pause_ns);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
+	} else if (a->profile) {
+		print_profile_started(a, v, so);
 	} else {
 		if (a->have_focus)
 			ma_print_wrapped(2, "frag agent started in process %d: every allocation "
@@ -501,6 +520,15 @@ static int do_start(struct frag_args *a)
 static int stop_agent(struct ma_session *s, void *ctx)
 {
 	struct frag_live *fl = ctx;
+	const struct ma_agent_ctl *c = &fl->before.ctl;
+
+	/* The other command's agent is not ours to stop. */
+	if (fl->before.loaded && !fl->before.foreign && c->state == MA_AGENT_RUNNING &&
+	    (c->mode == MA_AGENT_MODE_PROFILE) != fl->a->profile)
+		return ma_fail(MA_E_JEMALLOC, "the agent in process %d keeps %s, not %s; "
+			       "'memattach %s stop %d' stops it", fl->a->pid, ma_agent_mode_name(c->mode),
+			       fl->a->profile ? "a heap profile" : "frag's samples",
+			       c->mode == MA_AGENT_MODE_PROFILE ? "profile" : "frag", fl->a->pid);
 
 	return ma_agent_stop_in(s, &fl->inflight);
 }
@@ -539,7 +567,7 @@ static int stop_until_quiet(struct frag_live *fl, struct ma_agent_view *first, i
 static int do_stop(struct frag_args *a)
 {
 	struct ma_flush_result fr = { 0 };
-	const char *cmd = "frag stop";
+	const char *cmd = a->profile ? "profile stop" : "frag stop";
 	struct frag_live fl = { .cmd = cmd, .a = a, .fr = &fr };
 	struct ma_agent_view first = { 0 };
 	const struct ma_agent_view *before = &first, *after = &fl.after;
@@ -566,8 +594,9 @@ static int do_stop(struct frag_args *a)
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
-		ma_print_wrapped(2, "frag agent stopped in process %d: %s, tables released (%s "
-		       "reserved, %s resident; %llu samples)\n", a->pid,
+		ma_print_wrapped(2, "%s stopped in process %d: %s, tables released (%s "
+		       "reserved, %s resident; %llu samples)\n",
+		       a->profile ? "heap profile" : "frag agent", a->pid,
 		       before->ctl.mechanism == MA_AGENT_MECH_GOT ? "slots restored" :
 		       before->ctl.mechanism == MA_AGENT_MECH_DETOUR ? "entry points restored" :
 		       "hooks removed", ma_fmt_bytes(b, sizeof(b), before->table_bytes),
@@ -580,7 +609,7 @@ static int do_stop(struct frag_args *a)
 			ma_print_wrapped(2, "its library stays mapped: %u mappings, %s (code %s); "
 			       "a thread may still be about to enter a wrapper or hook it loaded "
 			       "before the removal, so unmapping it is not provably safe; the "
-			       "next 'frag start' reuses it\n", after->nmaps,
+			       "next start reuses it\n", after->nmaps,
 			       ma_fmt_bytes(b, sizeof(b), after->mapped),
 			       ma_fmt_bytes(r, sizeof(r), after->hi - after->lo));
 	}
@@ -600,7 +629,7 @@ static const char *state_name(uint32_t s)
 
 static int do_status(struct frag_args *a)
 {
-	const char *cmd = "frag status";
+	const char *cmd = a->profile ? "profile status" : "frag status";
 	struct ma_agent_view v;
 	struct ma_live l;
 	int rc;
@@ -622,7 +651,10 @@ static int do_status(struct frag_args *a)
 		ma_json_str(&j, "state", v.loaded ? (v.foreign ? "foreign" : state_name(v.ctl.state))
 						  : "absent");
 		if (v.loaded && !v.foreign && v.ctl.state != MA_AGENT_IDLE) {
-			ma_json_str(&j, "mode", v.ctl.mode == MA_AGENT_MODE_FOCUS ? "focus" : "shift");
+			ma_json_str(&j, "mode", v.ctl.mode == MA_AGENT_MODE_FOCUS     ? "focus"
+						: v.ctl.mode == MA_AGENT_MODE_PROFILE ? "profile"
+										      : "shift");
+			ma_json_u64(&j, "rate", v.ctl.rate);
 			ma_json_u64(&j, "shift", v.ctl.shift);
 			ma_json_u64(&j, "focus_size", v.ctl.focus_size);
 			ma_json_u64(&j, "samples", v.live);
@@ -645,18 +677,24 @@ static int do_status(struct frag_args *a)
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else if (!v.loaded) {
-		printf("process %d: no frag agent\n", a->pid);
+		printf("process %d: no agent (neither frag nor profile)\n", a->pid);
 	} else if (v.foreign) {
 		printf("process %d: an agent of another memattach version is loaded\n", a->pid);
 	} else {
 		char b[32], r[32];
 
-		printf("process %d: frag agent %s", a->pid, state_name(v.ctl.state));
+		printf("process %d: %s %s", a->pid,
+		       v.ctl.state != MA_AGENT_IDLE && v.ctl.mode == MA_AGENT_MODE_PROFILE ? "heap profile"
+											 : "frag agent",
+		       state_name(v.ctl.state));
 		if (v.ctl.state == MA_AGENT_IDLE) {
 			printf(" (code mapped, no hooks, no tables)\n");
 		} else {
 			if (v.ctl.mode == MA_AGENT_MODE_FOCUS)
 				printf(", focus on the %llu B class\n", (unsigned long long)v.ctl.focus_size);
+			else if (v.ctl.mode == MA_AGENT_MODE_PROFILE)
+				printf(", one sample per %llu bytes allocated on average (--rate)\n",
+				       (unsigned long long)v.ctl.rate);
 			else
 				printf(", 1 in %llu allocations sampled (--shift %u)\n",
 				       1ULL << v.ctl.shift, v.ctl.shift);
@@ -749,285 +787,6 @@ static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_f
 	return run_live(&fl, query_agent, name_live_frames);
 }
 
-static uint64_t round_bytes(double v)
-{
-	return v <= 0 ? 0 : (uint64_t)(v + 0.5);
-}
-
-static size_t shown(long top, size_t n)
-{
-	return top > 0 && (size_t)top < n ? (size_t)top : n;
-}
-
-static void emit_json(const struct frag_args *a, const struct ma_frag_data *d,
-		      const struct ma_frag_report *r, const struct ma_flush_result *fr,
-		      const struct frag_timing *tm)
-{
-	struct ma_json j;
-
-	ma_json_init(&j, stdout);
-	ma_json_obj_open(&j, NULL);
-	if (d->pid)
-		ma_json_u64(&j, "pid", d->pid);
-	ma_json_str(&j, "mode", d->mode == 1 ? "focus" : "shift");
-	ma_json_u64(&j, "shift", d->shift);
-	ma_json_u64(&j, "samples", d->n);
-	ma_json_u64(&j, "attributed_waste", round_bytes(r->attributed));
-	if (d->have_bins)
-		ma_json_u64(&j, "bins_waste", d->bins_waste);
-	else
-		ma_json_null(&j, "bins_waste");
-	ma_json_u64(&j, "started_unix_ns", d->started_unix_ns);
-	ma_json_u64(&j, "captured_unix_ns", d->captured_unix_ns);
-	if (tm) {
-		ma_json_u64(&j, "report_began_unix_ns", tm->began_unix_ns);
-		ma_json_u64(&j, "flush_ns", tm->flush_ns);
-		ma_json_u64(&j, "borrow_ns", tm->borrowed_ns - tm->began_ns - tm->flush_ns);
-		ma_json_u64(&j, "query_ns", tm->query_ns);
-	}
-	ma_json_u64(&j, "recorded", d->recorded);
-	ma_json_u64(&j, "removed", d->removed);
-	ma_json_u64(&j, "dropped_full", d->dropped_full);
-	ma_json_u64(&j, "dropped_stacks", d->dropped_stacks);
-	ma_json_u64(&j, "query_failed", d->query_failed);
-	ma_flush_emit_json(&j, fr);
-	ma_json_arr_open(&j, "sites");
-	for (size_t i = 0; i < shown(a->top, r->nsites); i++) {
-		const struct ma_frag_site *s = &r->sites[i];
-
-		ma_json_obj_open(&j, NULL);
-		ma_json_str(&j, "leaf", s->leaf);
-		ma_json_arr_open(&j, "stack");
-		for (uint32_t k = 0; k < s->nframes; k++)
-			ma_json_str(&j, NULL, d->frame_name[s->first + k]);
-		ma_json_arr_close(&j);
-		ma_json_u64(&j, "waste", round_bytes(s->waste));
-		ma_json_u64(&j, "samples", s->samples);
-		ma_json_obj_close(&j);
-	}
-	ma_json_arr_close(&j);
-	ma_json_arr_open(&j, "leaves_by_waste");
-	for (size_t i = 0; i < shown(a->top, r->nleaves); i++) {
-		ma_json_obj_open(&j, NULL);
-		ma_json_str(&j, "leaf", r->leaves[i].name);
-		ma_json_u64(&j, "waste", round_bytes(r->leaves[i].waste));
-		ma_json_u64(&j, "samples", r->leaves[i].samples);
-		ma_json_obj_close(&j);
-	}
-	ma_json_arr_close(&j);
-	ma_json_arr_open(&j, "classes");
-	for (size_t i = 0; i < r->nclasses; i++) {
-		const struct ma_frag_class *c = &r->classes[i];
-
-		ma_json_obj_open(&j, NULL);
-		ma_json_u64(&j, "size", c->size);
-		ma_json_u64(&j, "nregs", c->nregs);
-		ma_json_u64(&j, "samples", c->samples);
-		ma_json_double(&j, "surv_per_slab", c->surv_per_slab);
-		ma_json_double(&j, "fill", c->fill);
-		ma_json_u64(&j, "waste", round_bytes(c->waste));
-		ma_json_obj_close(&j);
-	}
-	ma_json_arr_close(&j);
-	if (d->mode == 1) {
-		ma_json_u64(&j, "focus_size", d->focus_size);
-		ma_json_u64(&j, "pages", r->pages);
-		ma_json_u64(&j, "cohort_pages", r->cohort_pages);
-		ma_json_u64(&j, "mixed_pages", r->mixed_pages);
-		ma_json_arr_open(&j, "leaves");
-		for (size_t i = 0; i < r->nfocus_leaves; i++) {
-			const struct ma_frag_focus_leaf *fl = &r->focus_leaves[i];
-
-			ma_json_obj_open(&j, NULL);
-			ma_json_str(&j, "leaf", r->leaves[fl->leaf].name);
-			ma_json_u64(&j, "pages", fl->pages);
-			ma_json_u64(&j, "sole_pages", fl->sole_pages);
-			ma_json_obj_close(&j);
-		}
-		ma_json_arr_close(&j);
-		ma_json_arr_open(&j, "leaf_sets");
-		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++) {
-			ma_json_obj_open(&j, NULL);
-			ma_json_arr_open(&j, "leaves");
-			for (size_t k = 0; k < r->leafsets[i].nleaves; k++)
-				ma_json_str(&j, NULL, r->leaves[r->leafsets[i].leaves[k]].name);
-			ma_json_arr_close(&j);
-			ma_json_u64(&j, "pages", r->leafsets[i].pages);
-			ma_json_obj_close(&j);
-		}
-		ma_json_arr_close(&j);
-	}
-	ma_json_obj_close(&j);
-	ma_json_end(&j);
-}
-
-static double pct(double part, double whole)
-{
-	return whole > 0 ? 100.0 * part / whole : 0;
-}
-
-static double seconds_between(uint64_t from_ns, uint64_t to_ns)
-{
-	return to_ns > from_ns ? (double)(to_ns - from_ns) / 1e9 : 0;
-}
-
-/* "2026-12-04 11:54:21" (local time) of a CLOCK_REALTIME reading. */
-static const char *clock_time(uint64_t unix_ns, char *buf, size_t len)
-{
-	time_t t = (time_t)(unix_ns / 1000000000ULL);
-	struct tm tm;
-
-	if (!localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
-		snprintf(buf, len, "?");
-	return buf;
-}
-
-/*
- * When the samples were read, and, for a live report, where its own time
- * went before that: a report can take long (every thread's tcache flushed
- * first, a thread to borrow, the agent's query), and the window it covers
- * ends when the samples were read, not when the report was asked for.
- */
-static void print_window(const struct ma_frag_data *d, const struct frag_timing *tm)
-{
-	double age = seconds_between(d->started_unix_ns, d->captured_unix_ns);
-	char when[32];
-
-	ma_print_wrapped(2, "since: frag start at %s, %.1f s before the samples were read\n",
-	       clock_time(d->started_unix_ns, when, sizeof(when)), age);
-	if (!tm)
-		return;
-	ma_print_wrapped(8, "report: began %.1f s after frag start; read the samples %.1f s later "
-			 "(tcache flush %.1f s, finding jemalloc, the run lock and a thread %.1f s, "
-			 "the agent's query %.1f s)\n",
-	       seconds_between(d->started_unix_ns, tm->began_unix_ns),
-	       seconds_between(tm->began_ns, tm->borrowed_ns + tm->query_ns),
-	       (double)tm->flush_ns / 1e9,
-	       seconds_between(tm->began_ns + tm->flush_ns, tm->borrowed_ns),
-	       (double)tm->query_ns / 1e9);
-}
-
-static void print_header(const struct frag_args *a, const struct ma_frag_data *d,
-			 const struct ma_frag_report *r, const struct ma_flush_result *fr,
-			 const struct frag_timing *tm)
-{
-	char b1[32], b2[32];
-
-	if (a->from)
-		ma_print_wrapped(2, "frag report of %s (process %llu)\n", ma_printable(a->from),
-				 (unsigned long long)d->pid);
-	else
-		printf("frag report of process %d\n", a->pid);
-	if (d->mode == 1)
-		ma_print_wrapped(2, "covers: every allocation of the %llu B class made since frag start and still "
-		       "live\n", (unsigned long long)d->focus_size);
-	else
-		ma_print_wrapped(2, "covers: allocations made since frag start and still live, 1 in %llu sampled "
-		       "(--shift %u)\n", 1ULL << d->shift, d->shift);
-	print_window(d, tm);
-	ma_print_wrapped(2, "samples: %zu live (recorded %llu, removed %llu)\n", d->n,
-	       (unsigned long long)d->recorded, (unsigned long long)d->removed);
-	if (d->dropped_full || d->dropped_stacks || d->query_failed)
-		ma_print_wrapped(2, "bounds hit: %llu samples dropped (table full), %llu without a "
-				 "stack (stack table full), %llu not answered by batch_query\n",
-				 (unsigned long long)d->dropped_full,
-				 (unsigned long long)d->dropped_stacks,
-				 (unsigned long long)d->query_failed);
-	if (fr && fr->done)
-		ma_print_wrapped(2, "tcache flush: %u of %u threads flushed, %u without tcache, "
-				 "%u skipped\n", fr->flushed, fr->threads, fr->no_tcache,
-				 fr->skipped);
-	ma_fmt_bytes(b1, sizeof(b1), round_bytes(r->attributed));
-	if (d->have_bins)
-		ma_print_wrapped(2, "attributed waste: %s of %s small-bin waste in the process "
-				 "now (%.0f%%; the rest is pinned by objects allocated before frag "
-				 "start or not sampled)\n", b1,
-				 ma_fmt_bytes(b2, sizeof(b2), d->bins_waste),
-				 pct(r->attributed, (double)d->bins_waste));
-	else
-		printf("attributed waste: %s\n", b1);
-}
-
-/* Where a leaf set goes on: under its first name, after "%10llu pages = {". */
-#define LEAF_SET_HANG 19
-
-/* "N pages = {a, b}": a name that would pass the width starts a line of its own (never broken). */
-static void print_leaf_set(const struct ma_frag_report *r, const struct ma_frag_leafset *ls)
-{
-	size_t col = LEAF_SET_HANG;
-
-	printf("%10llu pages = {", (unsigned long long)ls->pages);
-	for (size_t k = 0; k < ls->nleaves; k++) {
-		const char *name = ma_printable(r->leaves[ls->leaves[k]].name);
-		size_t w = ma_text_columns(name) + 1; /* and the ',' or '}' after it */
-
-		if (k && col + 2 + w > MA_TEXT_WIDTH) {
-			printf(",\n%*s", LEAF_SET_HANG, "");
-			col = LEAF_SET_HANG;
-		} else if (k) {
-			printf(", ");
-			col += 2;
-		}
-		printf("%s", name);
-		col += w - 1;
-	}
-	printf("}\n");
-}
-
-static void print_report(const struct frag_args *a, const struct ma_frag_data *d,
-			 const struct ma_frag_report *r, const struct ma_flush_result *fr,
-			 const struct frag_timing *tm)
-{
-	char b[32];
-
-	print_header(a, d, r, fr, tm);
-	printf("\nleaves by pinned waste (cumulative over their stacks):\n");
-	printf("%12s %6s %8s  %s\n", "waste", "share", "samples", "leaf");
-	for (size_t i = 0; i < shown(a->top, r->nleaves); i++)
-		printf("%12s %5.1f%% %8llu  %s\n",
-		       ma_fmt_bytes(b, sizeof(b), round_bytes(r->leaves[i].waste)),
-		       pct(r->leaves[i].waste, r->attributed), (unsigned long long)r->leaves[i].samples,
-		       ma_printable(r->leaves[i].name));
-	printf("\nsize classes (surv/slab and fill are exact means over the sampled slabs):\n");
-	printf("%7s %6s %8s %10s %6s %12s\n", "size", "nregs", "samples", "surv/slab", "fill",
-	       "waste");
-	for (size_t i = 0; i < r->nclasses; i++) {
-		const struct ma_frag_class *c = &r->classes[i];
-
-		printf("%7llu %6llu %8llu %10.2f %5.1f%% %12s\n", (unsigned long long)c->size,
-		       (unsigned long long)c->nregs, (unsigned long long)c->samples, c->surv_per_slab,
-		       100 * c->fill, ma_fmt_bytes(b, sizeof(b), round_bytes(c->waste)));
-	}
-	if (d->mode == 1) {
-		ma_print_wrapped(2, "\nfocus on the %llu B class, by 4 KiB page: %llu pages, %llu "
-				 "cohort (%.1f%%: one leaf), %llu mixed (%.1f%%)\n",
-				 (unsigned long long)d->focus_size, (unsigned long long)r->pages,
-				 (unsigned long long)r->cohort_pages,
-				 pct((double)r->cohort_pages, (double)r->pages),
-				 (unsigned long long)r->mixed_pages,
-				 pct((double)r->mixed_pages, (double)r->pages));
-		printf("leaf sets by pages:\n");
-		for (size_t i = 0; i < shown(a->top, r->nleafsets); i++)
-			print_leaf_set(r, &r->leafsets[i]);
-		printf("leaves: pages touched, pages where it is the sole occupant:\n");
-		for (size_t i = 0; i < shown(a->top, r->nfocus_leaves); i++)
-			printf("%10llu %10llu  %s\n", (unsigned long long)r->focus_leaves[i].pages,
-			       (unsigned long long)r->focus_leaves[i].sole_pages,
-			       ma_printable(r->leaves[r->focus_leaves[i].leaf].name));
-	}
-	printf("\ntop stacks by pinned waste:\n");
-	for (size_t i = 0; i < shown(a->top ? a->top : 0, r->nsites) && i < 5; i++) {
-		const struct ma_frag_site *s = &r->sites[i];
-
-		printf("#%zu %s, %llu samples\n", i + 1, ma_fmt_bytes(b, sizeof(b), round_bytes(s->waste)),
-		       (unsigned long long)s->samples);
-		for (uint32_t k = 0; k < s->nframes && k < 12; k++)
-			printf("    %s\n", ma_printable(d->frame_name[s->first + k]));
-		if (!s->nframes)
-			printf("    %s\n", ma_printable(s->leaf));
-	}
-}
-
 /* The samples into a new file PATH (replaced only once complete); 0 or MA_E_IO. */
 static int save_samples(const char *path, const struct ma_frag_data *d)
 {
@@ -1074,9 +833,9 @@ static int do_report(struct frag_args *a)
 		return ma_cmd_error(cmd, MA_EXIT_FAIL, "%s", ma_errmsg());
 	}
 	if (a->json)
-		emit_json(a, &d, &r, &fr, tm);
+		frag_emit_json(a, &d, &r, &fr, tm);
 	else
-		print_report(a, &d, &r, &fr, tm);
+		frag_print_report(a, &d, &r, &fr, tm);
 	ma_frag_report_release(&r);
 	ma_frag_data_release(&d);
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
@@ -1100,4 +859,102 @@ int cmd_frag(int argc, char **argv)
 	rc = do_report(&a);
 	release_skips(&a);
 	return rc;
+}
+
+/* ---- memattach profile start|status|stop: the same agent, keeping a heap profile ---- */
+
+static const char profile_about[] =
+	"Profile the heap of a running process that was not started with\n"
+	"jemalloc's profiling (prof:true), without restarting it.  'start' loads\n"
+	"the agent 'frag' uses (dlopen of a memfd; nothing on disk) and samples\n"
+	"allocations with their stacks as jemalloc's own profiler does: each with\n"
+	"probability 1 - exp(-size/RATE), counted per stack, removed when freed.\n"
+	"While it runs, heap-dump, snapshot, watch and aggregate --pid of that\n"
+	"process read its profile (a heap_v2 dump of the allocations made since\n"
+	"'profile start', live and cumulative); with prof active they keep using\n"
+	"jemalloc's own.  'stop' restores the entry points and frees its memory.\n";
+
+#define DEFAULT_RATE 524288 /* jemalloc's lg_prof_sample:19 */
+#define MAX_RATE (1L << 40)
+
+static bool profile_table(const char *sub, struct frag_args *a, struct ma_opt *opts,
+			  struct ma_cmd_spec *c)
+{
+	const struct ma_opt start[] = {
+		{ .kind = MA_OPT_COUNT, .name = "--rate", .metavar = "BYTES", .dst = &a->rate, .min = 1,
+		  .max = MAX_RATE,
+		  .help = "one sample per BYTES allocated on average (default 524288, jemalloc's "
+			  "lg_prof_sample:19): each allocation is sampled with probability "
+			  "1 - exp(-size/BYTES); 1 records every allocation" },
+		{ .kind = MA_OPT_COUNT, .name = "--max-samples", .metavar = "N", .dst = &a->max_samples,
+		  .min = 1,
+		  .help = "samples held at most (default 4000000); samples beyond it are dropped and "
+			  "counted (status says so)" },
+		FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END,
+	};
+	const struct ma_opt other[] = { FRAG_JSON(a), MA_OPTS_BORROW(&a->o), MA_OPTS_END };
+	const struct ma_opt *t = strcmp(sub, "start") == 0 ? start
+				 : strcmp(sub, "status") == 0 || strcmp(sub, "stop") == 0 ? other
+											 : NULL;
+	size_t n = 0;
+
+	if (!t)
+		return false;
+	while (t[n].kind != MA_OPT_END)
+		n++;
+	memcpy(opts, t, (n + 1) * sizeof(*t));
+	*c = (struct ma_cmd_spec){ .opts = opts, .about = profile_about, .footer = MA_FOOTER_EXIT,
+				   .pid = &a->pid, .args = "PID" };
+	return true;
+}
+
+static const char *const profile_subs[] = { "start", "status", "stop" };
+
+static void profile_usage(struct frag_args *a)
+{
+	printf("usage: memattach profile start|status|stop PID ...\n");
+	for (size_t k = 0; k < 3; k++) {
+		struct ma_opt opts[FRAG_MAX_OPTS];
+		struct ma_cmd_spec c;
+		char cmd[32];
+
+		profile_table(profile_subs[k], a, opts, &c);
+		snprintf(cmd, sizeof(cmd), "profile %s", profile_subs[k]);
+		c.cmd = cmd;
+		c.about = NULL;
+		c.footer = NULL;
+		putchar('\n');
+		ma_opts_usage(stdout, &c);
+	}
+	printf("\n%s\n%s\n", profile_about, MA_FOOTER_EXIT);
+}
+
+int cmd_profile(int argc, char **argv)
+{
+	struct frag_args a = { .profile = true, .rate = DEFAULT_RATE, .o = { .deadline_ms = 2000 } };
+	struct ma_opt opts[FRAG_MAX_OPTS];
+	struct ma_cmd_spec c;
+	char cmd[32];
+	int rc;
+
+	if (argc < 2 || ma_is_help(argv[1])) {
+		if (argc < 2)
+			return ma_usage_error("profile", "missing subcommand: start, status or stop");
+		profile_usage(&a);
+		return MA_EXIT_OK;
+	}
+	a.sub = argv[1];
+	if (!profile_table(a.sub, &a, opts, &c))
+		return ma_usage_error("profile", "unknown subcommand '%s': start, status or stop", a.sub);
+	snprintf(cmd, sizeof(cmd), "profile %s", a.sub);
+	c.cmd = cmd;
+	if ((rc = ma_opts_parse(argc - 1, argv + 1, &c)))
+		return rc < 0 ? MA_EXIT_OK : rc;
+	if (!a.pid)
+		return ma_usage_error(cmd, "profile %s needs a PID", a.sub);
+	if (strcmp(a.sub, "start") == 0)
+		return do_start(&a);
+	if (strcmp(a.sub, "stop") == 0)
+		return do_stop(&a);
+	return do_status(&a);
 }

@@ -4,8 +4,10 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "capture.h"
+#include "fragctl.h"
 #include "cmdutil.h"
 #include "options.h"
 #include "commands.h"
@@ -21,14 +23,17 @@ static const char about[] =
 	"for a process in another mount namespace and leaves nothing behind.\n"
 	"FILE appears only when complete.  The process must have been started\n"
 	"with MALLOC_CONF=prof:true,prof_active:true,prof_final:false (or\n"
-	"_RJEM_MALLOC_CONF for Rust's tikv-jemallocator).  Read the dump with\n"
-	"'memattach aggregate FILE'.\n";
+	"_RJEM_MALLOC_CONF for Rust's tikv-jemallocator), or be profiled by\n"
+	"'memattach profile start PID' (then the dump holds the allocations made\n"
+	"since that start, live and cumulative, at its --rate).  Read the dump\n"
+	"with 'memattach aggregate FILE'.\n";
 
 struct heap_dump {
 	const char *cmd;
 	bool activate, json;
 	struct ma_outfile of;
 	struct ma_je_stats st;
+	struct ma_agent_profile agent; /* the agent's profile was written (rate non-zero) */
 	size_t n; /* bytes written */
 	pid_t tid; /* the borrowed thread and how long it was held */
 	uint64_t held_ns;
@@ -45,10 +50,13 @@ static int dump(struct ma_session *s, void *ctx)
 
 	if ((rc = ma_collect_stats(s, &d->st)))
 		return rc;
+	if (!st->opt_prof && ma_agent_profiling(s->t))
+		return ma_capture_heap_dump(s, st, d->of.fd, &d->n, &d->agent);
 	if (!st->opt_prof)
 		return ma_fail(MA_E_JEMALLOC,
-			       "process %d was not started with heap profiling; restart it with %s",
-			       s->t->pid, ma_prof_restart_hint(s->t));
+			       "process %d was not started with heap profiling; 'memattach profile "
+			       "start %d' profiles it from now on without a restart, or restart it with %s",
+			       s->t->pid, s->t->pid, ma_prof_restart_hint(s->t));
 	if (!st->prof_active && d->activate) {
 		if ((rc = ma_mallctl_write(s, "prof.active", &on, sizeof(on))))
 			return rc;
@@ -59,7 +67,7 @@ static int dump(struct ma_session *s, void *ctx)
 			    "holds only what was sampled while it was active; --activate turns "
 			    "it on");
 	}
-	return ma_capture_heap_dump(s, st, d->of.fd, &d->n);
+	return ma_capture_heap_dump(s, st, d->of.fd, &d->n, &d->agent);
 }
 
 /* The thread is back: commit the file. */
@@ -115,7 +123,16 @@ int cmd_heap_dump(int argc, char **argv)
 		ma_json_i64(&j, "pid", pid);
 		ma_json_str(&j, "file", out);
 		ma_json_u64(&j, "bytes", d.n);
-		ma_json_u64(&j, "lg_prof_sample", d.st.lg_prof_sample);
+		ma_json_str(&j, "source", d.agent.rate ? "agent" : "jemalloc");
+		if (d.agent.rate) {
+			ma_json_u64(&j, "rate", d.agent.rate);
+			ma_json_u64(&j, "since_unix_ns", d.agent.started_unix_ns);
+			ma_json_u64(&j, "samples", d.agent.live_samples);
+			ma_json_u64(&j, "samples_dropped", d.agent.dropped_full);
+			ma_json_u64(&j, "unrecorded_bytes", d.agent.unrecorded_bytes);
+		} else {
+			ma_json_u64(&j, "lg_prof_sample", d.st.lg_prof_sample);
+		}
 		ma_json_i64(&j, "tid", d.tid);
 		ma_json_u64(&j, "held_ns", d.held_ns);
 		ma_json_obj_close(&j);
@@ -123,6 +140,29 @@ int cmd_heap_dump(int argc, char **argv)
 		return MA_EXIT_OK;
 	}
 	/* With -o -, the dump is the output: the summary goes with the messages. */
+	if (d.agent.rate) {
+		char since[64];
+		time_t t0 = (time_t)(d.agent.started_unix_ns / 1000000000ULL);
+		struct tm tm;
+
+		strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", localtime_r(&t0, &tm));
+		ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,
+				  "wrote %s: %s heap profile from memattach's agent (allocations "
+				  "since profile start at %s, one sample per %llu bytes; %.1f s ago)\n"
+				  "thread %d held %.3f ms\n",
+				  ma_outfile_is_stdout(out) ? "the standard output" : ma_printable(out),
+				  ma_fmt_bytes(sz, sizeof(sz), d.n), since,
+				  (unsigned long long)d.agent.rate,
+				  (d.agent.captured_unix_ns - d.agent.started_unix_ns) / 1e9, d.tid,
+				  d.held_ns / 1e6);
+		if (d.agent.dropped_full || d.agent.unrecorded_bytes)
+			ma_fprint_wrapped(stderr, 2, "memattach heap-dump: warning: the agent's "
+					  "tables were full: %llu samples dropped, %llu sampled bytes "
+					  "live without a stack (not in the dump)\n",
+					  (unsigned long long)d.agent.dropped_full,
+					  (unsigned long long)d.agent.unrecorded_bytes);
+		return MA_EXIT_OK;
+	}
 	ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,
 			  "wrote %s: %s heap profile (sample period 2^%llu bytes)\n"
 			  "thread %d held %.3f ms\n",

@@ -15,6 +15,7 @@
 
 #include "bins.h"
 #include "capture.h"
+#include "fragctl.h"
 #include "cmdutil.h"
 #include "options.h"
 #include "commands.h"
@@ -54,6 +55,7 @@ struct snap {
 	bool heap, activate, json;
 	char heap_skip[256];
 	char heap_note[256]; /* what the heap profile covers, when not everything */
+	struct ma_agent_profile agent; /* heap.heap is the agent's profile (rate non-zero) */
 	uint64_t held_ns;
 	pid_t tid;
 };
@@ -79,12 +81,15 @@ static int visit(struct ma_session *s, void *ctx)
 	if ((rc = ma_je_stats_print(s, "J", STATS_PRINT_TIMEOUT_MS, &sn->stats_json,
 				    &sn->stats_len)))
 		return rc;
-	if (!sn->st.opt_prof) {
+	if (!sn->st.opt_prof && !ma_agent_profiling(s->t)) {
 		snprintf(sn->heap_skip, sizeof(sn->heap_skip),
-			 "heap profiling is off; restart with %s", ma_prof_restart_hint(s->t));
+			 "heap profiling is off; 'memattach profile start %d' profiles it without a "
+			 "restart, or restart with %s", sn->pid, ma_prof_restart_hint(s->t));
 		return 0;
 	}
-	if (!sn->st.prof_active && sn->activate) {
+	if (!sn->st.opt_prof) {
+		/* the agent's profile: what it covers is said below */
+	} else if (!sn->st.prof_active && sn->activate) {
 		bool on = true;
 
 		if ((rc = ma_mallctl_write(s, "prof.active", &on, sizeof(on))))
@@ -99,13 +104,18 @@ static int visit(struct ma_session *s, void *ctx)
 	}
 	if ((rc = ma_outfile_openat(&of, sn->tmpfd, "heap.heap", in_tmp(sn, "heap.heap"))))
 		return rc;
-	if ((rc = ma_capture_heap_dump(s, &sn->st, of.fd, &sn->heap_len))) {
+	if ((rc = ma_capture_heap_dump(s, &sn->st, of.fd, &sn->heap_len, &sn->agent))) {
 		ma_outfile_abort(&of);
 		return rc;
 	}
 	if ((rc = ma_outfile_commit(&of)))
 		return rc;
 	sn->heap = true;
+	if (sn->agent.rate)
+		snprintf(sn->heap_note, sizeof(sn->heap_note),
+			 "heap profile from memattach's agent: allocations since 'profile start' "
+			 "(unix ns %llu), one sample per %llu bytes",
+			 (unsigned long long)sn->agent.started_unix_ns, (unsigned long long)sn->agent.rate);
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "fragctl.h"
 #include "cmdutil.h"
 #include "options.h"
 #include "emit.h"
@@ -77,12 +78,13 @@ static const char *in_dir(struct watch *w, const char *name)
 static int take_dump(struct watch *w, struct ma_session *s, const struct ma_je_stats *st,
 		     size_t *n)
 {
+	struct ma_agent_profile agent;
 	struct ma_outfile of;
 	int rc;
 
 	if ((rc = ma_outfile_openat(&of, w->dirfd, "peak.heap", in_dir(w, "peak.heap"))))
 		return rc;
-	rc = ma_capture_heap_dump(s, st, of.fd, n);
+	rc = ma_capture_heap_dump(s, st, of.fd, n, &agent);
 	if (rc) {
 		ma_outfile_abort(&of);
 		return rc;
@@ -199,7 +201,7 @@ static int sample(struct watch *w)
 			x.muzzy = h.muzzy;
 			x.metadata_resident = h.metadata_resident;
 			x.outside_jemalloc = h.outside_jemalloc;
-			if (high && st.opt_prof) {
+			if (high && (st.opt_prof || ma_agent_profiling(&w->l.t))) {
 				rc = take_dump(w, &w->l.s, &st, &n);
 				if (!rc) {
 					x.dump = true;
@@ -219,9 +221,9 @@ static int sample(struct watch *w)
 				ma_peaks_taken(&w->peaks, level, ps.vm_hwm);
 				if (!w->prof_warned)
 					ma_cmd_note(w->cmd, "process %d has heap profiling off: "
-						    "recording the series only (restart it with %s "
-						    "for peak dumps)",
-						    w->pid, ma_prof_restart_hint(&w->l.t));
+						    "recording the series only ('memattach profile "
+						    "start %d' or a restart with %s gives peak dumps)",
+						    w->pid, w->pid, ma_prof_restart_hint(&w->l.t));
 				w->prof_warned = true;
 			}
 		}

@@ -45,8 +45,14 @@ void ma_print_named(const char *lead, const char *name, const char *where, size_
 		printf("%s%s\n", lead, name);
 	else if (cols + 1 + ma_text_columns(where) <= MA_TEXT_WIDTH)
 		printf("%s%s %s\n", lead, name, where);
-	else
+	else {
+		size_t w = ma_text_columns(where);
+
+		/* A place too long for the hang ends at the width instead (or starts the line). */
+		if (hang + w > MA_TEXT_WIDTH)
+			hang = w < MA_TEXT_WIDTH ? MA_TEXT_WIDTH - w : 0;
 		printf("%s%s\n%*s%s\n", lead, name, (int)hang, "", where);
+	}
 }
 
 void ma_fprint_wrapped(FILE *f, size_t hang, const char *fmt, ...)

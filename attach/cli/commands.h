@@ -24,6 +24,7 @@ int cmd_aggregate(int argc, char **argv);
 int cmd_stacks(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_frag(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_ab(int argc, char **argv);
 

@@ -38,6 +38,7 @@ static const struct command commands[] = {
 	{ "stacks", cmd_stacks, "full call chains of the sites matching a string" },
 	{ "diff", cmd_diff, "compare two dumps or two snapshots" },
 	{ "frag", cmd_frag, "attribute slab fragmentation to allocation sites" },
+	{ "profile", cmd_profile, "heap profile of a process started without prof (start|status|stop)" },
 	{ "ps", cmd_ps, "list the processes that hold a jemalloc" },
 	{ "ab", cmd_ab, "compare the memory of two daemon builds over fresh runs" },
 };
