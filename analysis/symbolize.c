@@ -199,7 +199,13 @@ int ma_sym_init(struct ma_symbolizer *s, const struct ma_heapprof *hp,
 			del = strstr(o->path, " (deleted)");
 			if (del && del[10] == '\0')
 				*del = '\0';
-			o->jemalloc = strncmp(base_name(p), "libjemalloc", 11) == 0;
+			/*
+			 * memattach's own agent (profile, frag) is an allocator
+			 * frame too: its wrappers stand between a program and
+			 * jemalloc, in jemalloc's own backtraces as well.
+			 */
+			o->agent = strncmp(base_name(p), "memfd:memattach-agent", 21) == 0;
+			o->jemalloc = strncmp(base_name(p), "libjemalloc", 11) == 0 || o->agent;
 			o->elf.fd = o->debug.fd = -1;
 		}
 		s->map_obj[i] = (uint32_t)j;
@@ -406,6 +412,8 @@ static bool load_obj(struct ma_symbolizer *s, struct ma_symobj *o)
 	if (o->tried)
 		return o->ok;
 	o->tried = true;
+	if (o->agent)
+		return false; /* unnamed, and no warning: its frames are dropped as the allocator's */
 	open_as_owner(&s->opts, true);
 	rc = open_obj_elf(s, o, &by_path);
 	if (!rc && !o->elf.has_symtab)

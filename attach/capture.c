@@ -104,8 +104,8 @@ static int copy_dump(int fd, pid_t pid, int out_fd, size_t *nbytes)
  * The agent's heap profile (profile start) as a heap_v2 dump into OUT_FD:
  * its stacks, then the kernel's maps as for jemalloc's own dump.
  */
-static int agent_heap_dump(const struct ma_target *t, int out_fd, size_t *nbytes,
-			   struct ma_agent_profile *info)
+int ma_capture_agent_heap_dump(const struct ma_target *t, int out_fd, size_t *nbytes,
+			       struct ma_agent_profile *info)
 {
 	struct ma_heapprof hp;
 	long len;
@@ -143,7 +143,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	if (agent)
 		memset(agent, 0, sizeof(*agent));
 	if (!st->opt_prof && agent && ma_agent_profiling(s->t))
-		return agent_heap_dump(s->t, out_fd, nbytes, agent);
+		return ma_capture_agent_heap_dump(s->t, out_fd, nbytes, agent);
 	if (!st->opt_prof)
 		return ma_fail(MA_E_JEMALLOC,
 			       "process %d was not started with heap profiling (opt.prof is false); "

@@ -25,6 +25,13 @@
  * *AGENT says so (its rate non-zero) and since when.
  */
 struct ma_agent_profile;
+/*
+ * The heap profile T's agent keeps (memattach profile start), as a heap_v2
+ * dump into OUT_FD, whatever jemalloc's own profiling: read from the
+ * agent's memory (nothing is called), then T's maps.
+ */
+int ma_capture_agent_heap_dump(const struct ma_target *t, int out_fd, size_t *nbytes,
+			       struct ma_agent_profile *info);
 int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int out_fd,
 			 size_t *nbytes, struct ma_agent_profile *agent);
 /* The environment variable and value to restart the target with prof on. */

@@ -94,6 +94,7 @@ struct ma_symobj {
 	bool main; /* the dump's main executable */
 	bool named; /* its file named by the user (--binary, --prefix-map) */
 	bool jemalloc; /* libjemalloc*.so: every frame in it is the allocator's */
+	bool agent; /* memattach's agent (a memfd: no file to read) */
 	bool tried, ok, has_debug;
 	bool lines_found, lines_missing; /* --lines: a frame in it had / lacked file:line */
 	struct ma_elf elf, debug; /* debug: separate debug file if found */

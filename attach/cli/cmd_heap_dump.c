@@ -30,7 +30,7 @@ static const char about[] =
 
 struct heap_dump {
 	const char *cmd;
-	bool activate, json;
+	bool activate, json, agent_only;
 	struct ma_outfile of;
 	struct ma_je_stats st;
 	struct ma_agent_profile agent; /* the agent's profile was written (rate non-zero) */
@@ -50,8 +50,8 @@ static int dump(struct ma_session *s, void *ctx)
 
 	if ((rc = ma_collect_stats(s, &d->st)))
 		return rc;
-	if (!st->opt_prof && ma_agent_profiling(s->t))
-		return ma_capture_heap_dump(s, st, d->of.fd, &d->n, &d->agent);
+	if (d->agent_only || (!st->opt_prof && ma_agent_profiling(s->t)))
+		return ma_capture_agent_heap_dump(s->t, d->of.fd, &d->n, &d->agent);
 	if (!st->opt_prof)
 		return ma_fail(MA_E_JEMALLOC,
 			       "process %d was not started with heap profiling; 'memattach profile "
@@ -96,6 +96,9 @@ int cmd_heap_dump(int argc, char **argv)
 		MA_FLAG("--activate", &d.activate,
 			"if profiling is enabled but inactive (prof_active:false), set prof.active=true "
 			"first (the dump then only shows allocations made after this moment)"),
+		MA_FLAG("--agent", &d.agent_only,
+			"write the profile of memattach's agent (profile start) even where jemalloc's "
+			"own profiling is on (to compare the two)"),
 		MA_FLAG("--json", &d.json,
 			"what was written, as JSON: pid, file, bytes, lg_prof_sample, tid, held_ns (not "
 			"with -o -)"),

@@ -9,10 +9,12 @@
 # default rate (512 KiB) every site within 4 standard errors of the truth
 # (the standard error of the estimator, from the truth and the rate), and
 # the standard error aggregate reports agrees with it; snapshot and watch
-# take the agent's profile; refusals (a second start, frag report or stop on
+# take the agent's profile; beside jemalloc's own profiler (prof:true, both
+# at 4 KiB) every site's bytes agree within 4 combined standard errors;
+# refusals (a second start, frag report or stop on
 # a profile, heap-dump after stop); the fixture's verdict at the end.
 . "$(dirname "$0")/../lib/common.sh"
-plan 31
+plan 37
 [ -x "$FIX/proftruth" ] || { fail "fixture proftruth missing (make fixtures)"; exit 1; }
 
 # 128 rounds: at --rate 4096 the smallest site (64 B objects) then has about
@@ -140,8 +142,8 @@ out=$(judge rdef "$SE"'
 zs = []
 for n, s in t.items():
     if s["objs"]:
-        z = (a.get(n, {}).get("scaled_bytes", 0) - s["bytes"]) / se(s["live_sizes"]); zs.append((n, "live", round(z, 2)))
-    z = (c.get(n, {}).get("accum_bytes", 0) - s["accum_bytes"]) / se(s["accum_sizes"]); zs.append((n, "since", round(z, 2)))
+        z = (a.get(n, {}).get("scaled_bytes", 0) - s["bytes"]) / max(se(s["live_sizes"]), 1.0); zs.append((n, "live", round(z, 2)))
+    z = (c.get(n, {}).get("accum_bytes", 0) - s["accum_bytes"]) / max(se(s["accum_sizes"]), 1.0); zs.append((n, "since", round(z, 2)))
 assert all(abs(z) <= 4 for _, _, z in zs), zs
 print("z:", " ".join("%s/%s %+.1f" % x for x in zs))' 2>&1)
 check "default rate: every site within 4 standard errors of the truth ($out)" [ $? -eq 0 ]
@@ -168,3 +170,38 @@ v=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)
 check "proftruth verdict ok after everything ($v)" grep -q '^VERDICT ok' <<<"$v"
 fix_quit "$P" "$FIX_FD"; rc=$?
 check "proftruth exits 0" [ "$rc" -eq 0 ]
+
+# --- beside jemalloc's own profiler, both at 4 KiB ---
+MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:12 fix_start proftruth -k 32 ||
+	{ fail "proftruth with prof:true did not start"; exit 1; }
+P=$FIX_PID
+"$MA" profile start "$P" --rate 4096 >/dev/null 2>"$TMP/s5.err"; rc=$?
+check "profile start beside prof:true succeeds ($(head -c 200 "$TMP/s5.err"))" [ "$rc" -eq 0 ]
+check "proftruth allocates 32 rounds" alloc
+dump jem; rc=$?
+check "heap-dump with prof on writes jemalloc's own dump ($(cat "$TMP/jem.dump.json"))" \
+	jcheck 'assert load(sys.argv[1])["source"] == "jemalloc"' "$TMP/jem.dump.json"
+"$MA" heap-dump "$P" --agent -o "$TMP/agent.heap" --json >"$TMP/agent.dump.json" 2>"$TMP/agent.err" &&
+	"$MA" aggregate "$TMP/agent.heap" --json --top 0 >"$TMP/agent.json" 2>>"$TMP/agent.err"; rc=$?
+check "heap-dump --agent writes the agent's profile all the same ($(head -c 200 "$TMP/agent.err"))" \
+	jcheck 'assert load(sys.argv[1])["source"] == "agent"' "$TMP/agent.dump.json"
+# Each estimate has the standard error of its sampling (the same law for
+# both at one rate): the difference of two, sqrt(2) of it.
+out=$(jcheck "$SE"'
+t = {s["site"]: s for s in load(sys.argv[1])["sites"]}
+j = {s["leaf"]: s for s in load(sys.argv[2])["sites"]}
+a = {s["leaf"]: s for s in load(sys.argv[3])["sites"]}
+rate = 4096
+zs = []
+for n, s in t.items():
+    if not s["objs"]: continue
+    assert n in j and n in a, (n, n in j, n in a)
+    z = (a[n]["scaled_bytes"] - j[n]["scaled_bytes"]) / max(math.sqrt(2) * se(s["live_sizes"]), 1.0)
+    zs.append((n, round(z, 2)))
+assert all(abs(z) <= 4 for _, z in zs), zs
+print("agent - jemalloc, in combined se:", zs)' "$TMP/truth.json" "$TMP/jem.json" "$TMP/agent.json" 2>&1)
+check "beside prof:true: every site's bytes agree with jemalloc's within 4 combined standard errors ($out)" [ $? -eq 0 ]
+"$MA" profile stop "$P" >/dev/null 2>&1
+v=$(fix_cmd "$P" "$FIX_FD" "$FIX_OUT" verdict)
+check "proftruth (prof:true) verdict ok ($v)" grep -q '^VERDICT ok' <<<"$v"
+fix_quit "$P" "$FIX_FD"
