@@ -26,8 +26,11 @@
 . "$(dirname "$0")/../lib/safety.sh"
 plan 29
 # FRAG_FIXTURE=daemon_static: the same on jemalloc linked in (the inline
-# detours: frag_every_step_static.sh).
+# detours: frag_every_step_static.sh).  AGENT_CMD=profile: the same agent
+# keeping a heap profile (profile_every_step.sh): profile start and stop,
+# and heap-dump reading the profile, in place of frag report.
 FIXTURE=${FRAG_FIXTURE:-daemon}
+AGENT_CMD=${AGENT_CMD:-frag}
 need_fixtures "$FIXTURE"
 export MEMATTACH_TEST_STEPS_CHANGES=1
 HEAD=${HEAD:-16} MID=${MID:-24} TAIL=${TAIL:-48}
@@ -63,7 +66,7 @@ restart_target() {
 	start_target
 }
 agent_state() { # absent | stopped | running | ...
-	"$MA" frag status "$T_PID" --json 2>/dev/null | sed -n 's/.*"state":"\([^"]*\)".*/\1/p'
+	"$MA" "$AGENT_CMD" status "$T_PID" --json 2>/dev/null | sed -n 's/.*"state":"\([^"]*\)".*/\1/p'
 }
 agent_inodes() { awk '/memattach-agent/ { print $5 }' "/proc/$T_PID/maps" | sort -u | wc -l; }
 
@@ -73,14 +76,15 @@ agent_inodes() { awk '/memattach-agent/ { print $5 }' "/proc/$T_PID/maps" | sort
 # stopped.
 settle() {
 	if [ "$1" = running ]; then
-		"$MA" frag start "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "already running"
+		"$MA" "$AGENT_CMD" start "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "already running"
 	else
-		"$MA" frag stop "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "no agent is running"
+		"$MA" "$AGENT_CMD" stop "$T_PID" >/dev/null 2>"$TMP/settle.err" || has_text "$TMP/settle.err" "no agent is running"
 	fi
 }
 agent_loaded() { has_text "/proc/$T_PID/maps" memattach-agent; }
 
-# sweep LABEL BEFORE AFTER FRESH CMD...: for k = 1..steps, bring the agent
+# sweep LABEL BEFORE AFTER FRESH CMD...: (CMD: memattach's arguments
+# before the pid) for k = 1..steps, bring the agent
 # to BEFORE, run CMD killed after step k, then check the target and that
 # the agent can be brought to AFTER.  FRESH=1: only the steps up to the
 # mark "agent-loaded", each on a target without the agent (a new target for
@@ -89,7 +93,7 @@ sweep() {
 	local label=$1 before=$2 after=$3 fresh=$4; shift 4
 	local n k rc killed=0 deaths=0 stuck=0 unsettled=0 t0=$EPOCHREALTIME v0 c0 v1 c1 fd0 fd1
 	settle "$before" || { fail "$label: cannot bring the agent to $before ($(tail -1 "$TMP/settle.err"))"; return; }
-	steps_of frag "$@" "$T_PID"; n=$STEPS_N
+	steps_of "$@" "$T_PID"; n=$STEPS_N
 	[ "$fresh" = 1 ] && n=$(step_mark agent-loaded)
 	if [ -z "$n" ]; then
 		fail "$label: no step count (exit $STEPS_RC: $(grep -v '^memattach-test' "$TMP/steps.err" | head -1))"
@@ -103,7 +107,7 @@ sweep() {
 	for k in "${KS[@]}"; do
 		# (the previous kill's settle already left it so when AFTER = BEFORE)
 		[ "$after" = "$before" ] || settle "$before" || unsettled=$((unsettled + 1))
-		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA_T" frag "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+		{ MEMATTACH_TEST_KILL_AFTER_STEP=$k "$MA_T" "$@" "$T_PID" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
 		rc=$?
 		[ "$rc" -eq 137 ] && killed=$((killed + 1))
 		bsleep 0.002
@@ -139,18 +143,23 @@ sweep() {
 	check "$label: verdict ok and progressing (${c0:-?} -> ${c1:-?} checks: $v1)" \
 		eval 'verdict_ok "$v1" && [ "${c1:-0}" -gt "${c0:-0}" ]'
 	# One normal run closes what a killed one left open (its memfd).
-	"$MA" frag status "$T_PID" >/dev/null; "$MA" stats "$T_PID" >/dev/null
+	"$MA" "$AGENT_CMD" status "$T_PID" >/dev/null; "$MA" stats "$T_PID" >/dev/null
 	fd1=$(fd_count "$T_PID")
 	check "$label: descriptors back to $fd0 after a normal run (now $fd1), agent loaded $(agent_inodes) time(s)" \
 		[ "$fd1" -eq "$fd0" -a "$(agent_inodes)" -le 1 ]
 }
 
 start_target || { fail "$FIXTURE: start"; exit 1; }
-sweep "frag start (loading the agent)" stopped stopped 1 start
+C=$AGENT_CMD
+sweep "$C start (loading the agent)" stopped stopped 1 "$C" start
 settle running && settle stopped # the agent loaded (the last sweep left a new target)
-sweep "frag start (agent loaded)" stopped stopped 0 start
-sweep "frag report --no-flush" running running 0 report --no-flush
-sweep "frag stop" running stopped 0 stop
+sweep "$C start (agent loaded)" stopped stopped 0 "$C" start
+if [ "$C" = profile ]; then
+	sweep "heap-dump (the agent's profile)" running running 0 heap-dump -o "$TMP/k.heap"
+else
+	sweep "frag report --no-flush" running running 0 frag report --no-flush
+fi
+sweep "$C stop" running stopped 0 "$C" stop
 quit_target; rc=$?
 check "$FIXTURE: exits cleanly after all sweeps (status $rc)" [ "$rc" -eq 0 ]
 report_time

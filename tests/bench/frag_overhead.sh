@@ -8,7 +8,12 @@
 #   2. after `memattach frag start PID` (the default shift, 8: 1 allocation
 #      in 256 sampled)
 #   3. after `frag stop` (slots restored: should be back to 1)
-#   4. the same program started under heaptrack (LD_PRELOAD, every call
+#   4. after `memattach profile start PID` (the same agent keeping a heap
+#      profile at the default rate, 512 KiB: jemalloc's lg_prof_sample:19),
+#      then `profile stop`
+#   5. the same program started with jemalloc's own profiler
+#      (MALLOC_CONF=prof:true,prof_active:true, the same rate)
+#   6. the same program started under heaptrack (LD_PRELOAD, every call
 #      traced)
 # and once, last: `frag start --shift 0` (every allocation recorded).
 # Then the same rows (but heaptrack's) for build/fixtures/fragbench_static,
@@ -129,7 +134,7 @@ finish() {
 # table BIN NAME HEAPTRACK: the rows for one build of fragbench.
 table() {
 	local bin=$1 name=$2 ht_state=$3 mech
-	local plain=() agent=() after=() ht=()
+	local plain=() agent=() after=() prof_agent=() prof=() ht=()
 
 	printf '\n| configuration (%s -t %s, median of %s rounds) | ops/s | slowdown vs no agent |\n' \
 		"$name" "$THREADS" "$ROUNDS"
@@ -143,7 +148,14 @@ table() {
 		agent+=("$(one_run)")
 		ma stop "$TPID"
 		after+=("$(one_run)")
+		"$MA" profile start "$TPID" >>"$TMP/ma.log" 2>&1 || fail "memattach profile start failed: $(tail -3 "$TMP/ma.log")"
+		prof_agent+=("$(one_run)")
+		"$MA" profile stop "$TPID" >>"$TMP/ma.log" 2>&1 || fail "memattach profile stop failed: $(tail -3 "$TMP/ma.log")"
 		finish "$name, round $round"
+		start "prof$round" env MALLOC_CONF=prof:true,prof_active:true "$bin" -t "$THREADS"
+		warm
+		prof+=("$(one_run)")
+		finish "$name with prof:true, round $round"
 		if [ "$ht_state" = 1 ]; then
 			# heaptrack runs fragbench as its child (LD_PRELOAD), which inherits
 			# the fifo as stdin and prints READY with its own pid.
@@ -156,12 +168,15 @@ table() {
 			ls "$TMP"/ht"$round".* >/dev/null 2>&1 || fail "heaptrack wrote no data file"
 		fi
 		echo "frag_overhead: $name round $round: no agent ${plain[-1]}, frag start ($mech) ${agent[-1]}," \
-			"after stop ${after[-1]}${ht:+, heaptrack ${ht[-1]}}" >&2
+			"after stop ${after[-1]}, profile start ${prof_agent[-1]}, prof:true ${prof[-1]}" \
+			"${ht:+, heaptrack ${ht[-1]}}" >&2
 	done
 	BASE=$(median "${plain[@]}")
 	row "no agent" "$BASE"
 	row "memattach frag start (default --shift 8; $mech)" "$(median "${agent[@]}")"
 	row "after memattach frag stop" "$(median "${after[@]}")"
+	row "memattach profile start (default --rate 512 KiB; $mech)" "$(median "${prof_agent[@]}")"
+	row "jemalloc's own profiler, started with prof:true (lg_prof_sample:19)" "$(median "${prof[@]}")"
 	if [ "$ht_state" = 1 ]; then row "heaptrack" "$(median "${ht[@]}")"; else skip_row "heaptrack" "$ht_state"; fi
 
 	start shift0 "$bin" -t "$THREADS"
