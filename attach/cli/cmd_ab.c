@@ -401,7 +401,9 @@ static int add_heap_sites(struct ab_sites *t, struct ma_profcmd *pc, const char 
 	if (access(path, R_OK) != 0)
 		return ma_cmd_error(cmdname, MA_EXIT_FAIL, "--heap: the daemon gave no heap dump (it "
 				    "runs without prof: start it with MALLOC_CONF=prof:true in its "
-				    "environment); its snapshot says why in %s/manifest.json", snap);
+				    "environment, or have the side command run 'memattach profile start "
+				    "PID' once the daemon is up, before its workload); its snapshot says "
+				    "why in %s/manifest.json", snap);
 	pc->cmd = cmdname;
 	if ((rc = ma_profcmd_load(pc, &b, path)))
 		return rc;
@@ -884,8 +886,10 @@ int cmd_ab(int argc, char **argv)
 			"b_mean, a_sd, b_sd, ratio, ci_low, ci_high, diff, diff_ci_low, diff_ci_high, "
 			"significant}] (bytes)"),
 		MA_FLAG("--heap", &a.heap, "also compare heap profiles: each sample's heap dump (the daemon "
-			"must run with MALLOC_CONF=prof:true), by allocation site; the report names the "
-			"sites whose B - A bytes have a 95% interval that excludes 0, largest first"),
+			"runs with MALLOC_CONF=prof:true, or the side command runs 'memattach profile start "
+			"PID' before the daemon's workload: then the agent's profile), by allocation site; "
+			"the report names the sites whose B - A bytes have a 95% interval that excludes 0, "
+			"largest first"),
 		{ .kind = MA_OPT_CALL, .name = "--skip", .metavar = "REGEX", .takes_value = true,
 		  .call = ma_profcmd_skip, .ctx = &a.pc,
 		  .help = "with --heap: also drop a stack's leading frames matching REGEX (a program's "

@@ -8,7 +8,10 @@
 #   - --heap (prof:true, lg_prof_sample:12): the top site whose B - A
 #     interval excludes 0 is retain_extra() (where abdaemon keeps the extra
 #     objects), 2 MiB within its interval, any other site far below it;
-#     without prof: said, and the daemon stopped all the same;
+#     without prof: said, and the daemon stopped all the same; without
+#     prof but profiled by the agent (the side command runs memattach
+#     profile start before the daemon's workload, --rate 1): retain_extra,
+#     B - A the 2 MiB to 1%;
 #   - --json's keys and arrays; -o DIR: a snapshot per sample, samples.tsv,
 #     ab.svg (a histogram per metric), and memattach diff opens two of them;
 #   - 20 A/A experiments (3 runs a side): allocated called significant in at
@@ -26,7 +29,7 @@
 #     each names the sample (or the option) and keeps the samples taken.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 42
+plan 45
 need_fixtures abdaemon
 D=$FIX/abdaemon
 side() { echo "$D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 $*"; }
@@ -118,6 +121,26 @@ check "--heap on a daemon without prof: exit 1, says so ($(grep -o 'runs without
 verdicts_ok
 check "--heap without prof: the daemon of the failed sample was stopped all the same ($VERDICTS)" \
 	[ "$VERDICTS" = "1 daemons, 0 damaged" ]
+# Without prof, the agent's profile: each side's command starts the daemon
+# (-w: its workload waits for SIGUSR1), starts memattach profile, then lets
+# the workload run.  Every allocation is sampled (--rate 1).
+wside() {
+	echo "rm -f $TMP/held; $D -f $TMP/pid -v $TMP/verdict.\$\$ -m 2048 -n 512 -w $TMP/held $* &&" \
+		"$MA profile start \$(cat $TMP/pid) --rate 1 >/dev/null && kill -USR1 \$(cat $TMP/pid) &&" \
+		"while [ ! -e $TMP/held ]; do sleep 0.01; done"
+}
+"$MA" ab -a "$(wside)" -b "$(wside -x 2048)" --pid "$PIDCMD" --runs 3 --heap --json >"$TMP/aheap.json" 2>"$TMP/aheap.err"
+check "--heap on a daemon without prof, profiled by the agent from its side command: exit 0 ($(tail -1 "$TMP/aheap.err" | cut -c1-160))" [ $? -eq 0 ]
+out=$(jcheck '
+s = load(sys.argv[1])["sites"]
+assert s, "no site differs"
+t = s[0]
+print("top site %s: B-A %.0f KiB [%.0f, %.0f]" % (t["name"], t["diff"] / 1024, t["ci_low"] / 1024, t["ci_high"] / 1024))
+assert t["name"] == "retain_extra", "top site"
+assert abs(t["diff"] - 2097152) <= 0.01 * 2097152, "B-A is not the 2 MiB retained (every allocation recorded)"
+' "$TMP/aheap.json" 2>&1)
+check "--heap with the agent's profiles: retain_extra, B - A the 2 MiB to 1% ($out)" [ $? -eq 0 ]
+verdicts_ok; check "--heap with the agent: $VERDICTS" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
 
 # --- A/A ---
 sig=0 runs=0 failed=0
