@@ -312,8 +312,23 @@ def r_ab(r, t):
     r.text.extend(l for l in out if not l.startswith("ab: sample "))
 
 
+def r_profile(r, t):
+    """Debian's redis-server (no prof): the agent's profile of 100,000 SETs
+    made after profile start."""
+    red = t.redis()
+    r.run("memattach profile start %d" % red.pid)
+    value = "y" * 300
+    resp = "".join("*3\r\n$3\r\nSET\r\n$%d\r\nnew:%d\r\n$300\r\n%s\r\n" % (len("new:%d" % i), i, value)
+                   for i in range(100000))
+    subprocess.run(["redis-cli", "-p", str(red.port), "--pipe"], input=resp.encode(),
+                   capture_output=True, check=True)
+    r.run("memattach heap-dump %d -o redis.heap" % red.pid)
+    r.run("memattach aggregate redis.heap --top 4 --skip 'zmalloc|zcalloc|zrealloc|ztry'", head=40)
+    r.run("memattach profile stop %d" % red.pid)
+
+
 RECIPES = {
-    "ab": r_ab,
+    "ab": r_ab, "profile": r_profile,
     "stats_redis": r_stats_redis, "stats_strict": r_stats_strict, "ps": r_ps,
     "threads": r_threads, "bins_top": r_bins_top, "bins_flush": r_bins_flush,
     "stats_dump": r_stats_dump, "purge": r_purge, "heap_dump": r_heap_dump,

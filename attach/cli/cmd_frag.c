@@ -455,8 +455,8 @@ static void print_profile_started(const struct frag_args *a, const struct ma_age
 				 "as jemalloc's prof does, one sample per %s allocated on average "
 				 "(--rate %llu)\n", a->pid, ma_fmt_bytes(b, sizeof(b), so->rate),
 				 (unsigned long long)so->rate);
-	ma_print_wrapped(2, "every malloc/free now goes through %s; heap-dump, snapshot, "
-			 "watch and aggregate --pid read this profile (allocations made from now "
+	ma_print_wrapped(2, "every malloc/free now goes through %s; heap-dump, snapshot "
+			 "and watch write this profile (allocations made from now "
 			 "on); 'memattach profile stop %d' undoes it\n",
 			 mechanism_text(v->ctl.mechanism), a->pid);
 }

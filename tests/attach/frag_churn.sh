@@ -3,7 +3,8 @@
 # creating detached threads without pause, each one malloc+free and exit,
 # plus two allocating workers).  jemalloc 5.3's hook install/remove killed
 # such targets (11 of 11 on the first start); the GOT mechanism touches no
-# jemalloc state.  CYCLES start/report/stop cycles (100; 30 in make test): every command succeeds,
+# jemalloc state.  CYCLES start/report/stop cycles (100; 30 in make test),
+# every other one profile start / heap-dump / profile stop: every command succeeds,
 # the target never dies, threads keep being born during the cycles, the
 # verdict is ok.
 # Then objects loaded after frag start: fragchurn -c 0 dlopen()s
@@ -31,9 +32,10 @@ b0=$(born); bsleep 1; b1=$(born)
 echo "# fragchurn: $((b1 - b0)) threads born and ended in about 1 s before the cycles"
 failed=0 deaths=0 first="" t0=$EPOCHREALTIME
 for i in $(seq "$CYCLES"); do
-	for c in "start --shift $((i % 10))" "report --no-flush" "stop"; do
+	agent_cycle "$i"
+	for c in "${CYCLE_CMDS[@]}"; do
 		# shellcheck disable=SC2086
-		if ! "$MA" frag $c "$P" >/dev/null 2>"$TMP/c.err"; then
+		if ! "$MA" $c "$P" >/dev/null 2>"$TMP/c.err"; then
 			failed=$((failed + 1)); [ -n "$first" ] || first="cycle $i, $c: $(head -1 "$TMP/c.err")"
 		fi
 	done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# memattach frag start / report / stop SIGKILLed at a random instant, RUNS
+# memattach frag start / report / stop (half the runs: profile start,
+# heap-dump of its profile, profile stop) SIGKILLed at a random instant, RUNS
 # times (1,000 under make soak, 300 in make test), in turn on three self-checking targets that allocate
 # all the time:
 #   daemon        (-t 4: workers allocating and checking their objects)
@@ -35,12 +36,22 @@ start() { # start NAME
 	PID[$1]=$FIX_PID FD[$1]=$FIX_FD OUT[$1]=$FIX_OUT DIR[$1]=$(dirname "$FIX_OUT")
 }
 
+# Half the runs are profile's (the same agent keeping a heap profile): its
+# start, a heap-dump of the profile, its stop.
 cmd_args() { # cmd_args NAME CMD -> A
-	case $2 in
-	start) A=(frag start "${PID[$1]}" --shift $((RANDOM % 11))) ;;
-	report) A=(frag report "${PID[$1]}" --no-flush --top 5) ;;
-	stop) A=(frag stop "${PID[$1]}") ;;
-	esac
+	if [ $((RANDOM % 2)) -eq 0 ]; then
+		case $2 in
+		start) A=(frag start "${PID[$1]}" --shift $((RANDOM % 11))) ;;
+		report) A=(frag report "${PID[$1]}" --no-flush --top 5) ;;
+		stop) A=(frag stop "${PID[$1]}") ;;
+		esac
+	else
+		case $2 in
+		start) A=(profile start "${PID[$1]}" --rate $((1 << (RANDOM % 20)))) ;;
+		report) A=(heap-dump "${PID[$1]}" -o "$TMP/rk.heap") ;;
+		stop) A=(profile stop "${PID[$1]}") ;;
+		esac
+	fi
 }
 
 # kill_window NAME: the kill window of each command on NAME, the median
@@ -93,8 +104,8 @@ end_checks() {
 		fail "$n: dead at the end: $DIED_WHY"
 		return
 	fi
-	# a killed stop or start may have left the agent running: stop it first
-	"$MA" frag stop "$pid" >/dev/null 2>"$TMP/s0.err"
+	# a killed stop or start may have left an agent running: stop it first
+	agent_stop "$pid"
 	"$MA" frag start "$pid" >/dev/null 2>"$TMP/s1.err"; r1=$?
 	"$MA" frag report "$pid" --no-flush >/dev/null 2>"$TMP/s2.err"; r2=$?
 	"$MA" frag stop "$pid" >/dev/null 2>"$TMP/s3.err"; r3=$?

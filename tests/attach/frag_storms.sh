@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# frag start / report / stop while the target forks, execs, loads and
+# frag start / report / stop (every other cycle profile start / heap-dump /
+# profile stop) while the target forks, execs, loads and
 # unloads libraries, or takes a signal storm.  CYCLES (default 20) cycles
 # per target, each start with a random --shift (0-10):
 #   forkloop -m  the main thread forks without pause; each child mallocs,
@@ -33,10 +34,11 @@ CYCLES=${CYCLES:-$(sized 20 10)}
 cycles() {
 	local pid=$1 c rc
 	OK=0 OTHER=0 FIRST_OTHER="" REFUSED=""
-	for _ in $(seq "$2"); do
-		for c in "start --shift $((RANDOM % 11))" "report --no-flush --top 3" stop; do
+	for i in $(seq "$2"); do
+		agent_cycle "$i"
+		for c in "${CYCLE_CMDS[@]}"; do
 			# shellcheck disable=SC2086
-			timeout -s KILL 60 "$MA" frag $c "$pid" >/dev/null 2>"$TMP/c.err"; rc=$?
+			timeout -s KILL 60 "$MA" $c "$pid" >/dev/null 2>"$TMP/c.err"; rc=$?
 			case $rc in
 			0) OK=$((OK + 1)) ;;
 			1) REFUSED+="$(unwrapped "$TMP/c.err" | head -1 | sed 's/[0-9][0-9]*/N/g' | cut -c1-160)"$'\n' ;;
@@ -53,7 +55,7 @@ ends() {
 	local n=$1 pid=$2
 	check "$n: $CYCLES cycles, every command exited 0 or 1 ($OK ok, $OTHER other${FIRST_OTHER:+: $FIRST_OTHER})" \
 		[ "$OTHER" -eq 0 -a "$OK" -gt 0 ]
-	"$MA" frag stop "$pid" >/dev/null 2>&1 # whatever the last cycle left
+	agent_stop "$pid" # whatever the last cycle left
 	check "$n: alive, nothing stopped ($(stopped_tasks "$pid")) or traced ($(traced_tasks "$pid"))" \
 		[ "$(stopped_tasks "$pid")" -eq 0 -a "$(traced_tasks "$pid")" -eq 0 ]
 }
@@ -111,9 +113,10 @@ P=$FIX_PID
 gens() { grep -c '^READY' "$FIX_OUT"; }
 n=0 OTHER=0 FIRST_OTHER="" okc=0
 while [ "$(gens)" -le "$GENS" ] && [ $n -lt 400 ]; do
-	for c in "start --shift $((RANDOM % 11))" "report --no-flush --top 3" stop; do
+	agent_cycle "$n"
+	for c in "${CYCLE_CMDS[@]}"; do
 		# shellcheck disable=SC2086
-		timeout -s KILL 60 "$MA" frag $c "$P" >/dev/null 2>"$TMP/c.err"; rc=$?
+		timeout -s KILL 60 "$MA" $c "$P" >/dev/null 2>"$TMP/c.err"; rc=$?
 		n=$((n + 1))
 		case $rc in 0) okc=$((okc + 1)) ;; 1) unwrapped "$TMP/c.err" | head -1 | sed 's/[0-9][0-9]*/N/g' | cut -c1-160 >>"$TMP/exec_refusals" ;; *) OTHER=$((OTHER + 1)); [ -n "$FIRST_OTHER" ] || FIRST_OTHER="$c: exit $rc: $(head -1 "$TMP/c.err")" ;; esac
 	done

@@ -175,3 +175,17 @@ slowpurge_release() {
 	done
 	return 1
 }
+
+# agent_cycle I: the three commands (without the pid) of cycle I of an
+# agent campaign, in CYCLE_CMDS: frag's start / report / stop on even
+# cycles, profile's start / heap-dump / stop on odd ones (the same agent,
+# its other mode), so that one campaign covers both.
+agent_cycle() {
+	if [ $(($1 % 2)) -eq 0 ]; then
+		CYCLE_CMDS=("frag start --shift $((RANDOM % 11))" "frag report --no-flush --top 3" "frag stop")
+	else
+		CYCLE_CMDS=("profile start --rate $((1 << (RANDOM % 20)))" "heap-dump -o $TMP/cycle.heap" "profile stop")
+	fi
+}
+# agent_stop PID: whatever agent a campaign left running, stopped.
+agent_stop() { "$MA" frag stop "$1" >/dev/null 2>&1; "$MA" profile stop "$1" >/dev/null 2>&1; }
