@@ -373,7 +373,8 @@ double ma_heapprof_scale(uint64_t objs, uint64_t bytes, uint64_t period)
 {
 	double ratio, s;
 
-	if (objs == 0 || bytes == 0 || period == 0)
+	/* Period 1 (lg_prof_sample:0, profile --rate 1): every allocation was recorded. */
+	if (objs == 0 || bytes == 0 || period <= 1)
 		return 1.0;
 	ratio = ((double)bytes / (double)objs) / (double)period;
 	/* -expm1(-r) == 1 - exp(-r), accurate for small r. */

@@ -87,9 +87,12 @@ static bool locate(const struct ma_target *t, struct ma_agent_view *v)
 		}
 	}
 	for (size_t i = 0; i < t->nmaps; i++) {
-		const struct ma_mapping *m = &t->maps[i];
+		const struct ma_mapping *m = &t->maps[i], *prev = i ? &t->maps[i - 1] : NULL;
+		/* its zeroed data past the file's end (the profile's filter makes it a mapping of its own) */
+		bool bss = v->loaded && !m->path && prev && is_agent_mapping(prev) && prev->end == m->start &&
+			   m->perms[1] == 'w';
 
-		if (!is_agent_mapping(m))
+		if (!is_agent_mapping(m) && !bss)
 			continue;
 		v->nmaps++;
 		v->mapped += m->end - m->start;

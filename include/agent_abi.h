@@ -155,10 +155,16 @@ struct ma_agent_patch {
 	uint8_t before[8], after[8];
 };
 
-/* One distinct stack: frames[off .. off+n) of the frame array. */
+/*
+ * One distinct stack: frames[off .. off+n) of the frame array.  In profile
+ * mode a stack is also keyed by the size class of what it allocated (KEY:
+ * 1 + floor(log2(usable size)); 0 otherwise): a site's sizes are unsampled
+ * apart, as they must be (scaling a mix by its mean size is biased).
+ */
 struct ma_agent_stack {
 	uint64_t hash;
 	uint32_t off, n;
+	uint32_t key, pad;
 };
 
 /*

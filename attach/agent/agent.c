@@ -274,13 +274,13 @@ static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 	return b->n == UNWIND_RAW ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-/* Id of the stack FRAMES[0..N), added if new; 0 ("not recorded") if the table is full. */
-static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, unsigned n)
+/* Id of the stack FRAMES[0..N) under KEY, added if new; 0 ("not recorded") if the table is full. */
+static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, unsigned n, uint32_t key)
 {
 	struct ma_agent_stack *st = (struct ma_agent_stack *)(uintptr_t)(c->tables + c->stacks_off);
 	uint64_t *fr = (uint64_t *)(uintptr_t)(c->tables + c->frames_off);
 	uint32_t *buckets = (uint32_t *)(uintptr_t)(c->tables + c->buckets_off);
-	uint64_t nb = 2 * c->stack_cap, h = 0x9e3779b97f4a7c15ULL ^ n;
+	uint64_t nb = 2 * c->stack_cap, h = 0x9e3779b97f4a7c15ULL ^ n ^ ((uint64_t)key << 32);
 	struct stripe *l = stack_lock(c);
 	uint32_t id = 0;
 
@@ -296,7 +296,7 @@ static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, uns
 
 		if (!cand)
 			break;
-		if (st[cand - 1].hash == h && st[cand - 1].n == n &&
+		if (st[cand - 1].hash == h && st[cand - 1].n == n && st[cand - 1].key == key &&
 		    memcmp(fr + st[cand - 1].off, frames, n * sizeof(*frames)) == 0)
 			return cand - 1;
 	}
@@ -315,13 +315,14 @@ static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, uns
 			st[ns].hash = h;
 			st[ns].off = (uint32_t)nf;
 			st[ns].n = n;
+			st[ns].key = key;
 			__atomic_store_n(&buckets[b], (uint32_t)ns + 1, __ATOMIC_RELEASE);
 			__atomic_store_n(&c->nframes, nf + n, __ATOMIC_RELEASE);
 			__atomic_store_n(&c->nstacks, ns + 1, __ATOMIC_RELEASE);
 			id = (uint32_t)ns;
 			break;
 		}
-		if (st[cand - 1].hash == h && st[cand - 1].n == n &&
+		if (st[cand - 1].hash == h && st[cand - 1].n == n && st[cand - 1].key == key &&
 		    memcmp(fr + st[cand - 1].off, frames, n * sizeof(*frames)) == 0) {
 			id = cand - 1;
 			break;
@@ -331,8 +332,8 @@ static uint32_t intern_stack(struct ma_agent_ctl *c, const uint64_t *frames, uns
 	return id;
 }
 
-/* The caller's stack, without the agent's own frames, as a stack id. */
-static uint32_t current_stack(struct ma_agent_ctl *c)
+/* The caller's stack, without the agent's own frames, under KEY, as a stack id. */
+static uint32_t current_stack(struct ma_agent_ctl *c, uint32_t key)
 {
 	struct unwind_buf b;
 	unsigned start = 0, n;
@@ -348,7 +349,7 @@ static uint32_t current_stack(struct ma_agent_ctl *c)
 		n = MA_AGENT_MAX_FRAMES;
 		__atomic_add_fetch(&c->truncated_stacks, 1, __ATOMIC_RELAXED);
 	}
-	return intern_stack(c, b.ip + start, n);
+	return intern_stack(c, b.ip + start, n, key);
 }
 
 /* ---- the sample table: per stripe, linear probing, backward-shift deletion ---- */
@@ -410,14 +411,23 @@ static void learn_unwinder(void)
 	}
 }
 
-/* CALLER: the return address of the allocation call (0 if unknown: jemalloc's hooks). */
-static uint32_t stack_of(struct ma_agent_ctl *c, uint64_t caller)
+/* Profile mode's key of a stack that allocated BYTES (agent_abi.h: struct ma_agent_stack). */
+static uint32_t size_key(const struct ma_agent_ctl *c, uint64_t bytes)
+{
+	return c->mode == MA_AGENT_MODE_PROFILE && bytes ? 64 - (uint32_t)__builtin_clzll(bytes) : 0;
+}
+
+/*
+ * CALLER: the return address of the allocation call (0 if unknown:
+ * jemalloc's hooks); BYTES: its usable size (profile mode).
+ */
+static uint32_t stack_of(struct ma_agent_ctl *c, uint64_t caller, uint64_t bytes)
 {
 	if (caller && caller >= unwinder_lo && caller < unwinder_hi) {
 		__atomic_add_fetch(&c->unwinder_samples, 1, __ATOMIC_RELAXED);
-		return intern_stack(c, &caller, 1);
+		return intern_stack(c, &caller, 1, size_key(c, bytes));
 	}
-	return current_stack(c);
+	return current_stack(c, size_key(c, bytes));
 }
 
 static inline uint64_t usable(const struct ma_agent_ctl *c, uint64_t p)
@@ -497,7 +507,7 @@ static void record(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t byte
 	if (!enter(c, &s, h))
 		return;
 	x.ptr = p;
-	x.stack = stack_of(c, caller);
+	x.stack = stack_of(c, caller, bytes);
 	x.size = size_code(bytes);
 	spin_lock(&s->lock);
 	insert_locked(c, s, &x, h, true, true);
@@ -862,15 +872,26 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	bool focus = p && running(c) && c->mode == MA_AGENT_MODE_FOCUS;
 	bool profile = p && running(c) && c->mode == MA_AGENT_MODE_PROFILE;
-	uint64_t before = focus || profile ? usable(c, p) : 0;
-	uint64_t after = ((fn4)(uintptr_t)orig(E_xallocx))(p, size, extra, flags);
+	uint64_t before = focus || profile ? usable(c, p) : 0, after, h = 0;
+	uint64_t gen = __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE);
+	struct sample x;
+	bool had = false;
 
-	if (profile && after != before && running(c)) {
-		uint64_t h = addr_hash(c, p);
-
-		if (wanted_free(c, p, h))
-			take_guarded(c, p, h, NULL);
+	/* Profile mode: the sample leaves with the size it was counted with. */
+	if (profile) {
+		h = addr_hash(c, p);
+		had = wanted_free(c, p, h) && take_guarded(c, p, h, &x);
+	}
+	after = ((fn4)(uintptr_t)orig(E_xallocx))(p, size, extra, flags);
+	if (profile && after != before) {
 		after_alloc(p, caller);
+	} else if (had && gen == __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE)) {
+		unsigned g;
+
+		if (guard_enter(&g)) { /* not resized: the same sample */
+			put_back(c, &x, h);
+			guard_leave(g);
+		}
 	}
 	if (focus && running(c)) {
 		uint64_t h = addr_hash(c, p);
