@@ -609,8 +609,10 @@ static double one_minus_exp_neg(double x)
 }
 
 /*
- * Profile mode's draws: a counter per group of threads (by pthread_self),
- * each on its own cache line, so that two allocations never share a draw.
+ * Profile mode's draws: a counter per group of threads (by bits of
+ * pthread_self, the thread's control block: threads' differ in them, as
+ * their stacks are apart), each on its own cache line, so that two
+ * allocations never share a draw.
  * Relaxed loads and stores: a lost increment between two threads of one
  * group still gives them different pointers or thread ids to hash.
  */
@@ -623,22 +625,31 @@ static struct {
  * Profile mode: is the allocation at P sampled?  With probability
  * 1 - exp(-usable size / rate), independently of every other allocation
  * (jemalloc's prof draws the same law from a per-thread byte counter).
- * Its usable size in *BYTES.
+ * Its usable size in *BYTES (asked of jemalloc only if it may be sampled).
+ * REQ: the size asked for, where no alignment was (its usable size is at
+ * most max(2 REQ, 16) in every jemalloc size class), else NO_BOUND.
  */
-static bool prof_sampled(const struct ma_agent_ctl *c, uint64_t p, uint64_t *bytes)
+#define NO_BOUND UINT64_MAX
+static bool prof_sampled(const struct ma_agent_ctl *c, uint64_t p, uint64_t req, uint64_t *bytes)
 {
-	uint64_t self = (uint64_t)pthread_self(), *n = &draws[mix(self) & 63].n, k, u;
+	uint64_t self = (uint64_t)pthread_self(), *n = &draws[(self >> 12 ^ self >> 21) & 63].n, k, u;
 	double uf, x;
 
-	*bytes = usable(c, p);
-	if (c->rate <= 1)
+	*bytes = 0;
+	if (c->rate <= 1) {
+		*bytes = usable(c, p);
 		return true;
+	}
 	k = __atomic_load_n(n, __ATOMIC_RELAXED);
 	__atomic_store_n(n, k + 1, __ATOMIC_RELAXED);
 	u = mix(p ^ c->seed ^ self ^ (k * 0x9e3779b97f4a7c15ULL));
 	uf = (double)(u >> 11) * 0x1p-53;
+	/* 1 - e^-x <= x: most allocations stop here, before asking their size */
+	if (req < (1ULL << 52) && uf * (double)c->rate >= (double)(req < 8 ? 16 : 2 * req))
+		return false;
+	*bytes = usable(c, p);
 	x = (double)*bytes / (double)c->rate;
-	if (uf >= x) /* 1 - e^-x <= x: most allocations stop here */
+	if (uf >= x)
 		return false;
 	return uf < one_minus_exp_neg(x);
 }
@@ -656,14 +667,15 @@ static inline bool wanted(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32
 	return (h & c->mask) == 0;
 }
 
-/* A new allocation at P: is it sampled (its bytes in *BYTES)? */
-static inline bool wanted_alloc(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t *bytes)
+/* A new allocation at P, REQ as prof_sampled: is it sampled (its bytes in *BYTES)? */
+static inline bool wanted_alloc(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t req,
+				uint64_t *bytes)
 {
 	uint32_t size;
 	bool w;
 
 	if (c->mode == MA_AGENT_MODE_PROFILE)
-		return prof_sampled(c, p, bytes);
+		return prof_sampled(c, p, req, bytes);
 	w = wanted(c, p, h, &size);
 	*bytes = size;
 	return w;
@@ -689,7 +701,7 @@ static void alloc_hook(void *extra, int type, void *result, uintptr_t result_raw
 	if (!p || !running(c))
 		return;
 	h = addr_hash(c, p);
-	if (wanted_alloc(c, p, h, &bytes))
+	if (wanted_alloc(c, p, h, NO_BOUND, &bytes))
 		record(c, p, h, bytes, 0);
 }
 
@@ -791,15 +803,21 @@ static bool take_guarded(struct ma_agent_ctl *c, uint64_t p, uint64_t h, struct 
 	return found;
 }
 
-static void after_alloc(uint64_t p, uint64_t caller)
+/* After an allocation returned P; REQ as prof_sampled. */
+static void after_alloc(uint64_t p, uint64_t caller, uint64_t req)
 {
 	struct ma_agent_ctl *c = &ma_agent_ctl;
 	uint64_t h, bytes;
 
 	if (!p || !running(c))
 		return;
+	if (c->mode == MA_AGENT_MODE_PROFILE) { /* the address hash only for a sample */
+		if (prof_sampled(c, p, req, &bytes))
+			record_guarded(c, p, addr_hash(c, p), bytes, caller);
+		return;
+	}
 	h = addr_hash(c, p);
-	if (wanted_alloc(c, p, h, &bytes))
+	if (wanted_alloc(c, p, h, req, &bytes))
 		record_guarded(c, p, h, bytes, caller);
 }
 
@@ -857,7 +875,8 @@ static uint64_t resize(enum entry_id id, uint64_t p, uint64_t n, uint64_t f, uin
 		}
 		return q;
 	}
-	after_alloc(q, caller);
+	/* realloc(p, n); rallocx(p, n, flags): n, unless flags ask an alignment */
+	after_alloc(q, caller, id == E_rallocx && (f & 0x3f) ? NO_BOUND : n);
 	return q;
 }
 
@@ -884,7 +903,7 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 	}
 	after = ((fn4)(uintptr_t)orig(E_xallocx))(p, size, extra, flags);
 	if (profile && after != before) {
-		after_alloc(p, caller);
+		after_alloc(p, caller, NO_BOUND);
 	} else if (had && gen == __atomic_load_n(&run_gen, __ATOMIC_ACQUIRE)) {
 		unsigned g;
 
@@ -905,11 +924,29 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 }
 
 #define RETURN_ADDRESS ((uint64_t)(uintptr_t)__builtin_return_address(0))
+
+/*
+ * The size an allocation entry point ID was asked for, where it asks no
+ * alignment (prof_sampled's bound); NO_BOUND for the aligned ones.
+ */
+static inline uint64_t asked(enum entry_id id, uint64_t a, uint64_t b)
+{
+	switch (id) {
+	case E_malloc: case E_nw: case E_na: case E_nw_nt: case E_na_nt:
+		return a;
+	case E_calloc:
+		return b && a > NO_BOUND / b ? NO_BOUND : a * b;
+	case E_mallocx: /* MALLOCX_LG_ALIGN in the low bits of the flags */
+		return b & 0x3f ? NO_BOUND : a;
+	default:
+		return NO_BOUND;
+	}
+}
 #define WRAP_ALLOC(id)                                                            \
 	static uint64_t w_##id(uint64_t a, uint64_t b, uint64_t c)                 \
 	{                                                                         \
 		uint64_t p = ((fn3)(uintptr_t)orig(E_##id))(a, b, c);             \
-		after_alloc(p, RETURN_ADDRESS);                                   \
+		after_alloc(p, RETURN_ADDRESS, asked(E_##id, a, b));              \
 		return p;                                                         \
 	}
 #define WRAP_FREE(id)                                                             \
@@ -934,7 +971,7 @@ static uint64_t resize_in_place(uint64_t p, uint64_t size, uint64_t extra, uint6
 	{                                                                         \
 		int rc = (int)((fn3)(uintptr_t)orig(E_##id))(a, b, c);            \
 		if (rc == 0 && a)                                                 \
-			after_alloc(*(uint64_t *)(uintptr_t)a, RETURN_ADDRESS);   \
+			after_alloc(*(uint64_t *)(uintptr_t)a, RETURN_ADDRESS, NO_BOUND); \
 		return (uint64_t)(uint32_t)rc;                                    \
 	}
 #define WRAP(id, sym, pre, kind, nargs) WRAP_##kind(id)
