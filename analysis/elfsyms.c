@@ -899,6 +899,48 @@ bool ma_elf_needs(const struct ma_elf *e, const char *prefix)
 	return false;
 }
 
+bool ma_elf_tls_sym(const struct ma_elf *e, const char *const *names, size_t n, struct ma_elf_sym *out)
+{
+	for (size_t k = 0; k < e->ntables; k++) {
+		const struct ma_elf_table *t = &e->tables[k];
+
+		for (size_t i = 1; i < t->n; i++) {
+			GElf_Sym gs;
+
+			if (!table_sym(e, t, i, &gs) || GELF_ST_TYPE(gs.st_info) != STT_TLS ||
+			    gs.st_shndx == SHN_UNDEF || gs.st_name >= t->strsize)
+				continue;
+			for (size_t j = 0; j < n; j++)
+				if (strcmp(t->str + gs.st_name, names[j]) == 0) {
+					*out = (struct ma_elf_sym){ .addr = gs.st_value, .size = gs.st_size,
+								    .name = names[j], .type = STT_TLS,
+								    .bind = GELF_ST_BIND(gs.st_info) };
+					return true;
+				}
+		}
+	}
+	return false;
+}
+
+bool ma_elf_tls_layout(const struct ma_elf *e, uint64_t *memsz, uint64_t *align, uint64_t *vaddr)
+{
+	size_t phnum;
+
+	if (!e->elf || elf_getphdrnum(e->elf, &phnum) != 0)
+		return false;
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(e->elf, (int)i, &ph) || ph.p_type != PT_TLS)
+			continue;
+		*memsz = ph.p_memsz;
+		*align = ph.p_align ? ph.p_align : 1;
+		*vaddr = ph.p_vaddr;
+		return true;
+	}
+	return false;
+}
+
 int ma_elf_tls_image(const struct ma_elf *e, unsigned char **image, size_t *len)
 {
 	size_t phnum, rawlen;

@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -301,7 +302,8 @@ int ma_target_code_unchanged(const struct ma_target *t)
  * libjemalloc's TLS (its tsd) is reached through one slot the loader
  * fills with the block's offset from the thread pointer.  A statically
  * linked jemalloc shares the executable's TLS block with the program's own
- * thread-locals: its threads cannot be told apart, so tls_slot stays 0.
+ * thread-locals: tls_slot stays 0, and find_static_tls looks for its one
+ * variable there instead.
  */
 static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 {
@@ -314,11 +316,58 @@ static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 	return 0;
 }
 
+static bool is_main_executable(const struct ma_target *t, const struct ma_mapping *m);
+
+/*
+ * jemalloc linked into the program: its thread-local state is the symbol
+ * tsd_tls (je_tsd_tls under jemalloc's private prefix) in the program's
+ * own TLS block, which x86-64's glibc places right below the thread
+ * pointer, at minus its size rounded up to its alignment (the executable
+ * is the first TLS module).  A thread whose copy of that one variable is
+ * still its initial image never called into jemalloc, as for the shared
+ * library.  Found only if the symbol table names it; else, as before, no
+ * thread can be told apart.
+ */
+static int find_static_tls(struct ma_jemalloc *je, struct ma_elf *e)
+{
+	static const char *const names[] = { "je_tsd_tls", "_rjem_je_tsd_tls", "tsd_tls" };
+	struct ma_elf_sym sym;
+	uint64_t memsz, align, vaddr, firstbyte, block;
+	unsigned char *image;
+	size_t len;
+	const struct ma_elf_sym *tsd = &sym;
+
+	if (!ma_elf_tls_layout(e, &memsz, &align, &vaddr) || !ma_elf_tls_sym(e, names, 3, &sym) ||
+	    !sym.size || sym.addr + sym.size > memsz || (align & (align - 1)))
+		return 0;
+	if (ma_elf_tls_image(e, &image, &len))
+		return MA_E_NOMEM;
+	if (!image || len < tsd->addr + tsd->size) {
+		free(image);
+		return 0;
+	}
+	/* glibc's offset of the first module's block (TLS_TCB_AT_TP) */
+	firstbyte = (0 - (vaddr & (align - 1))) & (align - 1);
+	block = ((memsz - firstbyte + align - 1) & ~(align - 1)) + firstbyte;
+	je->tls_image = malloc(tsd->size);
+	if (!je->tls_image) {
+		free(image);
+		return MA_E_NOMEM;
+	}
+	memcpy(je->tls_image, image + tsd->addr, tsd->size);
+	free(image);
+	je->tls_len = tsd->size;
+	je->tls_tpoff = (int64_t)tsd->addr - (int64_t)block;
+	je->have_tpoff = true;
+	je->tls_static = true;
+	return 0;
+}
+
 int ma_target_read_tls_offset(struct ma_target *t, pid_t tid)
 {
 	struct ma_jemalloc *je = &t->je;
 
-	if (!je->tls_slot)
+	if (!je->tls_slot && !je->tls_static)
 		return -1;
 	/* The thread's memory is the process's: read it through the thread. */
 	if (!je->have_tpoff) {
@@ -342,7 +391,7 @@ int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 	unsigned char *now;
 	int same;
 
-	if (!je->tls_slot || ma_target_read_tls_offset(t, tid) != 0)
+	if ((!je->tls_slot && !je->tls_static) || ma_target_read_tls_offset(t, tid) != 0)
 		return -1;
 	now = je->tls_now;
 	if (ma_mem_read(tid, tp + (uint64_t)je->tls_tpoff, now, je->tls_len) != 0) {
@@ -394,6 +443,8 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		record_code_bytes(je, e);
 		if (!je->is_static && find_tls(je, e))
 			return MA_E_NOMEM;
+		if (je->is_static && is_main_executable(t, first) && find_static_tls(je, e))
+			return MA_E_NOMEM;
 		if (je->is_static ? static_text_ranges(je, e) : shared_text_ranges(je, t, first))
 			return MA_E_NOMEM;
 		merge_ranges(je);
@@ -401,8 +452,6 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 	}
 	return 0;
 }
-
-static bool is_main_executable(const struct ma_target *t, const struct ma_mapping *m);
 
 /*
  * The dynamic loader's code: a thread in it may be relocating or loading

@@ -137,6 +137,18 @@ size_t ma_elf_work_list(const struct ma_elf_work **list);
 /* File offset -> link-time vaddr through the PT_LOAD segments; 0 or -1. */
 int ma_elf_offset_to_vaddr(const struct ma_elf *e, uint64_t off, uint64_t *vaddr);
 /*
+ * The PT_TLS segment of E: its size in memory, alignment and link-time
+ * address (where the TLS symbols' values are offsets from).  False if E
+ * has none.
+ */
+/*
+ * The thread-local (STT_TLS) symbol of E named one of NAMES, into OUT: its
+ * value is an offset in the PT_TLS segment.  False if none.  (The other
+ * lookups leave TLS symbols out: their values are not addresses.)
+ */
+bool ma_elf_tls_sym(const struct ma_elf *e, const char *const *names, size_t n, struct ma_elf_sym *out);
+bool ma_elf_tls_layout(const struct ma_elf *e, uint64_t *memsz, uint64_t *align, uint64_t *vaddr);
+/*
  * The initial image of the object's thread-local storage (PT_TLS: .tdata,
  * then .tbss zeros), which every thread's copy starts as; *IMAGE NULL and
  * *LEN 0 if it has none.  0 or MA_E_NOMEM; free(*IMAGE).

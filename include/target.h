@@ -41,11 +41,13 @@ struct ma_jemalloc {
 #define MA_CODE_CHECKS 4
 #define MA_CODE_CHECK_LEN 16
 	/*
-	 * jemalloc's thread-local storage (libjemalloc*.so only): a thread
-	 * whose copy still equals the initial image never called into
-	 * jemalloc, and has no allocator state for a call to create.
+	 * jemalloc's thread-local storage (libjemalloc*.so, or tsd_tls where
+	 * jemalloc is linked into the program): a thread whose copy still
+	 * equals the initial image never called into jemalloc, and has no
+	 * allocator state for a call to create.
 	 */
 	uint64_t tls_slot; /* runtime address of its TP-offset slot, or 0: cannot tell */
+	bool tls_static; /* jemalloc in the program: tls_tpoff known from its file (tsd_tls) */
 	int64_t tls_tpoff; /* the slot's value, once read (the same for every thread) */
 	bool have_tpoff;
 	unsigned char *tls_image; /* the initial image */
