@@ -10,7 +10,7 @@
 # where it is off; and at the end both daemons answer, are the same
 # processes with the same threads, and logged no EINTR.
 . "$(dirname "$0")/../lib/common.sh"
-plan 49
+plan 55
 
 for tool in redis-server redis-cli redis-benchmark kresd kdig curl; do
 	command -v "$tool" >/dev/null || missing="$missing $tool"
@@ -93,7 +93,7 @@ check "ps (exit $rc): both redis and kresd, with the system libjemalloc" \
 	eval '[ $rc = 0 ] && listed $R1_PID redis-server && listed $R2_PID redis-server && listed $K_PID kresd'
 
 # Every command of 'memattach --help' must be run below: a new one fails here until it is.
-covered="stats threads bins purge heap-dump stats-dump watch snapshot export aggregate stacks diff frag ps ab"
+covered="stats threads bins purge heap-dump stats-dump watch snapshot export aggregate stacks diff frag profile ps ab"
 uncovered=$("$MA" --help | sed -n '/^commands:/,/^$/p' | awk 'NF > 1 { print $1 }' |
 	while read -r c; do [[ " $covered " == *" $c "* ]] || echo "$c"; done | tr '\n' ' ')
 check "every command of --help is run here (not covered: '${uncovered% }')" [ -z "$uncovered" ]
@@ -215,6 +215,26 @@ battery() { # battery NAME PID
 	# Debian's daemons link the shared libjemalloc: the agent rewrote GOT slots
 	check "$d: frag stop (exit $rc): slots restored" \
 		eval '[ $rc = 0 ] && grep -q "^frag agent stopped in process $pid: slots restored" "$o.fp"'
+
+	# profile: a heap profile without prof, under the same load
+	"$MA" profile start "$pid" --rate 65536 >"$o.ps" 2>&1 && "$MA" profile status "$pid" >>"$o.ps" 2>&1; rc=$?
+	check "$d: profile start and status (exit $rc)" \
+		eval '[ $rc = 0 ] && grep -q "^heap profile started in process $pid" "$o.ps" &&
+		grep -q "^process $pid: heap profile running" "$o.ps"'
+	base=$(answered)
+	poll 600 eval '[ "$(answered)" -ge $((base + 100)) ]'
+	[ "$d" = r1 ] && poll 600 eval '"$MA" profile status $pid | grep -q "samples held [1-9]"'
+	"$MA" heap-dump "$pid" -o "$o.heap" >"$o.ph" 2>&1 && "$MA" aggregate "$o.heap" >>"$o.ph" 2>&1; rc=$?
+	if [ "$d" = r1 ]; then # redis allocates through zmalloc, under redis-benchmark's SETs
+		check "$d: heap-dump writes the agent's profile, aggregate reads it (exit $rc): sites through zmalloc" \
+			eval '[ $rc = 0 ] && grep -q "heap profile from memattach.s agent" "$o.ph" && grep -qE "zmalloc|ztrymalloc" "$o.ph"'
+	else
+		check "$d: heap-dump writes the agent's profile, aggregate reads it (exit $rc)" \
+			eval '[ $rc = 0 ] && grep -q "heap profile from memattach.s agent" "$o.ph" && grep -q "^dump .*heap_v2" "$o.ph"'
+	fi
+	"$MA" profile stop "$pid" >"$o.pp" 2>&1; rc=$?
+	check "$d: profile stop (exit $rc): slots restored" \
+		eval '[ $rc = 0 ] && grep -q "^heap profile stopped in process $pid: slots restored" "$o.pp"'
 }
 mark "r1: the commands"
 battery r1 "$R1_PID"
@@ -280,9 +300,11 @@ for d in r1 k r2; do
 			eval '[ $rc = 0 ] && [[ $sum == *": $rows samples ("*", $dumps heap dumps"* ]] &&
 			[ "$dumps" -ge 1 ] && head -1 "$dir/peak.heap" | grep -q "^heap_v2/"'
 	else
-		check "$d: watch (exit $rc): '${sum:0:90}': the series, no dump" \
-			eval '[ $rc = 0 ] && [[ $sum == *": $rows samples ("*", 0 heap dumps"* ]] &&
-			[ "$(stat_rows "$dir/series.csv")" -ge 3 ] && [ -s "$dir/chart.svg" ] && [ ! -e "$dir/peak.heap" ]'
+		# no prof: a dump only at a high reached while profile ran (the battery), the agent's
+		check "$d: watch (exit $rc): '${sum:0:90}': the series; $dumps dump(s), the agent's" \
+			eval '[ $rc = 0 ] && [[ $sum == *": $rows samples ("*", $dumps heap dumps"* ]] &&
+			[ "$(stat_rows "$dir/series.csv")" -ge 3 ] && [ -s "$dir/chart.svg" ] &&
+			{ [ "$dumps" -eq 0 ] && [ ! -e "$dir/peak.heap" ] || head -1 "$dir/peak.heap" | grep -q "^heap_v2/"; }'
 	fi
 done
 

@@ -55,6 +55,8 @@ scenarios=(
 	"frag start $P" "frag status $P" "frag report $P -o $TMP/f.rep" "frag report --from $TMP/f.rep"
 	"frag stop $P" "frag status $P" "frag report $P" "frag start $X --focus 48" "names: frag report $X"
 	"frag stop $X" "frag start $J"
+	"profile start $P --rate 4096" "profile status $P" "heap-dump $P -o $TMP/p.heap" "aggregate $TMP/p.heap"
+	"profile start $P" "profile stop $P" "profile status $P" "profile stop $P"
 	"ps" "ps daemon"
 	"ab -a true -b true --pid $TMP/abpid --lifecycle reuse --runs 2" "ab -a false -b true --pid $TMP/abpid"
 )
