@@ -63,7 +63,7 @@ cli/fixtures_selftest.sh attach/live_watch_snapshot.sh attach/hostile_exporter.s
 HEAVY="attach/frag_random_kill.sh attach/frag_churn.sh attach/frag_churn_static.sh attach/frag_storms_static.sh attach/safety_random_kill.sh
 attach/stress.sh attach/safety_fork.sh attach/stop_midrun.sh attach/frag_storms.sh
 attach/registers.sh attach/width_live.sh attach/real_daemons.sh attach/concurrent.sh
-attach/safety_selfdeadlock.sh"
+attach/safety_selfdeadlock.sh attach/static_bare_threads.sh"
 # Waits for the background jemalloc builds (fixtures/jemalloc.mk): last.
 LAST="attach/version_matrix.sh"
 
