@@ -100,6 +100,22 @@ static int skip_opt(const struct ma_opt *o, const char *value)
  * for FRAG_MAX_OPTS), and its spec.  False if SUB is none of them.
  */
 #define FRAG_MAX_OPTS 16
+/* Table T (NULL: no such subcommand) into OPTS, and its spec: ABOUT_TEXT, ARGS after the command. */
+static bool fill_table(const struct ma_opt *t, struct frag_args *a, const char *about_text, const char *args,
+		       struct ma_opt *opts, struct ma_cmd_spec *c)
+{
+	size_t n = 0;
+
+	if (!t)
+		return false;
+	while (t[n].kind != MA_OPT_END)
+		n++;
+	memcpy(opts, t, (n + 1) * sizeof(*t));
+	*c = (struct ma_cmd_spec){ .opts = opts, .about = about_text, .footer = MA_FOOTER_EXIT,
+				   .pid = &a->pid, .args = args };
+	return true;
+}
+
 static bool frag_table(const char *sub, struct frag_args *a, struct ma_opt *opts, struct ma_cmd_spec *c)
 {
 	const struct ma_opt start[] = {
@@ -141,17 +157,8 @@ static bool frag_table(const char *sub, struct frag_args *a, struct ma_opt *opts
 				 : strcmp(sub, "report") == 0 ? report
 				 : strcmp(sub, "status") == 0 || strcmp(sub, "stop") == 0 ? other
 											 : NULL;
-	size_t n = 0;
 
-	if (!t)
-		return false;
-	while (t[n].kind != MA_OPT_END)
-		n++;
-	memcpy(opts, t, (n + 1) * sizeof(*t));
-	*c = (struct ma_cmd_spec){ .opts = opts, .about = about, .footer = MA_FOOTER_EXIT,
-				   .pid = &a->pid,
-				   .args = strcmp(sub, "report") == 0 ? "(PID | --from FILE)" : "PID" };
-	return true;
+	return fill_table(t, a, about, strcmp(sub, "report") == 0 ? "(PID | --from FILE)" : "PID", opts, c);
 }
 
 static const char *const frag_subs[] = { "start", "report", "status", "stop" };
@@ -185,24 +192,60 @@ static int other_subs_option(const char *sub, const char *arg, struct frag_args 
 	return 0;
 }
 
-/* `memattach frag --help`: what frag does, then each subcommand's options. */
-static void frag_usage(struct frag_args *a)
+/* A subcommand's option table into OPTS, and its spec (frag_table, profile_table). */
+typedef bool subs_table_fn(const char *sub, struct frag_args *a, struct ma_opt *opts, struct ma_cmd_spec *c);
+
+/*
+ * `memattach NAME --help` for a command of subcommands SUBS[0..N) (USAGE:
+ * its first line): each subcommand's options, then what it does (ABOUT).
+ */
+static void subs_usage(const char *name, const char *usage, const char *const *subs, size_t n,
+		       subs_table_fn *table, const char *about_text, struct frag_args *a)
 {
-	printf("usage: memattach frag start|report|status|stop ...\n");
-	for (size_t k = 0; k < 4; k++) {
+	printf("usage: memattach %s\n", usage);
+	for (size_t k = 0; k < n; k++) {
 		struct ma_opt opts[FRAG_MAX_OPTS];
 		struct ma_cmd_spec c;
 		char cmd[32];
 
-		frag_table(frag_subs[k], a, opts, &c);
-		snprintf(cmd, sizeof(cmd), "frag %s", frag_subs[k]);
+		table(subs[k], a, opts, &c);
+		snprintf(cmd, sizeof(cmd), "%s %s", name, subs[k]);
 		c.cmd = cmd;
 		c.about = NULL;
 		c.footer = NULL;
 		putchar('\n');
 		ma_opts_usage(stdout, &c);
 	}
-	printf("\n%s\n%s\n", about, MA_FOOTER_EXIT);
+	printf("\n%s\n%s\n", about_text, MA_FOOTER_EXIT);
+}
+
+/* `memattach frag --help`: each subcommand's options, then what frag does. */
+static void frag_usage(struct frag_args *a)
+{
+	subs_usage("frag", "frag start|report|status|stop ...", frag_subs, 4, frag_table, about, a);
+}
+
+/*
+ * The subcommand of command NAME (argv[1]; LIST names them all for
+ * messages) into A->sub, its table into OPTS and C (C->cmd: CMD, "NAME
+ * SUB").  0; -1 after printing USAGE for --help; or a usage error's status.
+ */
+static int pick_sub(int argc, char **argv, struct frag_args *a, const char *name, const char *list,
+		    subs_table_fn *table, void (*usage)(struct frag_args *), struct ma_opt *opts,
+		    struct ma_cmd_spec *c, char *cmd, size_t cmdlen)
+{
+	if (argc < 2 || ma_is_help(argv[1])) {
+		if (argc < 2)
+			return ma_usage_error(name, "missing subcommand: %s", list);
+		usage(a);
+		return -1;
+	}
+	a->sub = argv[1];
+	if (!table(a->sub, a, opts, c))
+		return ma_usage_error(name, "unknown subcommand '%s': %s", a->sub, list);
+	snprintf(cmd, cmdlen, "%s %s", name, a->sub);
+	c->cmd = cmd;
+	return 0;
 }
 
 static int parse_args(int argc, char **argv, struct frag_args *a)
@@ -212,18 +255,9 @@ static int parse_args(int argc, char **argv, struct frag_args *a)
 	char cmd[32];
 	int rc;
 
-	if (argc < 2 || ma_is_help(argv[1])) {
-		if (argc < 2)
-			return ma_usage_error("frag", "missing subcommand: start, report, status or stop");
-		frag_usage(a);
-		return -1;
-	}
-	a->sub = argv[1];
-	if (!frag_table(a->sub, a, opts, &c))
-		return ma_usage_error("frag", "unknown subcommand '%s': start, report, status or stop",
-				      a->sub);
-	snprintf(cmd, sizeof(cmd), "frag %s", a->sub);
-	c.cmd = cmd;
+	if ((rc = pick_sub(argc, argv, a, "frag", "start, report, status or stop", frag_table, frag_usage,
+			   opts, &c, cmd, sizeof(cmd))))
+		return rc;
 	for (int i = 2; i < argc; i++)
 		if (argv[i][0] == '-' && !ma_is_help(argv[i]) && (rc = other_subs_option(a->sub, argv[i], a)))
 			return rc;
@@ -896,37 +930,16 @@ static bool profile_table(const char *sub, struct frag_args *a, struct ma_opt *o
 	const struct ma_opt *t = strcmp(sub, "start") == 0 ? start
 				 : strcmp(sub, "status") == 0 || strcmp(sub, "stop") == 0 ? other
 											 : NULL;
-	size_t n = 0;
 
-	if (!t)
-		return false;
-	while (t[n].kind != MA_OPT_END)
-		n++;
-	memcpy(opts, t, (n + 1) * sizeof(*t));
-	*c = (struct ma_cmd_spec){ .opts = opts, .about = profile_about, .footer = MA_FOOTER_EXIT,
-				   .pid = &a->pid, .args = "PID" };
-	return true;
+	return fill_table(t, a, profile_about, "PID", opts, c);
 }
 
 static const char *const profile_subs[] = { "start", "status", "stop" };
 
 static void profile_usage(struct frag_args *a)
 {
-	printf("usage: memattach profile start|status|stop PID ...\n");
-	for (size_t k = 0; k < 3; k++) {
-		struct ma_opt opts[FRAG_MAX_OPTS];
-		struct ma_cmd_spec c;
-		char cmd[32];
-
-		profile_table(profile_subs[k], a, opts, &c);
-		snprintf(cmd, sizeof(cmd), "profile %s", profile_subs[k]);
-		c.cmd = cmd;
-		c.about = NULL;
-		c.footer = NULL;
-		putchar('\n');
-		ma_opts_usage(stdout, &c);
-	}
-	printf("\n%s\n%s\n", profile_about, MA_FOOTER_EXIT);
+	subs_usage("profile", "profile start|status|stop PID ...", profile_subs, 3, profile_table,
+		   profile_about, a);
 }
 
 int cmd_profile(int argc, char **argv)
@@ -937,17 +950,9 @@ int cmd_profile(int argc, char **argv)
 	char cmd[32];
 	int rc;
 
-	if (argc < 2 || ma_is_help(argv[1])) {
-		if (argc < 2)
-			return ma_usage_error("profile", "missing subcommand: start, status or stop");
-		profile_usage(&a);
-		return MA_EXIT_OK;
-	}
-	a.sub = argv[1];
-	if (!profile_table(a.sub, &a, opts, &c))
-		return ma_usage_error("profile", "unknown subcommand '%s': start, status or stop", a.sub);
-	snprintf(cmd, sizeof(cmd), "profile %s", a.sub);
-	c.cmd = cmd;
+	if ((rc = pick_sub(argc, argv, &a, "profile", "start, status or stop", profile_table, profile_usage,
+			   opts, &c, cmd, sizeof(cmd))))
+		return rc < 0 ? MA_EXIT_OK : rc;
 	if ((rc = ma_opts_parse(argc - 1, argv + 1, &c)))
 		return rc < 0 ? MA_EXIT_OK : rc;
 	if (!a.pid)
