@@ -22,7 +22,8 @@ plan 37
 fix_start proftruth -k 128 || { fail "proftruth did not start"; exit 1; }
 P=$FIX_PID
 
-alloc() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" alloc | sed -n 's/^TRUTH //p' >"$TMP/truth.json"; [ -s "$TMP/truth.json" ]; }
+# alloc [K]: K rounds (the fixture's -k by default); the truth in truth.json.
+alloc() { FIX_CMD_WAIT_S=300 fix_cmd "$P" "$FIX_FD" "$FIX_OUT" "alloc${1:+ $1}" | sed -n 's/^TRUTH //p' >"$TMP/truth.json"; [ -s "$TMP/truth.json" ]; }
 release() { fix_cmd "$P" "$FIX_FD" "$FIX_OUT" free | grep -q '^OK'; }
 dump() { "$MA" heap-dump "$P" -o "$TMP/$1.heap" --json >"$TMP/$1.dump.json" 2>"$TMP/$1.err" &&
 	"$MA" aggregate "$TMP/$1.heap" --json --top 0 >"$TMP/$1.json" 2>>"$TMP/$1.err"; }
@@ -59,7 +60,7 @@ check "profile status: running, mode profile, rate 1 ($(head -c 300 "$TMP/st.jso
 
 # One round at rate 1 is enough (every allocation recorded).
 fix_cmd "$P" "$FIX_FD" "$FIX_OUT" free >/dev/null
-check "proftruth allocates (truth: $(head -c 120 "$TMP/truth.json" 2>/dev/null))" alloc
+check "proftruth allocates one round (truth: $(head -c 120 "$TMP/truth.json" 2>/dev/null))" alloc 1
 dump r1; rc=$?
 check "heap-dump and aggregate of the agent's profile succeed ($(head -c 300 "$TMP/r1.err"))" [ "$rc" -eq 0 ]
 check "heap-dump --json says it comes from the agent, since when ($(cat "$TMP/r1.dump.json"))" \

@@ -113,12 +113,13 @@ fix_start() {
 	return 1
 }
 
-# fix_cmd PID FD OUT COMMAND: send COMMAND, print the line it answers with.
+# fix_cmd PID FD OUT COMMAND: send COMMAND, print the line it answers with
+# (waiting up to FIX_CMD_WAIT_S seconds, 10 by default).
 fix_cmd() {
 	local pid=$1 fd=$2 out=$3 cmd=$4 n i
 	full_lines "$out"; n=${#FULL_LINES[@]}
 	echo "$cmd" >&"$fd" || return 1
-	for ((i = 0; i < 200; i++)); do
+	for ((i = 0; i < ${FIX_CMD_WAIT_S:-10} * 20; i++)); do
 		full_lines "$out"
 		if [ "${#FULL_LINES[@]}" -gt "$n" ]; then
 			printf '%s\n' "${FULL_LINES[n]}"
