@@ -667,16 +667,24 @@ static inline bool wanted(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint32
 	return (h & c->mask) == 0;
 }
 
-/* A new allocation at P, REQ as prof_sampled: is it sampled (its bytes in *BYTES)? */
-static inline bool wanted_alloc(struct ma_agent_ctl *c, uint64_t p, uint64_t h, uint64_t req,
+/*
+ * A new allocation at P, REQ as prof_sampled: is it sampled?  Its bytes in
+ * *BYTES and its address hash in *H (profile mode hashes only a sample).
+ */
+static inline bool wanted_alloc(struct ma_agent_ctl *c, uint64_t p, uint64_t req, uint64_t *h,
 				uint64_t *bytes)
 {
 	uint32_t size;
 	bool w;
 
-	if (c->mode == MA_AGENT_MODE_PROFILE)
-		return prof_sampled(c, p, req, bytes);
-	w = wanted(c, p, h, &size);
+	if (c->mode == MA_AGENT_MODE_PROFILE) {
+		if (!prof_sampled(c, p, req, bytes))
+			return false;
+		*h = addr_hash(c, p);
+		return true;
+	}
+	*h = addr_hash(c, p);
+	w = wanted(c, p, *h, &size);
 	*bytes = size;
 	return w;
 }
@@ -700,8 +708,7 @@ static void alloc_hook(void *extra, int type, void *result, uintptr_t result_raw
 	(void)type, (void)result_raw, (void)args_raw;
 	if (!p || !running(c))
 		return;
-	h = addr_hash(c, p);
-	if (wanted_alloc(c, p, h, NO_BOUND, &bytes))
+	if (wanted_alloc(c, p, NO_BOUND, &h, &bytes))
 		record(c, p, h, bytes, 0);
 }
 
@@ -811,13 +818,7 @@ static void after_alloc(uint64_t p, uint64_t caller, uint64_t req)
 
 	if (!p || !running(c))
 		return;
-	if (c->mode == MA_AGENT_MODE_PROFILE) { /* the address hash only for a sample */
-		if (prof_sampled(c, p, req, &bytes))
-			record_guarded(c, p, addr_hash(c, p), bytes, caller);
-		return;
-	}
-	h = addr_hash(c, p);
-	if (wanted_alloc(c, p, h, req, &bytes))
+	if (wanted_alloc(c, p, req, &h, &bytes))
 		record_guarded(c, p, h, bytes, caller);
 }
 

@@ -468,6 +468,12 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 	return MA_EXIT_OK;
 }
 
+/* An agent's mode as --json names it. */
+static const char *mode_key(uint32_t mode)
+{
+	return mode == MA_AGENT_MODE_FOCUS ? "focus" : mode == MA_AGENT_MODE_PROFILE ? "profile" : "shift";
+}
+
 /* How the agent sees allocations, for messages. */
 static const char *mechanism_text(uint32_t m)
 {
@@ -514,7 +520,7 @@ static int do_start(struct frag_args *a)
 		ma_json_init(&j, stdout);
 		ma_json_obj_open(&j, NULL);
 		ma_json_i64(&j, "pid", a->pid);
-		ma_json_str(&j, "mode", a->profile ? "profile" : a->have_focus ? "focus" : "shift");
+		ma_json_str(&j, "mode", mode_key(so->mode));
 		if (a->profile)
 			ma_json_u64(&j, "rate", so->rate);
 		ma_json_u64(&j, "shift", so->shift);
@@ -543,10 +549,7 @@ static int do_start(struct frag_args *a)
 		       (unsigned long long)(stripe_max(so->max_samples) * MA_AGENT_STRIPES));
 		ma_print_wrapped(2, "every malloc/free now goes through %s; 'memattach frag report "
 		       "%d' attributes the waste of allocations made from now on, 'memattach "
-		       "frag stop %d' undoes it\n", v->ctl.mechanism == MA_AGENT_MECH_GOT ?
-		       "the agent's wrappers (GOT slots)" : v->ctl.mechanism == MA_AGENT_MECH_DETOUR ?
-		       "the agent's wrappers (a jump written into each entry point)" : "jemalloc's hooks",
-		       a->pid, a->pid);
+		       "frag stop %d' undoes it\n", mechanism_text(v->ctl.mechanism), a->pid, a->pid);
 	}
 	return fflush(stdout) ? ma_cmd_error(cmd, MA_EXIT_FAIL, "cannot write output") : MA_EXIT_OK;
 }
@@ -685,9 +688,7 @@ static int do_status(struct frag_args *a)
 		ma_json_str(&j, "state", v.loaded ? (v.foreign ? "foreign" : state_name(v.ctl.state))
 						  : "absent");
 		if (v.loaded && !v.foreign && v.ctl.state != MA_AGENT_IDLE) {
-			ma_json_str(&j, "mode", v.ctl.mode == MA_AGENT_MODE_FOCUS     ? "focus"
-						: v.ctl.mode == MA_AGENT_MODE_PROFILE ? "profile"
-										      : "shift");
+			ma_json_str(&j, "mode", mode_key(v.ctl.mode));
 			ma_json_u64(&j, "rate", v.ctl.rate);
 			ma_json_u64(&j, "shift", v.ctl.shift);
 			ma_json_u64(&j, "focus_size", v.ctl.focus_size);
