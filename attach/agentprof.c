@@ -10,18 +10,10 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fragctl.h"
 #include "ma_error.h"
-
-static uint64_t unix_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
+#include "runclock.h"
 
 /* The agent's stack records, frames and per-stack counters, or MA_E_*. */
 static int read_tables(pid_t pid, const struct ma_agent_ctl *c, struct ma_agent_stack **st,
@@ -100,7 +92,7 @@ int ma_agent_profile_read(const struct ma_target *t, struct ma_heapprof *hp,
 	info->rate = v.ctl.rate;
 	info->mechanism = v.ctl.mechanism;
 	info->started_unix_ns = v.ctl.started_unix_ns;
-	info->captured_unix_ns = unix_now_ns();
+	info->captured_unix_ns = ma_unix_ns();
 	info->live_samples = v.live;
 	info->dropped_full = v.dropped_full;
 	info->dropped_stacks = v.ctl.dropped_stacks;

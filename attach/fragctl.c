@@ -385,14 +385,6 @@ const char *ma_agent_mode_name(uint32_t mode)
 					       : "frag's shift mode";
 }
 
-static uint64_t unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t random_seed(void)
 {
 	uint64_t seed = 0;
@@ -403,7 +395,7 @@ static uint64_t random_seed(void)
 			seed = 0;
 		close(fd);
 	}
-	return seed ? seed : unix_ns() * 0x9e3779b97f4a7c15ULL;
+	return seed ? seed : ma_unix_ns() * 0x9e3779b97f4a7c15ULL;
 }
 
 uint32_t ma_agent_mechanism_for(const struct ma_target *t)
@@ -645,7 +637,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.frame_cap = o->frame_cap;
 	p.self_lo = v.lo;
 	p.self_hi = v.hi;
-	p.started_unix_ns = unix_ns();
+	p.started_unix_ns = ma_unix_ns();
 	ma_session_reset(s);
 	if (!(a_params = ma_session_alloc(s, sizeof(p))))
 		return ma_fail(MA_E_INTERNAL, "scratch area exhausted");
@@ -792,7 +784,7 @@ int ma_agent_query_in(struct ma_session *s, struct ma_frag_data *d)
 	d->focus_size = v.ctl.focus_size;
 	d->pid = (uint64_t)s->t->pid;
 	d->started_unix_ns = v.ctl.started_unix_ns;
-	d->captured_unix_ns = unix_ns();
+	d->captured_unix_ns = ma_unix_ns();
 	d->recorded = v.recorded;
 	d->removed = v.removed;
 	d->dropped_full = v.dropped_full;

@@ -20,6 +20,14 @@ uint64_t ma_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t ma_unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * How long this process has been running (0 unknown): its start in
  * /proc/self/stat, in clock ticks since boot, against CLOCK_BOOTTIME.

@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 uint64_t ma_now_ns(void);
+/* The wall clock (CLOCK_REALTIME) in ns since the epoch: when something began, for reports. */
+uint64_t ma_unix_ns(void);
 
 /*
  * Set by the SIGINT/SIGTERM handlers (ma_install_signal_guards, remote.h):

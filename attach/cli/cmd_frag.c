@@ -813,10 +813,7 @@ static int collect_live(struct frag_args *a, struct ma_frag_data *d, struct ma_f
 {
 	struct frag_live fl = { .cmd = "frag report", .a = a, .flush = !a->no_flush, .fr = fr, .d = d,
 				.tm = tm };
-	struct timespec now;
-
-	clock_gettime(CLOCK_REALTIME, &now);
-	tm->began_unix_ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+	tm->began_unix_ns = ma_unix_ns();
 	tm->began_ns = ma_now_ns();
 
 	return run_live(&fl, query_agent, name_live_frames);
