@@ -134,17 +134,6 @@ static double seconds_between(uint64_t from_ns, uint64_t to_ns)
 	return to_ns > from_ns ? (double)(to_ns - from_ns) / 1e9 : 0;
 }
 
-/* "2026-12-04 11:54:21" (local time) of a CLOCK_REALTIME reading. */
-static const char *clock_time(uint64_t unix_ns, char *buf, size_t len)
-{
-	time_t t = (time_t)(unix_ns / 1000000000ULL);
-	struct tm tm;
-
-	if (!localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
-		snprintf(buf, len, "?");
-	return buf;
-}
-
 /*
  * When the samples were read, and, for a live report, where its own time
  * went before that: a report can take long (every thread's tcache flushed
@@ -157,7 +146,7 @@ static void print_window(const struct ma_frag_data *d, const struct frag_timing 
 	char when[32];
 
 	ma_print_wrapped(2, "since: frag start at %s, %.1f s before the samples were read\n",
-	       clock_time(d->started_unix_ns, when, sizeof(when)), age);
+	       ma_clock_time(d->started_unix_ns, when, sizeof(when)), age);
 	if (!tm)
 		return;
 	ma_print_wrapped(8, "report: began %.1f s after frag start; read the samples %.1f s later "

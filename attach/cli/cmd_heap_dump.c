@@ -4,7 +4,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "capture.h"
 #include "fragctl.h"
@@ -145,10 +144,8 @@ int cmd_heap_dump(int argc, char **argv)
 	/* With -o -, the dump is the output: the summary goes with the messages. */
 	if (d.agent.rate) {
 		char since[64];
-		time_t t0 = (time_t)(d.agent.started_unix_ns / 1000000000ULL);
-		struct tm tm;
 
-		strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", localtime_r(&t0, &tm));
+		ma_clock_time(d.agent.started_unix_ns, since, sizeof(since));
 		ma_fprint_wrapped(ma_outfile_is_stdout(out) ? stderr : stdout, 2,
 				  "wrote %s: %s heap profile from memattach's agent (allocations "
 				  "since profile start at %s, one sample per %llu bytes; %.1f s ago)\n"

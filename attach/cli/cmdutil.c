@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmdutil.h"
 #include "commands.h"
@@ -35,6 +36,16 @@ static void vprint_wrapped(FILE *f, size_t hang, const char *fmt, va_list ap)
 	}
 	ma_put_wrapped(f, hang, text);
 	free(text);
+}
+
+const char *ma_clock_time(uint64_t unix_ns, char *buf, size_t len)
+{
+	time_t t = (time_t)(unix_ns / 1000000000ULL);
+	struct tm tm;
+
+	if (!localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, len, "?");
+	return buf;
 }
 
 void ma_print_named(const char *lead, const char *name, const char *where, size_t hang)

@@ -50,6 +50,8 @@ void ma_fprint_wrapped(FILE *f, size_t hang, const char *fmt, ...)
  * one longer than a line overflows.
  */
 void ma_print_named(const char *lead, const char *name, const char *where, size_t hang);
+/* "2026-12-04 11:54:21" (local time) of a CLOCK_REALTIME reading in ns, into BUF ("?" if none). */
+const char *ma_clock_time(uint64_t unix_ns, char *buf, size_t len);
 
 /* A usage error: one message on stderr pointing at --help; returns exit 2. */
 int ma_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
