@@ -305,12 +305,35 @@ int ma_target_code_unchanged(const struct ma_target *t)
  * thread-locals: tls_slot stays 0, and find_static_tls looks for its one
  * variable there instead.
  */
+/*
+ * tsd's state byte: the one byte of the initial image that holds
+ * "uninitialized" (6 in 5.2-5.3, 5 upstream; every other field starts
+ * otherwise in every version we build).  Two candidates, or none: unknown.
+ */
+static void find_state_byte(struct ma_jemalloc *je)
+{
+	int found = 0;
+
+	je->tls_state_off = -1;
+	for (size_t i = 0; i < je->tls_len && je->tls_image; i++) {
+		if (je->tls_image[i] != 5 && je->tls_image[i] != 6)
+			continue;
+		if (found++)
+			break;
+		je->tls_state_off = (int)i;
+		je->tls_state_uninit = je->tls_image[i];
+	}
+	if (found != 1)
+		je->tls_state_off = -1;
+}
+
 static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 {
 	uint64_t slot;
 
 	if (ma_elf_tls_image(e, &je->tls_image, &je->tls_len))
 		return MA_E_NOMEM;
+	find_state_byte(je);
 	if (je->tls_len && ma_elf_find_reloc(e, MA_ARCH_R_TLS_TPOFF, &slot))
 		je->tls_slot = slot + je->bias;
 	return 0;
@@ -357,6 +380,7 @@ static int find_static_tls(struct ma_jemalloc *je, struct ma_elf *e)
 	memcpy(je->tls_image, image + tsd->addr, tsd->size);
 	free(image);
 	je->tls_len = tsd->size;
+	find_state_byte(je);
 	je->tls_tpoff = (int64_t)tsd->addr - (int64_t)block;
 	je->have_tpoff = true;
 	je->tls_static = true;
@@ -385,21 +409,30 @@ int ma_target_read_tls_offset(struct ma_target *t, pid_t tid)
 	return 0;
 }
 
-int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
+enum ma_je_thread_state ma_thread_je_state(struct ma_target *t, pid_t tid, uint64_t tp)
 {
 	struct ma_jemalloc *je = &t->je;
 	unsigned char *now;
-	int same;
+	int uninit = je->tls_state_uninit, state;
 
 	if ((!je->tls_slot && !je->tls_static) || ma_target_read_tls_offset(t, tid) != 0)
-		return -1;
+		return MA_JE_STATE_UNKNOWN;
 	now = je->tls_now;
 	if (ma_mem_read(tid, tp + (uint64_t)je->tls_tpoff, now, je->tls_len) != 0) {
 		ma_err_clear();
-		return -1;
+		return MA_JE_STATE_UNKNOWN;
 	}
-	same = memcmp(now, je->tls_image, je->tls_len) == 0;
-	return same ? 0 : 1;
+	if (memcmp(now, je->tls_image, je->tls_len) == 0)
+		return MA_JE_STATE_NONE;
+	if (je->tls_state_off < 0)
+		return MA_JE_STATE_FULL;
+	state = now[je->tls_state_off];
+	if (state == uninit - 3)
+		return MA_JE_STATE_MINIMAL;
+	if (state == uninit - 2 || state == uninit - 1)
+		return MA_JE_STATE_EXITING;
+	/* Below: nominal.  Above uninitialized: not the state byte after all. */
+	return MA_JE_STATE_FULL;
 }
 
 /* What probe_object looks up, for each prefix. */
@@ -434,6 +467,7 @@ static int probe_object(struct ma_target *t, const struct ma_mapping *first, str
 		je->flavour = (enum ma_je_flavour)p;
 		je->object = strdup(first->path);
 		je->is_static = !is_libjemalloc(first->path);
+		je->tls_state_off = -1;
 		je->bias = ma_target_load_bias(first, e);
 		je->mallctl = api[0].addr + je->bias;
 		je->mallctlnametomib = have[1] ? api[1].addr + je->bias : 0;

@@ -668,11 +668,53 @@ static bool refused_by_seccomp(struct ma_session *s, char *why, size_t whylen)
 	return true;
 }
 
+/*
+ * What jemalloc holds for the stopped thread decides whether a call may
+ * run there (V set when not).  A call initializes the thread in full:
+ * - one that never called into jemalloc gets allocator state (a tcache)
+ *   that was not there: only when named (--tid);
+ * - one that only ever freed may be in its exit, past the destructor
+ *   that would remove a tcache from its arena: never, named or not (a
+ *   flush treats it as having nothing to flush);
+ * - one whose state its destructor tore down is exiting: never.
+ */
+static bool refused_for_je_state(struct ma_session *s, const struct ma_thread_info *ti,
+				 struct try_verdict *v, char *why, size_t whylen)
+{
+	bool fresh = false;
+
+	switch (ma_thread_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs))) {
+	case MA_JE_STATE_NONE:
+		if (s->fresh_ok) {
+			s->creates_state = true;
+			return false;
+		}
+		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
+			 "allocator state (a tcache)");
+		fresh = true;
+		break;
+	case MA_JE_STATE_MINIMAL:
+		snprintf(why, whylen, "only ever freed memory, as a thread does in its exit: a call "
+			 "would give it a tcache that nothing removes if it is exiting");
+		fresh = !s->fresh_ok; /* nothing to flush; named, a lasting refusal */
+		break;
+	case MA_JE_STATE_EXITING:
+		snprintf(why, whylen, "is exiting: jemalloc's state for it is already torn down");
+		break;
+	default:
+		return false;
+	}
+	*v = let_go(s, false, true);
+	v->fresh = fresh;
+	return true;
+}
+
 /* Judge the held thread from its stack (BT gets the walk): safe, or let go. */
 static struct try_verdict judge_held(struct ma_session *s, const struct ma_thread_info *ti,
 				     struct ma_backtrace *bt, char *why, size_t whylen)
 {
 	struct user_regs_struct where = s->saved.regs;
+	struct try_verdict v;
 	bool never = false;
 
 	if (s->rseq_ip) /* judged where it is, not where it will resume (rseq_abort_ip) */
@@ -700,19 +742,8 @@ static struct try_verdict judge_held(struct ma_session *s, const struct ma_threa
 			 STACK_ROOM >> 10);
 		return let_go(s, false, never);
 	}
-	/* A call would create allocator state in a thread that has none: only when named. */
-	s->creates_state =
-		ma_thread_has_je_state(s->t, ti->tid, ma_arch_thread_pointer(&s->saved.regs)) == 0;
-	if (s->creates_state && !s->fresh_ok) {
-		struct try_verdict v;
-
-		snprintf(why, whylen, "never called into jemalloc: borrowing it would create its "
-			 "allocator state (a tcache)");
-		s->creates_state = false;
-		v = let_go(s, false, true);
-		v.fresh = true;
+	if (refused_for_je_state(s, ti, &v, why, whylen))
 		return v;
-	}
 	if (s->sites_had_stub && inside_leftover_stub(s)) {
 		snprintf(why, whylen, "still finishing the call of an earlier memattach run that "
 			 "was killed (its stub is restoring the thread's registers)");

@@ -53,6 +53,15 @@ struct ma_jemalloc {
 	unsigned char *tls_image; /* the initial image */
 	size_t tls_len;
 	unsigned char *tls_now; /* tls_len bytes to read a thread's block into (ma_kernel_touch'ed) */
+	/*
+	 * jemalloc's per-thread state byte (tsd's `state`) in that block, or
+	 * -1 if it cannot be told: the one byte whose initial value is
+	 * "uninitialized" (6 in 5.x, 5 upstream since the recompute state
+	 * went).  The three states below that one mark a thread that only
+	 * ever freed (no tcache) or whose state is torn down (exiting).
+	 */
+	int tls_state_off;
+	unsigned char tls_state_uninit;
 	uint64_t code_addr[MA_CODE_CHECKS]; /* mallctl & co., 0 if not checked */
 	unsigned char code_bytes[MA_CODE_CHECKS][MA_CODE_CHECK_LEN]; /* the file's bytes there */
 };
@@ -163,16 +172,27 @@ int ma_target_open(struct ma_target *t, pid_t pid);
 int ma_target_maps_now(const struct ma_target *t, struct ma_target *now);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
 int ma_target_find_jemalloc(struct ma_target *t);
-/*
- * Has thread TID (stopped, with thread pointer TP) ever called into
- * jemalloc?  1 yes, 0 no (its jemalloc TLS is still the initial image), -1
- * cannot tell (jemalloc linked statically, or unreadable): count as yes.
- */
-int ma_thread_has_je_state(struct ma_target *t, pid_t tid, uint64_t tp);
+/* What jemalloc holds for one thread, as its thread-local block tells. */
+enum ma_je_thread_state {
+	MA_JE_STATE_UNKNOWN = -1, /* unreadable, or no block known: count as full */
+	MA_JE_STATE_NONE = 0, /* the initial image: never called into jemalloc */
+	MA_JE_STATE_FULL = 1, /* initialized (a tcache if enabled) */
+	/*
+	 * It only ever freed: jemalloc gave it no tcache, because such a free
+	 * may come from a thread's exit, after its destructors ran.  A call
+	 * there (mallctl initializes the thread in full) would link a tcache
+	 * into an arena that no destructor removes when the thread ends: the
+	 * next statistics merge follows it into freed memory.
+	 */
+	MA_JE_STATE_MINIMAL = 2,
+	MA_JE_STATE_EXITING = 3, /* torn down by its destructor (purgatory, reincarnated) */
+};
+/* The state of thread TID (stopped, with thread pointer TP). */
+enum ma_je_thread_state ma_thread_je_state(struct ma_target *t, pid_t tid, uint64_t tp);
 /*
  * Read libjemalloc's TLS offset (the slot the loader filled) through
  * thread TID, and prepare the buffer a thread's block is read into, once:
- * before a stop, so ma_thread_has_je_state only reads the block in the
+ * before a stop, so ma_thread_je_state only reads the block in the
  * hold.  0, or -1 (no slot, unreadable, or no memory).
  */
 int ma_target_read_tls_offset(struct ma_target *t, pid_t tid);

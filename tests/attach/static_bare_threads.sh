@@ -6,8 +6,8 @@
 # 2 ms, which walks every thread cache of every arena).  A call made in
 # such a thread would create its thread cache; a thread past its key
 # destructors would then exit without removing it, and the next merge would
-# read its freed TLS (an outside attack saw this: SIGSEGV in
-# arena_stats_merge, then a deadlock).  memattach must tell such threads
+# read its freed TLS (exiting_threads.sh holds a thread at that point).
+# memattach must tell such threads
 # from their copy of jemalloc's tsd_tls and never borrow them unnamed.
 # RUNS stats / bins runs (half SIGKILLed at a random instant): the target
 # alive after each, its verdict ok, its statistics merged all along.

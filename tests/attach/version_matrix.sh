@@ -12,6 +12,9 @@
 #   - frag (the fixture): bins' waste = the waste it built (its TRUTH);
 #   - how many C API entry points have an inline-detour plan (tests/unit/detour
 #     --plan; printed, not checked: these builds are -O1);
+#   - threads in their exit (dying_threads_check in tests/lib/safety.sh):
+#     never borrowed, where jemalloc's state byte sits and what its values
+#     are differ between versions;
 #   - fragharness at rate 1 (frag start --shift 0): the exact attribution
 #     frag_harness.sh checks (the agent's GOT wrappers need no jemalloc
 #     API, so every version, dev too, where experimental.hooks is gone).
@@ -20,6 +23,7 @@
 # builds what is missing when it runs alone.  A version whose build is
 # missing or failed is a FAIL.
 . "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
 
 JE_SRC=${JE_SRC_DIR:-$ROOT/../shared/jemalloc}
 JE_BUILD=$ROOT/build/jemalloc
@@ -78,7 +82,7 @@ if [ "${#versions[@]}" -eq 0 ]; then
 	fail "no jemalloc tarballs in $JE_SRC${JE_VERSIONS:+ for $JE_VERSIONS} (set JE_SRC_DIR)"
 	exit 1
 fi
-for f in daemon frag fragharness jeprobe; do
+for f in daemon frag fragharness fragchurn jeprobe; do
 	[ -x "$FIX/$f" ] || { plan 1; fail "fixture $f missing (make fixtures)"; exit 1; }
 done
 
@@ -87,7 +91,7 @@ libdir() { echo "$JE_BUILD/$1/lib"; }
 n=0
 for v in "${versions[@]}"; do
 	if built "$v"; then
-		n=$((n + 2 + 2 * DAEMON_CHECKS + FRAG_CHECKS + HARNESS_CHECKS))
+		n=$((n + 2 + 2 * DAEMON_CHECKS + FRAG_CHECKS + HARNESS_CHECKS + DYING_CHECKS))
 	else
 		n=$((n + 1))
 	fi
@@ -285,6 +289,7 @@ for v in "${versions[@]}"; do
 	daemon_run "$v" ""
 	daemon_run "$v" "$PROF_CONF"
 	frag_bins "$v"
+	LD_LIBRARY_PATH=$(libdir "$v") dying_threads_check "$v" fragchurn
 	frag_harness "$v"
 done
 

@@ -189,3 +189,44 @@ agent_cycle() {
 }
 # agent_stop PID: whatever agent a campaign left running, stopped.
 agent_stop() { "$MA" frag stop "$1" >/dev/null 2>&1; "$MA" profile stop "$1" >/dev/null 2>&1; }
+
+# dying_threads_check TAG FIXTURE: threads in their exit (fragchurn's
+# "dying" commands; FIXTURE is fragchurn or fragchurn_static, with the
+# caller's LD_LIBRARY_PATH).  A thread whose only jemalloc call is a free in
+# its last destructor round has jemalloc's minimal state: a call there would
+# give it a tcache that no destructor removes, and the fixture's own merge,
+# after the thread is joined and its stack unmapped (a stack cache of 0),
+# would follow it and fault.  A thread past jemalloc's destructor is exiting.
+# Neither is borrowed, named or not.  DYING_CHECKS checks.
+DYING_CHECKS=5
+dying_threads_check() {
+	local tag=$1 fixture=$2 pid fd fo tid rc st out i runs=0 bad=0
+	if ! GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0 fix_start "$fixture" -b -c 1; then
+		for i in $(seq "$DYING_CHECKS"); do fail "$tag: $fixture -b did not start (check $i)"; done
+		return
+	fi
+	pid=$FIX_PID fd=$FIX_FD fo=$FIX_OUT
+	tid=$(fix_cmd "$pid" "$fd" "$fo" dying | awk '$1 == "DYING" { print $2 }')
+	"$MA" stats "$pid" --tid "${tid:-0}" >/dev/null 2>"$TMP/dying.err"; rc=$?
+	out=$(tr '\n' ' ' <"$TMP/dying.err" | tr -s ' ')
+	check "$tag: thread ${tid:-?}, whose only jemalloc call was a free in its last destructor round: stats --tid refused, saying why (exit $rc: ${out:0:200})" \
+		eval '[ "$rc" = 1 ] && [[ $out == *"only ever freed memory"* ]]'
+	"$MA" bins "$pid" --flush-tcache >/dev/null 2>"$TMP/dying.err" || bad=$((bad + 1))
+	for i in $(seq 10); do
+		runs=$((runs + 1))
+		"$MA" stats "$pid" >/dev/null 2>>"$TMP/dying.err" || bad=$((bad + 1))
+	done
+	check "$tag: bins --flush-tcache and $runs stats runs meanwhile, each ends 0 ($bad did not: $(head -c 200 "$TMP/dying.err"))" [ "$bad" -eq 0 ]
+	out=$(fix_cmd "$pid" "$fd" "$fo" release)
+	tid=$(fix_cmd "$pid" "$fd" "$fo" "dying full" | awk '$1 == "DYING" { print $2 }')
+	"$MA" stats "$pid" --tid "${tid:-0}" >/dev/null 2>"$TMP/dying.err"; rc=$?
+	st=$(tr '\n' ' ' <"$TMP/dying.err" | tr -s ' ')
+	check "$tag: thread ${tid:-?}, past jemalloc's destructor: stats --tid refused as exiting (exit $rc: ${st:0:160})" \
+		eval '[ "$rc" = 1 ] && [[ $st == *"is exiting"* ]]'
+	out="$out, $(fix_cmd "$pid" "$fd" "$fo" release)"
+	alive "$pid" && out="$out, $(fix_cmd "$pid" "$fd" "$fo" verdict)"
+	check "$tag: both threads ended and joined, the fixture's own merges after each ran: alive, verdict ok ($out)" \
+		eval 'alive "$pid" && [[ $out == "RELEASED, RELEASED, VERDICT ok"* ]]'
+	fix_quit "$pid" "$fd"; rc=$?
+	check "$tag: $fixture -b exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+}
