@@ -465,6 +465,14 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 			}
 			continue;
 		}
+		if (state == HEADER && starts_with(&l, MA_HP_AGENT_LINE)) {
+			const char *q = l.p + strlen(MA_HP_AGENT_LINE);
+
+			hp->from_agent = parse_dec(&q, l.end, &hp->agent_since_unix_ns);
+			if (!hp->from_agent)
+				warn(&ps, "agent line without its start time");
+			continue;
+		}
 		if (memchr(l.p, '\0', (size_t)(l.end - l.p))) {
 			/* Text with NUL bytes is binary data (a file cut and
 			 * zero-filled, or not a dump): no report from it. */
@@ -567,6 +575,9 @@ int ma_heapprof_write(const struct ma_heapprof *hp, FILE *f)
 		abytes += hp->stacks[i].accum_bytes;
 	}
 	fprintf(f, "heap_v2/%" PRIu64 "\n", hp->period);
+	if (hp->from_agent)
+		fprintf(f, MA_HP_AGENT_LINE "%" PRIu64 " only (profile start)\n",
+			hp->agent_since_unix_ns);
 	write_counts(f, objs, bytes, aobjs, abytes);
 	for (size_t i = 0; i < hp->nstacks; i++) {
 		const struct ma_hp_stack *st = &hp->stacks[i];

@@ -114,6 +114,8 @@ int ma_capture_agent_heap_dump(const struct ma_target *t, int out_fd, size_t *nb
 
 	if ((rc = ma_agent_profile_read(t, &hp, info)))
 		return rc;
+	hp.from_agent = true;
+	hp.agent_since_unix_ns = info->started_unix_ns;
 	if ((fd = dup(out_fd)) < 0 || !(f = fdopen(fd, "w"))) {
 		if (fd >= 0)
 			close(fd);

@@ -52,6 +52,13 @@ struct ma_heapprof {
 	struct ma_hp_map *maps; /* sorted by start */
 	size_t nmaps;
 	bool has_maps; /* a MAPPED_LIBRARIES: section was present */
+	/*
+	 * Written by memattach's agent (profile start), not by jemalloc: it
+	 * holds the allocations made since AGENT_SINCE_UNIX_NS only.  Said on
+	 * the line after the header (MA_HP_AGENT_LINE), which jeprof skips.
+	 */
+	bool from_agent;
+	uint64_t agent_since_unix_ns;
 	bool truncated; /* the file ended early (see warning) */
 	bool maps_cut; /* ...inside MAPPED_LIBRARIES: the mappings after the cut are unknown */
 	size_t lines; /* lines read */
@@ -65,6 +72,7 @@ struct ma_heapprof {
  * or MA_E_NOMEM.  On success the caller owns HP (ma_heapprof_release).
  */
 int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const char *what);
+#define MA_HP_AGENT_LINE "# memattach agent profile: allocations since unix_ns "
 /* Read and parse the file at PATH.  0, MA_E_IO, MA_E_FORMAT, MA_E_NOMEM. */
 int ma_heapprof_load(struct ma_heapprof *hp, const char *path);
 void ma_heapprof_release(struct ma_heapprof *hp);

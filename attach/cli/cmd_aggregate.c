@@ -31,6 +31,7 @@ struct stats_check {
 	uint64_t allocated;
 	double ratio; /* scaled total / allocated */
 	bool off;
+	bool partial; /* the dump holds only what an agent saw since it started */
 };
 
 static void frame_label(struct ma_profbundle *b, uint32_t fr, char *buf, size_t size)
@@ -136,6 +137,9 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 	ma_json_obj_open(&j, NULL);
 	ma_json_str(&j, "dump", b->path);
 	ma_json_u64(&j, "period", b->hp.period);
+	ma_json_str(&j, "source", b->hp.from_agent ? "agent" : "jemalloc");
+	if (b->hp.from_agent)
+		ma_json_u64(&j, "since_unix_ns", b->hp.agent_since_unix_ns);
 	ma_json_u64(&j, "stacks", b->hp.nstacks);
 	ma_json_bool(&j, "truncated", b->hp.truncated);
 	ma_json_u64(&j, "total_raw_bytes", p->total_raw_bytes);
@@ -195,7 +199,8 @@ static void print_json(struct ma_profcmd *c, struct ma_profbundle *b, bool cum,
 		ma_json_obj_open(&j, "stats");
 		ma_json_u64(&j, "allocated", sc->allocated);
 		ma_json_double(&j, "scaled_over_allocated", sc->ratio);
-		ma_json_bool(&j, "within_tolerance", !sc->off);
+		if (!sc->partial)
+			ma_json_bool(&j, "within_tolerance", !sc->off);
 		ma_json_obj_close(&j);
 	}
 	ma_json_arr_open(&j, "warnings");
@@ -222,6 +227,10 @@ static void print_table(struct ma_profcmd *c, struct ma_profbundle *b, bool cum)
 			 ma_printable(b->path),
 			 ma_fmt_scaled_bytes(s1, sizeof(s1), (double)b->hp.period, false),
 			 b->hp.nstacks, b->hp.truncated ? " (truncated)" : "");
+	if (b->hp.from_agent)
+		ma_print_wrapped(2, "written by memattach's agent: the allocations made since %s "
+				 "(profile start) only\n",
+				 ma_clock_time(b->hp.agent_since_unix_ns, s1, sizeof(s1)));
 	printf("in use: %s unsampled in %.0f objects (raw samples: %s in %llu objects)\n\n",
 	       ma_fmt_scaled_bytes(s1, sizeof(s1), p->total_bytes, false), p->total_objs,
 	       ma_fmt_scaled_bytes(s2, sizeof(s2), (double)p->total_raw_bytes, false),
@@ -330,8 +339,9 @@ static int write_pprof(struct ma_profcmd *c, const char *path, struct ma_profile
 /* --stats FILE or --pid PID: SC gets stats.allocated and how TOTAL (the
  * unsampled total) compares; a warning when it is off by more than the
  * tolerance.  Returns the exit status of a failure, or 0. */
-static int compare_with_stats(struct ma_profcmd *c, double total, const char *stats, pid_t pid,
-			      struct ma_session_opts *o, struct stats_check *sc)
+static int compare_with_stats(struct ma_profcmd *c, const struct ma_heapprof *hp, double total,
+			      const char *stats, pid_t pid, struct ma_session_opts *o,
+			      struct stats_check *sc)
 {
 	char s1[32], s2[32];
 
@@ -340,7 +350,9 @@ static int compare_with_stats(struct ma_profcmd *c, double total, const char *st
 		return stats ? ma_cmd_error(c->cmd, MA_EXIT_FAIL, "%s", ma_errmsg()) : MA_EXIT_FAIL;
 	sc->have = true;
 	sc->ratio = sc->allocated ? total / (double)sc->allocated : 0;
-	sc->off = fabs(sc->ratio - 1) > STATS_TOLERANCE;
+	/* An agent's dump leaves out what was allocated before it started: no tolerance. */
+	sc->partial = hp->from_agent;
+	sc->off = !sc->partial && fabs(sc->ratio - 1) > STATS_TOLERANCE;
 	if (sc->off)
 		ma_cmd_note(c->cmd, "warning: the unsampled total %s is %.0f%% %s stats.allocated %s; "
 			    "the sampling missed or overweighted small allocations: restart with "
@@ -422,7 +434,7 @@ int cmd_aggregate(int argc, char **argv)
 				  "--pid PID (they say how to borrow one of its threads)");
 		goto out;
 	}
-	if ((stats || pid) && (rc = compare_with_stats(&c, b.prof.total_bytes, stats, pid, &o, &sc)))
+	if ((stats || pid) && (rc = compare_with_stats(&c, &b.hp, b.prof.total_bytes, stats, pid, &o, &sc)))
 		goto out;
 	if (svg && write_svg(&c, svg, &b.prof, dump)) {
 		rc = MA_EXIT_FAIL;
@@ -443,7 +455,10 @@ int cmd_aggregate(int argc, char **argv)
 
 			printf("\nstats.allocated %s: unsampled total is %.1f%% of it%s\n",
 			       ma_fmt_scaled_bytes(s1, sizeof(s1), (double)sc.allocated, false), sc.ratio * 100,
-			       sc.off ? " (off by more than 10%)" : "");
+			       sc.off	    ? " (off by more than 10%)"
+			       : sc.partial ? " (the agent's profile leaves out the objects allocated "
+					      "before it started)"
+					    : "");
 		}
 	}
 	if (fflush(stdout) != 0)

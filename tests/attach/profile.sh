@@ -6,15 +6,16 @@
 # Checks: at --rate 1 every site's live and since-start objects and bytes
 # are exact in aggregate's reading of heap-dump's dump, and jeprof reads the
 # same dump; at --rate 4096 every site within 5% of the truth; at the
-# default rate (512 KiB) every site within 4 standard errors of the truth
-# (the standard error of the estimator, from the truth and the rate), and
+# default rate (512 KiB) every site within 3 standard errors of the truth
+# (the standard error of the estimator, from the truth and the rate; a
+# second profile where the first had one beyond by chance), and
 # the standard error aggregate reports agrees with it; snapshot and watch
 # take the agent's profile; beside jemalloc's own profiler (prof:true, both
 # at 4 KiB) every site's bytes agree within 4 combined standard errors;
 # refusals (a second start, frag report or stop on
 # a profile, heap-dump after stop); the fixture's verdict at the end.
 . "$(dirname "$0")/../lib/common.sh"
-plan 37
+plan 39
 [ -x "$FIX/proftruth" ] || { fail "fixture proftruth missing (make fixtures)"; exit 1; }
 
 # 128 rounds: at --rate 4096 the smallest site (64 B objects) then has about
@@ -65,6 +66,18 @@ dump r1; rc=$?
 check "heap-dump and aggregate of the agent's profile succeed ($(head -c 300 "$TMP/r1.err"))" [ "$rc" -eq 0 ]
 check "heap-dump --json says it comes from the agent, since when ($(cat "$TMP/r1.dump.json"))" \
 	jcheck 'j = load(sys.argv[1]); assert j["source"] == "agent" and j["rate"] == 1 and j["since_unix_ns"] > 0, j' "$TMP/r1.dump.json"
+check "the dump itself says so: line 2 names the agent and its start (jeprof skips it), aggregate --json reads source agent, the same start" \
+	jcheck 'd = load(sys.argv[1]); a = load(sys.argv[2]); l = open(sys.argv[3]).read().split("\n")[1]
+assert l.startswith("# memattach agent profile: allocations since unix_ns %d " % d["since_unix_ns"]), l
+assert a["source"] == "agent" and a["since_unix_ns"] == d["since_unix_ns"], (a.get("source"), a.get("since_unix_ns"))' \
+	"$TMP/r1.dump.json" "$TMP/r1.json" "$TMP/r1.heap"
+"$MA" aggregate "$TMP/r1.heap" --pid "$P" >"$TMP/pid.txt" 2>"$TMP/pid.err" &&
+	"$MA" aggregate "$TMP/r1.heap" --pid "$P" --json >"$TMP/pid.json" 2>>"$TMP/pid.err"; rc=$?
+check "aggregate --pid of the agent's dump: stats.allocated read, no tolerance verdict nor warning, the text says what the profile leaves out ($(head -c 200 "$TMP/pid.err"))" \
+	jcheck 'j = load(sys.argv[1])["stats"]; txt = open(sys.argv[2]).read().replace("\n", " ")
+assert j["allocated"] > 0 and "within_tolerance" not in j, j
+assert "leaves out the objects allocated before it started" in " ".join(txt.split()), txt[-300:]
+assert not open(sys.argv[3]).read(), "a warning"' "$TMP/pid.json" "$TMP/pid.txt" "$TMP/pid.err"
 out=$(judge r1 '
 for n, s in t.items():
     if s["objs"]:
@@ -119,7 +132,7 @@ check "rate 4096: every site within 5% of the truth, live and since start ($out)
 "$MA" profile stop "$P" >/dev/null 2>&1
 check "proftruth frees its objects" release
 
-# --- the default rate: within 4 standard errors ---
+# --- the default rate: within 3 standard errors ---
 "$MA" profile start "$P" >/dev/null 2>"$TMP/s3.err"; rc=$?
 check "profile start at the default rate succeeds ($(head -c 200 "$TMP/s3.err"))" [ "$rc" -eq 0 ]
 "$MA" profile status "$P" --json >"$TMP/st3.json"
@@ -139,15 +152,31 @@ def se(sizes):
         v += n * (1 - p) / p * size * size
     return math.sqrt(v)
 '
-out=$(judge rdef "$SE"'
+# zs_within RUN LIMIT: every site's estimate (live and since start) within
+# LIMIT standard errors of the truth; prints the z values.
+zs_within() {
+	judge "$1" "$SE"'
 zs = []
 for n, s in t.items():
     if s["objs"]:
         z = (a.get(n, {}).get("scaled_bytes", 0) - s["bytes"]) / max(se(s["live_sizes"]), 1.0); zs.append((n, "live", round(z, 2)))
     z = (c.get(n, {}).get("accum_bytes", 0) - s["accum_bytes"]) / max(se(s["accum_sizes"]), 1.0); zs.append((n, "since", round(z, 2)))
-assert all(abs(z) <= 4 for _, _, z in zs), zs
-print("z:", " ".join("%s/%s %+.1f" % x for x in zs))' 2>&1)
-check "default rate: every site within 4 standard errors of the truth ($out)" [ $? -eq 0 ]
+print("z:", " ".join("%s/%s %+.1f" % x for x in zs))
+assert all(abs(z) <= '"$2"' for _, _, z in zs), "beyond '"$2"'"' 2>&1
+}
+# Each of the 13 estimates is beyond 3 standard errors by chance alone in
+# 0.27% of profiles, so one of them in about 3.5%: a profile where one is
+# gets a second one of the same workload, which must have none (an unbiased
+# estimator fails both in about 0.1% of runs, a biased one in most).
+out=$(zs_within rdef 3); st=$?
+if [ "$st" -ne 0 ]; then
+	first=$out
+	"$MA" profile stop "$P" >/dev/null 2>&1
+	release && "$MA" profile start "$P" >/dev/null 2>"$TMP/s3b.err" && alloc && dump rdef; rc=$?
+	out=$(zs_within rdef 3); st=$?
+	out="first profile: $first; second profile (start/alloc/dump $rc): $out"
+fi
+check "default rate: every site within 3 standard errors of the truth ($out)" [ "$st" -eq 0 ]
 out=$(judge rdef "$SE"'
 rs = []
 for n, s in t.items():
@@ -181,7 +210,7 @@ check "profile start beside prof:true succeeds ($(head -c 200 "$TMP/s5.err"))" [
 check "proftruth allocates 32 rounds" alloc
 dump jem; rc=$?
 check "heap-dump with prof on writes jemalloc's own dump ($(cat "$TMP/jem.dump.json"))" \
-	jcheck 'assert load(sys.argv[1])["source"] == "jemalloc"' "$TMP/jem.dump.json"
+	jcheck 'assert load(sys.argv[1])["source"] == "jemalloc" and load(sys.argv[2])["source"] == "jemalloc"' "$TMP/jem.dump.json" "$TMP/jem.json"
 "$MA" heap-dump "$P" --agent -o "$TMP/agent.heap" --json >"$TMP/agent.dump.json" 2>"$TMP/agent.err" &&
 	"$MA" aggregate "$TMP/agent.heap" --json --top 0 >"$TMP/agent.json" 2>>"$TMP/agent.err"; rc=$?
 check "heap-dump --agent writes the agent's profile all the same ($(head -c 200 "$TMP/agent.err"))" \

@@ -4,6 +4,7 @@
  * hand-made inputs; unsampling per stack with jeprof's formula.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,33 @@ int main(void)
 	      rc == 0 && fabs(h.stacks[0].scale - 1 / (1 - exp(-1000000.0 / 524288))) < 1e-9);
 	CHECK("small stack scale ~8192",
 	      rc == 0 && fabs(h.stacks[1].scale - 1 / (1 - exp(-64.0 / 524288))) < 1e-6);
+	ma_heapprof_release(&h);
+
+	/* The agent's line after the header: read back, written again, the same. */
+	rc = parse_str(&h, "heap_v2/4096\n" MA_HP_AGENT_LINE "1796557357594337535 only (profile start)\n"
+			   "  t*: 1: 64 [1: 64]\n@ 0x1\n  t*: 1: 64 [1: 64]\n\nMAPPED_LIBRARIES:\n");
+	CHECK("agent dump: parsed, no warning, the start read",
+	      rc == 0 && h.from_agent && h.agent_since_unix_ns == 1796557357594337535ULL &&
+		      h.nwarnings == 0 && h.nstacks == 1);
+	{
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		struct ma_heapprof again;
+
+		CHECK("agent dump written again", f && ma_heapprof_write(&h, f) == 0 && fclose(f) == 0);
+		CHECK("its second line names the agent and the start",
+		      buf && strstr(buf, "\n" MA_HP_AGENT_LINE "1796557357594337535 ") ==
+				     strchr(buf, '\n'));
+		CHECK("and parses to the same start", buf && ma_heapprof_parse(&again, buf, len, "again") == 0 &&
+							      again.from_agent &&
+							      again.agent_since_unix_ns == h.agent_since_unix_ns);
+		ma_heapprof_release(&again);
+		free(buf);
+	}
+	ma_heapprof_release(&h);
+	rc = parse_str(&h, "heap_v2/4096\n  t*: 1: 64 [1: 64]\n@ 0x1\n  t*: 1: 64 [1: 64]\n");
+	CHECK("jemalloc's dump: not the agent's", rc == 0 && !h.from_agent);
 	ma_heapprof_release(&h);
 
 	/* Bad input: message names what was found. */
