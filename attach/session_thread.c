@@ -186,14 +186,50 @@ void thread_release_untouched(struct ma_session *s, int sig)
 }
 
 /*
+ * Does the thread's descriptor (at its thread pointer TP: glibc's struct
+ * pthread, musl's too) name one of the addresses LOW or HIGH, its stack
+ * block's start as glibc (stackblock) and musl (map_base) record it?  The
+ * thread library allocated that block: its guard page (LOW) at the start,
+ * or the stack itself (HIGH) when a program's stack begins where its
+ * mapping does.  A thread whose block is not where its mapping starts
+ * names neither: read in the hold, a few KiB, the same thread's memory.
+ */
+static bool descriptor_names_block_start(const struct ma_session *s, uint64_t tp, uint64_t low,
+					 uint64_t high)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, tp);
+	uint64_t words[512];
+	size_t len;
+
+	if (!m || tp % sizeof(uint64_t))
+		return false;
+	len = m->end - tp < sizeof(words) ? (size_t)(m->end - tp) : sizeof(words);
+	if (ma_mem_read(s->tid, tp, words, len) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	for (size_t i = 0; i < len / sizeof(uint64_t); i++)
+		if (words[i] == low || words[i] == high)
+			return true;
+	return false;
+}
+
+/*
  * The lowest address of the borrowed thread's stack, or 0 when it cannot
  * be known.  The main thread's is its [stack] mapping's start.  A
  * pthread's stack is known when the thread library allocated it: a
- * mapping of its own with the guard page (no access) right below.  A
- * stack the program supplied (pthread_attr_setstack) may be carved out of
- * a larger mapping whose lower part is the program's own data, which
- * memattach's state below the stack pointer would overwrite (an outside
- * attack: 1,728 bytes below a thread stack with 1,200 free).
+ * mapping of its own with the guard page (no access) right below, which
+ * its descriptor names as its block's start.
+ * - A stack the program supplied (pthread_attr_setstack) may be carved
+ *   out of a larger mapping whose lower part is the program's own data,
+ *   which memattach's state below the stack pointer would overwrite (an
+ *   outside attack: 1,728 bytes below a thread stack with 1,200 free).
+ * - A stack created without a guard page (guard size 0) merges, in the
+ *   kernel's list, with the anonymous mapping below it -- another
+ *   thread's stack, a buffer -- whose guard page then seems to be its
+ *   own: a call wrote into the other thread's live stack (an outside
+ *   attack: 2,880-6,372 bytes of it).  Its descriptor names its own
+ *   block's start, not that guard: refused.
  */
 uint64_t thread_stack_bottom(const struct ma_session *s)
 {
@@ -205,9 +241,12 @@ uint64_t thread_stack_bottom(const struct ma_session *s)
 	if (m->path && strcmp(m->path, "[stack]") == 0)
 		return m->start;
 	below = m->start ? ma_target_mapping_at(s->t, m->start - 1) : NULL;
-	if (below && below->end == m->start && memcmp(below->perms, "---", 3) == 0)
-		return m->start;
-	return 0;
+	if (!below || below->end != m->start || memcmp(below->perms, "---", 3) != 0)
+		return 0;
+	if (!descriptor_names_block_start(s, ma_arch_thread_pointer(&s->saved.regs), below->start,
+					  m->start))
+		return 0;
+	return m->start;
 }
 
 /*
@@ -732,9 +771,9 @@ static struct try_verdict judge_held(struct ma_session *s, const struct ma_threa
 		return let_go(s, true, false);
 	}
 	if (!thread_stack_bottom(s)) {
-		snprintf(why, whylen, "runs on a stack the program supplied (no guard page below "
-			 "it): where it ends cannot be known, and memattach's saved state goes "
-			 "below the stack pointer");
+		snprintf(why, whylen, "runs on a stack the program supplied, or one without a guard "
+			 "page of its own (merged with the memory below it): where it ends cannot "
+			 "be known, and memattach's saved state goes below the stack pointer");
 		return let_go(s, false, true);
 	}
 	if (!stack_has_room(s, &never)) {
