@@ -564,10 +564,12 @@ static bool is_libc(const char *path)
 }
 
 /* What find_libc_functions looks up in libc, in one pass. */
-enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_LOCKED };
+enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_TID_DESC,
+       LF_LOCKED };
 static const char *const libc_names[] = {
 	[LF_FORK] = "fork", [LF_LIBC_FORK] = "__libc_fork", [LF_DLOPEN] = "dlopen",
 	[LF_DLERROR] = "dlerror", [LF_EPOLL_WAIT] = "epoll_wait", [LF_EPOLL_PWAIT] = "epoll_pwait",
+	[LF_TID_DESC] = "_thread_db_pthread_tid",
 	/* the functions that hold the loader's locks (target.h) */
 	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "__libc_dlopen_mode",
@@ -579,7 +581,7 @@ static struct ma_range sym_range(const struct ma_elf_sym *s, uint64_t bias)
 	return (struct ma_range){ s->addr + bias, s->addr + bias + s->size };
 }
 
-/* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait and the loader-lock holders. */
+/* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait, the loader-lock holders, the tid's place. */
 static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t bias)
 {
 	struct ma_elf_sym s[NLIBC_NAMES];
@@ -599,6 +601,8 @@ static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t 
 		t->dlopen_fn = s[LF_DLOPEN].addr + bias;
 	if (!t->dlerror_fn && found[LF_DLERROR] && s[LF_DLERROR].type == 2)
 		t->dlerror_fn = s[LF_DLERROR].addr + bias;
+	if (!t->pthread_tid_desc && found[LF_TID_DESC] && s[LF_TID_DESC].size == 12)
+		t->pthread_tid_desc = s[LF_TID_DESC].addr + bias;
 	for (size_t k = LF_LOCKED; k < NLIBC_NAMES && t->ndl_fns < MA_MAX_DL_FNS; k++)
 		if (found[k] && s[k].size)
 			t->dl_fns[t->ndl_fns++] = sym_range(&s[k], bias);

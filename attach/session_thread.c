@@ -309,6 +309,37 @@ static bool on_own_stack(const struct ma_session *s, pid_t tid)
 
 
 /*
+ * Does the held thread own the thread descriptor its thread pointer
+ * points at?  A thread made by a raw clone() may run on another thread's
+ * pointer (CLONE_SETTLS with it, or none: inherited): a call in it would
+ * work on that other thread's allocator state while that thread runs (a
+ * tcache flush there crashed or froze an outside attack's target in
+ * every run).  glibc says, for libthread_db, where its descriptor keeps
+ * the tid; where it does not (musl, a stripped static glibc), not checked.
+ */
+static bool owns_thread_pointer(struct ma_session *s, pid_t tid)
+{
+	struct ma_target *t = s->t;
+	uint32_t desc[3], owner;
+
+	if (!t->pthread_tid_off && t->pthread_tid_desc) {
+		t->pthread_tid_off = -1;
+		if (ma_mem_read(tid, t->pthread_tid_desc, desc, sizeof(desc)) == 0 && desc[0] == 32 &&
+		    desc[2] > 0 && desc[2] < 65536)
+			t->pthread_tid_off = (int)desc[2];
+		ma_err_clear();
+	}
+	if (t->pthread_tid_off <= 0)
+		return true;
+	if (ma_mem_read(tid, ma_arch_thread_pointer(&s->saved.regs) + (uint64_t)t->pthread_tid_off, &owner,
+			sizeof(owner)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return (pid_t)owner == tid;
+}
+
+/*
  * Is the stopped thread inside a killed run's stub or mappings?  Its
  * stub was restoring the thread when our stop came: a call now would
  * save those half-restored registers and put its own state area and
@@ -769,6 +800,11 @@ static struct try_verdict judge_held(struct ma_session *s, const struct ma_threa
 		snprintf(why, whylen, "runs on a stack that is not its own (a coroutine, or a signal "
 			 "handler on another stack): what it interrupted cannot be seen");
 		return let_go(s, true, false);
+	}
+	if (!owns_thread_pointer(s, ti->tid)) {
+		snprintf(why, whylen, "runs on another thread's thread pointer (made by a raw clone): a "
+			 "call would use that thread's allocator state while it runs");
+		return let_go(s, false, true);
 	}
 	if (!thread_stack_bottom(s)) {
 		snprintf(why, whylen, "runs on a stack the program supplied, or one without a guard "

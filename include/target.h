@@ -105,6 +105,13 @@ struct ma_target {
 	/* libc's dlopen and dlerror (glibc >= 2.34 has them in libc), 0 if absent */
 	uint64_t dlopen_fn, dlerror_fn;
 	/*
+	 * glibc's description of where a thread descriptor keeps its thread's
+	 * tid (_thread_db_pthread_tid, for libthread_db: bits, count, offset),
+	 * 0 if absent; the offset once read (-1: none, 0: not read yet).
+	 */
+	uint64_t pthread_tid_desc;
+	int pthread_tid_off;
+	/*
 	 * libc functions that run with the loader's locks held (dlopen,
 	 * dl_iterate_phdr...): a thread inside one is not borrowed for a
 	 * dlopen (for_dlopen set), since ours would nest in its work.
