@@ -299,13 +299,6 @@ int ma_target_code_unchanged(const struct ma_target *t)
 }
 
 /*
- * libjemalloc's TLS (its tsd) is reached through one slot the loader
- * fills with the block's offset from the thread pointer.  A statically
- * linked jemalloc shares the executable's TLS block with the program's own
- * thread-locals: tls_slot stays 0, and find_static_tls looks for its one
- * variable there instead.
- */
-/*
  * tsd's state byte: the one byte of the initial image that holds
  * "uninitialized" (6 in 5.2-5.3, 5 upstream; every other field starts
  * otherwise in every version we build).  Two candidates, or none: unknown.
@@ -327,6 +320,13 @@ static void find_state_byte(struct ma_jemalloc *je)
 		je->tls_state_off = -1;
 }
 
+/*
+ * libjemalloc's TLS (its tsd) is reached through one slot the loader
+ * fills with the block's offset from the thread pointer.  A statically
+ * linked jemalloc shares the executable's TLS block with the program's own
+ * thread-locals: tls_slot stays 0, and find_static_tls looks for its one
+ * variable there instead.
+ */
 static int find_tls(struct ma_jemalloc *je, const struct ma_elf *e)
 {
 	uint64_t slot;
