@@ -67,7 +67,7 @@ $(B)/%.o: %.c
 # entry points as a generated header.  It needs nothing but libc and
 # libgcc_s (which Debian's libjemalloc already links) and never calls malloc.
 AGENT_SO := $(B)/agent/memattach-agent.so
-AGENT_SRC := attach/agent/agent.c attach/agent/agent_got.c attach/agent/agent_detour.c
+AGENT_SRC := attach/agent/agent.c attach/agent/agent_ctl.c attach/agent/agent_got.c attach/agent/agent_detour.c
 $(AGENT_SO): $(AGENT_SRC) attach/agent/agent_int.h include/agent_abi.h include/arch_$(ARCH).h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE $(ARCH_DEF) -O2 -Wall -Wextra -Werror -Iinclude -fPIC -fexceptions -fvisibility=hidden \

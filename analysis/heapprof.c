@@ -389,12 +389,69 @@ static int cmp_map(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* The t*: counts V of the stack just read: it is complete. */
+static void close_stack(struct parser *ps, const uint64_t *v)
+{
+	struct ma_heapprof *hp = ps->hp;
+	struct ma_hp_stack *s = &hp->stacks[hp->nstacks];
+
+	if (v[0] == 0 && v[1] != 0)
+		warn(ps, "%llu bytes in 0 objects: counted unscaled", (unsigned long long)v[1]);
+	else if (v[1] < v[0])
+		warn(ps, "%llu objects in only %llu bytes", (unsigned long long)v[0],
+		     (unsigned long long)v[1]);
+	s->objs = v[0];
+	s->bytes = v[1];
+	s->accum_objs = v[2];
+	s->accum_bytes = v[3];
+	s->scale = ma_heapprof_scale(v[0], v[1], hp->period);
+	hp->nstacks++;
+}
+
+/*
+ * After the last line of a dump of LEN bytes: was it cut (a stack without
+ * its counts, PENDING; no list of mappings; or, MAPS_UNENDED, cut inside
+ * that list, whose last line, LAST_LINE_MAP, is then dropped)?  The cut
+ * is the warning shown.  The mappings are sorted.
+ */
+static void finish(struct ma_heapprof *hp, bool pending, bool maps_unended, bool last_line_map, size_t len,
+		   const char *what)
+{
+	if (pending) {
+		/* The last stack's count line is missing: the file was cut. */
+		hp->npcs = hp->stacks[hp->nstacks].pc_first;
+		hp->truncated = true;
+	}
+	if (!hp->has_maps)
+		hp->truncated = true;
+	if (maps_unended) {
+		/* jemalloc ends every line: the file was cut inside the list of
+		 * mappings, and its last line is part of one. */
+		hp->maps_cut = hp->truncated = true;
+		if (last_line_map)
+			free(hp->maps[--hp->nmaps].path);
+	}
+	if (hp->truncated) {
+		/* The cut explains everything else: it is the message shown. */
+		snprintf(hp->warning, sizeof(hp->warning),
+			 "'%s' is truncated: read %zu stacks in %zu lines (%zu bytes), %s", what,
+			 hp->nstacks, hp->lines, len,
+			 maps_unended   ? "cut inside MAPPED_LIBRARIES: frames in objects listed after "
+					  "the cut stay unnamed"
+			 : hp->has_maps ? "the last stack has no counts"
+					: "no MAPPED_LIBRARIES: section (symbols only through --binary)");
+		hp->nwarnings++;
+	}
+	if (hp->nmaps > 1)
+		qsort(hp->maps, hp->nmaps, sizeof(*hp->maps), cmp_map);
+}
+
 int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const char *what)
 {
 	struct parser ps = { .cur = buf, .end = buf + len, .hp = hp };
 	enum { HEADER, STACKS, MAPS } state = HEADER;
 	bool pending = false; /* a stack line seen, its t*: line not yet */
-	bool last_line_map = false, maps_cut = false;
+	bool last_line_map = false;
 	struct line l;
 	int rc;
 
@@ -447,20 +504,7 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 				hp->hdr_objs = v[0];
 				hp->hdr_bytes = v[1];
 			} else if (pending) {
-				struct ma_hp_stack *s = &hp->stacks[hp->nstacks];
-
-				if (v[0] == 0 && v[1] != 0)
-					warn(&ps, "%llu bytes in 0 objects: counted unscaled",
-					     (unsigned long long)v[1]);
-				else if (v[1] < v[0])
-					warn(&ps, "%llu objects in only %llu bytes",
-					     (unsigned long long)v[0], (unsigned long long)v[1]);
-				s->objs = v[0];
-				s->bytes = v[1];
-				s->accum_objs = v[2];
-				s->accum_bytes = v[3];
-				s->scale = ma_heapprof_scale(v[0], v[1], hp->period);
-				hp->nstacks++;
+				close_stack(&ps, v);
 				pending = false;
 			}
 			continue;
@@ -483,34 +527,7 @@ int ma_heapprof_parse(struct ma_heapprof *hp, const char *buf, size_t len, const
 		warn(&ps, "unrecognized line skipped");
 	}
 	hp->lines = ps.lineno;
-	if (pending) {
-		/* The last stack's count line is missing: the file was cut. */
-		hp->npcs = hp->stacks[hp->nstacks].pc_first;
-		hp->truncated = true;
-	}
-	if (!hp->has_maps)
-		hp->truncated = true;
-	if (state == MAPS && len && buf[len - 1] != '\n') {
-		/* jemalloc ends every line: the file was cut inside the list of
-		 * mappings, and its last line is part of one. */
-		maps_cut = hp->maps_cut = hp->truncated = true;
-		if (last_line_map) {
-			free(hp->maps[--hp->nmaps].path);
-		}
-	}
-	if (hp->truncated) {
-		/* The cut explains everything else: it is the message shown. */
-		snprintf(hp->warning, sizeof(hp->warning),
-			 "'%s' is truncated: read %zu stacks in %zu lines (%zu bytes), %s", what,
-			 hp->nstacks, hp->lines, len,
-			 maps_cut   ? "cut inside MAPPED_LIBRARIES: frames in objects listed after "
-				      "the cut stay unnamed"
-			 : hp->has_maps ? "the last stack has no counts"
-				      : "no MAPPED_LIBRARIES: section (symbols only through --binary)");
-		hp->nwarnings++;
-	}
-	if (hp->nmaps > 1)
-		qsort(hp->maps, hp->nmaps, sizeof(*hp->maps), cmp_map);
+	finish(hp, pending, state == MAPS && len && buf[len - 1] != '\n', last_line_map, len, what);
 	return 0;
 fail:
 	ma_heapprof_release(hp);

@@ -159,118 +159,96 @@ static int cmp_cum(const void *a, const void *b)
 	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
-		     struct ma_symbolizer *sym, const struct ma_prof_opts *opts)
+/*
+ * The frames of stack ST into BUF (several per pc with lines: the inlined
+ * chain), at most CAP: their count, or -1 when out of memory.
+ */
+static long expand_stack(struct ma_symbolizer *sym, const struct ma_heapprof *hp,
+			 const struct ma_hp_stack *st, uint32_t *buf, size_t cap)
 {
-	static const struct ma_prof_opts none;
-	const struct ma_prof_opts *o = opts ? opts : &none;
-	uint32_t buf[MA_HP_MAX_FRAMES * 4];
-	size_t cap = 0, used = 0;
 	bool lines = sym->opts.lines;
-	struct hot hot = { 0 };
-	int rc = MA_E_NOMEM;
+	size_t n = 0;
 
-	memset(p, 0, sizeof(*p));
-	p->hp = hp;
-	p->sym = sym;
-	p->chain_off = malloc((hp->nstacks + 1) * sizeof(size_t));
-	p->chain_len = malloc((hp->nstacks + 1) * sizeof(uint32_t));
-	if (!p->chain_off || !p->chain_len)
-		goto oom;
-	for (size_t i = 0; i < hp->nstacks; i++) {
-		const struct ma_hp_stack *st = &hp->stacks[i];
-		size_t n = 0, k = 0;
-		double bytes = (double)st->bytes * st->scale;
-		double objs = (double)st->objs * st->scale;
-		double ascale = ma_heapprof_scale(st->accum_objs, st->accum_bytes, hp->period);
-		double abytes = (double)st->accum_bytes * ascale;
-		struct ma_fstat *leaf;
+	for (uint32_t j = 0; j < st->npcs && n < cap; j++) {
+		uint32_t f = ma_sym_pc(sym, hp->pcs[st->pc_first + j]);
 
-		/* Expand pcs into frames (several per pc with --lines). */
-		for (uint32_t j = 0; j < st->npcs && n < sizeof(buf) / sizeof(buf[0]); j++) {
-			uint32_t f = ma_sym_pc(sym, hp->pcs[st->pc_first + j]);
-
-			if (f == MA_NONE)
-				goto oom;
-			if (!lines) { /* no inlined chains: skip a look at the frame */
-				buf[n++] = f;
-				continue;
-			}
-			for (; f != MA_NONE && n < sizeof(buf) / sizeof(buf[0]); f = sym->frames[f].inline_next)
-				buf[n++] = f;
-		}
-		if (grow_fs(p) || hot_grow(&hot, sym))
-			goto oom;
-		/* Leading allocator frames, then --skip frames; keep at least one. */
-		if (!o->keep_allocator)
-			while (k + 1 < n && sym->funcs[sym->frames[buf[k]].func].allocator)
-				k++;
-		while (k + 1 < n && skipped(p, o, sym->frames[buf[k]].func))
-			k++;
-		if (used + (n - k) > cap) {
-			size_t nc = cap ? cap * 2 : 1 << 16;
-			uint32_t *c;
-
-			while (nc < used + (n - k))
-				nc *= 2;
-			c = realloc(p->chain, nc * sizeof(uint32_t));
-			if (!c)
-				goto oom;
-			p->chain = c;
-			cap = nc;
-		}
-		if (n > k)
-			memcpy(p->chain + used, buf + k, (n - k) * sizeof(uint32_t));
-		p->chain_off[i] = used;
-		p->chain_len[i] = (uint32_t)(n - k);
-		used += n - k;
-
-		p->total_bytes += bytes;
-		p->total_objs += objs;
-		p->total_raw_bytes += st->bytes;
-		p->total_raw_objs += st->objs;
-		p->total_accum_bytes += abytes;
-		p->total_accum_objs += (double)st->accum_objs * ascale;
-		if (n == k || (st->bytes == 0 && st->accum_bytes == 0))
+		if (f == MA_NONE)
+			return -1;
+		if (!lines) { /* no inlined chains: skip a look at the frame */
+			buf[n++] = f;
 			continue;
-		leaf = &p->fs[sym->frames[buf[k]].func];
-		leaf->flat += bytes;
-		leaf->flat_objs += objs;
-		leaf->flat_var += estimate_var(bytes, st->objs, st->scale);
-		leaf->accum += abytes;
-		leaf->accum_objs += (double)st->accum_objs * ascale;
-		leaf->accum_var += estimate_var(abytes, st->accum_objs, ascale);
-		leaf->raw_flat += st->bytes;
-		leaf->raw_flat_objs += st->objs;
-		leaf->nstacks++;
-		if (bytes > leaf->best_bytes || leaf->nstacks == 1) {
-			leaf->best_bytes = bytes;
-			leaf->best_stack = (uint32_t)i;
 		}
-		for (size_t j = k; j < n; j++) {
-			struct cum_acc *a = &hot.acc[hot.func[buf[j]]];
+		for (; f != MA_NONE && n < cap; f = sym->frames[f].inline_next)
+			buf[n++] = f;
+	}
+	return (long)n;
+}
 
-			if (a->stamp != i + 1) {
-				a->stamp = (uint32_t)(i + 1);
-				a->cum += bytes;
-			}
+/* Append FRAMES[0..N) to P's chains (*CAP allocated, *USED taken): 0 or -1. */
+static int append_chain(struct ma_profile *p, size_t *cap, size_t *used, const uint32_t *frames,
+			size_t n)
+{
+	if (*used + n > *cap) {
+		size_t nc = *cap ? *cap * 2 : 1 << 16;
+		uint32_t *c;
+
+		while (nc < *used + n)
+			nc *= 2;
+		c = realloc(p->chain, nc * sizeof(uint32_t));
+		if (!c)
+			return -1;
+		p->chain = c;
+		*cap = nc;
+	}
+	if (n)
+		memcpy(p->chain + *used, frames, n * sizeof(uint32_t));
+	*used += n;
+	return 0;
+}
+
+/* Stack I's estimates, as ma_profile_build computes them. */
+struct stack_est {
+	double bytes, objs, abytes, ascale;
+};
+
+/* Stack I (its frames CHAIN[0..N), leaf first) into its leaf's flat figures and every frame's cum. */
+static void add_stack(struct ma_profile *p, struct hot *hot, size_t i, const uint32_t *chain, size_t n,
+		      const struct stack_est *e)
+{
+	const struct ma_hp_stack *st = &p->hp->stacks[i];
+	struct ma_fstat *leaf = &p->fs[p->sym->frames[chain[0]].func];
+
+	leaf->flat += e->bytes;
+	leaf->flat_objs += e->objs;
+	leaf->flat_var += estimate_var(e->bytes, st->objs, st->scale);
+	leaf->accum += e->abytes;
+	leaf->accum_objs += (double)st->accum_objs * e->ascale;
+	leaf->accum_var += estimate_var(e->abytes, st->accum_objs, e->ascale);
+	leaf->raw_flat += st->bytes;
+	leaf->raw_flat_objs += st->objs;
+	leaf->nstacks++;
+	if (e->bytes > leaf->best_bytes || leaf->nstacks == 1) {
+		leaf->best_bytes = e->bytes;
+		leaf->best_stack = (uint32_t)i;
+	}
+	for (size_t j = 0; j < n; j++) {
+		struct cum_acc *a = &hot->acc[hot->func[chain[j]]];
+
+		if (a->stamp != i + 1) {
+			a->stamp = (uint32_t)(i + 1);
+			a->cum += e->bytes;
 		}
 	}
-	if (grow_fs(p) || hot_grow(&hot, sym))
-		goto oom;
-	for (size_t f = 0; f < p->nfs; f++) {
-		p->fs[f].cum = hot.acc[f].cum;
-		p->fs[f].stamp = hot.acc[f].stamp;
-	}
-	free(hot.func);
-	free(hot.acc);
-	hot.func = NULL;
-	hot.acc = NULL;
+}
+
+/* The sites in their three orders (by flat, cum and churn): 0 or -1. */
+static int order_sites(struct ma_profile *p)
+{
 	p->sites = malloc((p->nfs + 1) * sizeof(uint32_t));
 	p->cum_order = malloc((p->nfs + 1) * sizeof(uint32_t));
 	p->churn_order = malloc((p->nfs + 1) * sizeof(uint32_t));
 	if (!p->sites || !p->cum_order || !p->churn_order)
-		goto oom;
+		return -1;
 	for (size_t f = 0; f < p->nfs; f++) {
 		/* A site of freed allocations only is in churn_order alone. */
 		if (p->fs[f].flat > 0 || (p->fs[f].nstacks && p->fs[f].accum <= 0))
@@ -284,6 +262,69 @@ int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
 	qsort(p->sites, p->nsites, sizeof(uint32_t), cmp_flat);
 	qsort(p->cum_order, p->ncum, sizeof(uint32_t), cmp_cum);
 	qsort(p->churn_order, p->nchurn, sizeof(uint32_t), cmp_accum);
+	return 0;
+}
+
+int ma_profile_build(struct ma_profile *p, const struct ma_heapprof *hp,
+		     struct ma_symbolizer *sym, const struct ma_prof_opts *opts)
+{
+	static const struct ma_prof_opts none;
+	const struct ma_prof_opts *o = opts ? opts : &none;
+	uint32_t buf[MA_HP_MAX_FRAMES * 4];
+	size_t cap = 0, used = 0;
+	struct hot hot = { 0 };
+	int rc = MA_E_NOMEM;
+
+	memset(p, 0, sizeof(*p));
+	p->hp = hp;
+	p->sym = sym;
+	p->chain_off = malloc((hp->nstacks + 1) * sizeof(size_t));
+	p->chain_len = malloc((hp->nstacks + 1) * sizeof(uint32_t));
+	if (!p->chain_off || !p->chain_len)
+		goto oom;
+	for (size_t i = 0; i < hp->nstacks; i++) {
+		const struct ma_hp_stack *st = &hp->stacks[i];
+		long got = expand_stack(sym, hp, st, buf, sizeof(buf) / sizeof(buf[0]));
+		size_t n = got > 0 ? (size_t)got : 0, k = 0;
+		struct stack_est e;
+
+		if (got < 0 || grow_fs(p) || hot_grow(&hot, sym))
+			goto oom;
+		e.bytes = (double)st->bytes * st->scale;
+		e.objs = (double)st->objs * st->scale;
+		e.ascale = ma_heapprof_scale(st->accum_objs, st->accum_bytes, hp->period);
+		e.abytes = (double)st->accum_bytes * e.ascale;
+		/* Leading allocator frames, then --skip frames; keep at least one. */
+		if (!o->keep_allocator)
+			while (k + 1 < n && sym->funcs[sym->frames[buf[k]].func].allocator)
+				k++;
+		while (k + 1 < n && skipped(p, o, sym->frames[buf[k]].func))
+			k++;
+		p->chain_off[i] = used;
+		p->chain_len[i] = (uint32_t)(n - k);
+		if (append_chain(p, &cap, &used, buf + k, n - k))
+			goto oom;
+		p->total_bytes += e.bytes;
+		p->total_objs += e.objs;
+		p->total_raw_bytes += st->bytes;
+		p->total_raw_objs += st->objs;
+		p->total_accum_bytes += e.abytes;
+		p->total_accum_objs += (double)st->accum_objs * e.ascale;
+		if (n > k && (st->bytes != 0 || st->accum_bytes != 0))
+			add_stack(p, &hot, i, buf + k, n - k, &e);
+	}
+	if (grow_fs(p) || hot_grow(&hot, sym))
+		goto oom;
+	for (size_t f = 0; f < p->nfs; f++) {
+		p->fs[f].cum = hot.acc[f].cum;
+		p->fs[f].stamp = hot.acc[f].stamp;
+	}
+	free(hot.func);
+	free(hot.acc);
+	hot.func = NULL;
+	hot.acc = NULL;
+	if (order_sites(p))
+		goto oom;
 	return 0;
 oom:
 	free(hot.func);

@@ -549,7 +549,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	/* What the hold needs, so each candidate's seccomp filter is judged in its own (judge_held). */
 	s->want_data = data;
 	s->data_on_stack_ok = o->data_size != 0;
-	if ((rc = thread_choose(s, o)))
+	if ((rc = choose_thread(s, o)))
 		goto fail;
 	if ((rc = ma_target_code_unchanged(t)))
 		goto fail;

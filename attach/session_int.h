@@ -3,7 +3,8 @@
  * inside attach/ only.  Each part is a file with its own prefix:
  *   session_stops.c      stops_     waiting for stops, stragglers, signal guards
  *   session_run.c        run_       running the borrowed thread to its next stop
- *   session_thread.c     thread_    judging and choosing the thread to borrow
+ *   session_thread.c     thread_    judging one thread for the borrowing
+ *   session_choose.c     choose_    the rounds over all threads, the refusal
  *   session_leftovers.c  leftover_  what a killed run left in the target
  *   remote_call.c        session_   setting up, the calls, giving the thread back
  */
@@ -17,6 +18,9 @@
 
 #include "remote.h"
 #include "runlock.h"
+
+struct ma_backtrace;
+struct ma_thread_info;
 
 #define PAGE 4096UL
 #define DEFAULT_DATA (1UL << 20)
@@ -68,7 +72,30 @@ bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked);
 void thread_release_regs_eintr(pid_t pid, pid_t tid);
 void thread_release_untouched(struct ma_session *s, int sig);
 uint64_t thread_stack_bottom(const struct ma_session *s);
-int thread_choose(struct ma_session *s, const struct ma_session_opts *o);
+
+/*
+ * What trying one thread found (thread_try).  RC 0: seized, safe, held;
+ * MA_E_NOSAFE: refused (WHY says why), the thread let go; MA_E_TIMEOUT
+ * with the session still seized: it did not stop in time; else what went
+ * wrong.  The rest says what kind of refusal, for the choice among threads.
+ */
+struct thread_verdict {
+	int rc;
+	bool hopeless; /* it can never be borrowed in this run */
+	bool fresh; /* it never called into jemalloc (borrowed only when named) */
+	bool eintr_wait; /* left alone: in a wait a stop ends with EINTR (--strict) */
+	long eintr_nr; /* ... that wait's syscall */
+};
+
+/*
+ * Stop TI's thread and judge it (BTP, when given, gets its stack); WHY
+ * gets the reason for a refusal.
+ */
+struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_info *ti,
+				  struct ma_backtrace *btp, char *why, size_t whylen);
+
+/* session_choose.c */
+int choose_thread(struct ma_session *s, const struct ma_session_opts *o);
 
 /* session_leftovers.c */
 bool leftover_runs_in(const struct ma_stub_header *h, uint64_t stub, uint64_t pc, uint64_t sp);

@@ -1,7 +1,7 @@
 /*
- * session_thread.c - choosing the thread to borrow: judging one thread
- * (stopped for a moment, or not at all), the rounds over all of them, and
- * ma_inspect_thread for `memattach threads`.
+ * session_thread.c - judging one thread for the borrowing (stopped for a
+ * moment, or not at all; session_choose.c holds the rounds over all of
+ * them), and ma_inspect_thread for `memattach threads`.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,11 +33,6 @@
 #include "steps.h"
 #include "testhooks.h"
 #include "session_int.h"
-
-static bool thread_wanted(const struct ma_session_opts *o, const struct ma_thread_info *ti)
-{
-	return o->tid == 0 || o->tid == ti->tid;
-}
 
 /* Unblocked signals wait for the thread: an EINTR it got is their due. */
 bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked)
@@ -398,28 +393,14 @@ static bool exec_since_opened(struct ma_session *s)
 	return true;
 }
 
-/*
- * What trying one thread found (try_thread).  RC 0: seized, safe, held;
- * MA_E_NOSAFE: refused (WHY says why), the thread let go; MA_E_TIMEOUT
- * with the session still seized: it did not stop in time; else what went
- * wrong.  The rest says what kind of refusal, for the choice among threads.
- */
-struct try_verdict {
-	int rc;
-	bool hopeless; /* it can never be borrowed in this run */
-	bool fresh; /* it never called into jemalloc (borrowed only when named) */
-	bool eintr_wait; /* left alone: in a wait a stop ends with EINTR (--strict) */
-	long eintr_nr; /* ... that wait's syscall */
-};
-
-static struct try_verdict verdict_of(int rc)
+static struct thread_verdict verdict_of(int rc)
 {
-	return (struct try_verdict){ .rc = rc };
+	return (struct thread_verdict){ .rc = rc };
 }
 
-static struct try_verdict refused_for_good(void)
+static struct thread_verdict refused_for_good(void)
 {
-	return (struct try_verdict){ .rc = MA_E_NOSAFE, .hopeless = true };
+	return (struct thread_verdict){ .rc = MA_E_NOSAFE, .hopeless = true };
 }
 
 /*
@@ -428,7 +409,7 @@ static struct try_verdict refused_for_good(void)
  * *V set when refused.
  */
 static bool refused_before_stop(struct ma_session *s, const struct ma_thread_info *ti,
-				struct try_verdict *v, char *why, size_t whylen)
+				struct thread_verdict *v, char *why, size_t whylen)
 {
 	struct ma_thread_info now;
 
@@ -452,7 +433,7 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 		}
 		/* A choice among threads tries again later (it may have left the
 		 * wait); one thread asked for (a flush visit) is given up at once. */
-		*v = (struct try_verdict){ .rc = MA_E_NOSAFE, .hopeless = s->named != 0,
+		*v = (struct thread_verdict){ .rc = MA_E_NOSAFE, .hopeless = s->named != 0,
 					   .eintr_wait = true, .eintr_nr = now.syscall };
 		return true;
 	}
@@ -473,7 +454,7 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
  * timeout).  True with *V set when that wait is one not to stop.
  */
 static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_info *ti,
-				 uint64_t *began, uint64_t *nvcsw, struct try_verdict *v,
+				 uint64_t *began, uint64_t *nvcsw, struct thread_verdict *v,
 				 char *why, size_t whylen)
 {
 	struct ma_thread_info now;
@@ -495,7 +476,7 @@ static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_in
 }
 
 /* PTRACE_SEIZE of TI's thread failed with errno E: why, as a verdict. */
-static struct try_verdict seize_failed(struct ma_session *s, const struct ma_thread_info *ti, int e,
+static struct thread_verdict seize_failed(struct ma_session *s, const struct ma_thread_info *ti, int e,
 				       char *why, size_t whylen)
 {
 	struct ma_proc_status st;
@@ -702,9 +683,9 @@ static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uin
 }
 
 /* A refusal in the hold: the thread let go; a run whose target exec'd ends with that. */
-static struct try_verdict let_go(struct ma_session *s, bool maybe_exec, bool hopeless)
+static struct thread_verdict let_go(struct ma_session *s, bool maybe_exec, bool hopeless)
 {
-	struct try_verdict v = { .rc = MA_E_NOSAFE, .hopeless = hopeless };
+	struct thread_verdict v = { .rc = MA_E_NOSAFE, .hopeless = hopeless };
 
 	thread_release_untouched(s, 0);
 	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
@@ -749,7 +730,7 @@ static bool refused_by_seccomp(struct ma_session *s, char *why, size_t whylen)
  * - one whose state its destructor tore down is exiting: never.
  */
 static bool refused_for_je_state(struct ma_session *s, const struct ma_thread_info *ti,
-				 struct try_verdict *v, char *why, size_t whylen)
+				 struct thread_verdict *v, char *why, size_t whylen)
 {
 	bool fresh = false;
 
@@ -780,11 +761,11 @@ static bool refused_for_je_state(struct ma_session *s, const struct ma_thread_in
 }
 
 /* Judge the held thread from its stack (BT gets the walk): safe, or let go. */
-static struct try_verdict judge_held(struct ma_session *s, const struct ma_thread_info *ti,
+static struct thread_verdict judge_held(struct ma_session *s, const struct ma_thread_info *ti,
 				     struct ma_backtrace *bt, char *why, size_t whylen)
 {
 	struct user_regs_struct where = s->saved.regs;
-	struct try_verdict v;
+	struct thread_verdict v;
 	bool never = false;
 
 	if (s->rseq_ip) /* judged where it is, not where it will resume (rseq_abort_ip) */
@@ -836,12 +817,12 @@ static struct try_verdict judge_held(struct ma_session *s, const struct ma_threa
  * a signal held across the whole session (SIGSTOP, say) could be
  * cancelled meanwhile by the kernel's rules, and memattach would not know.
  */
-static struct try_verdict try_thread(struct ma_session *s, const struct ma_thread_info *ti,
-				     struct ma_backtrace *btp, char *why, size_t whylen)
+struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_info *ti,
+				  struct ma_backtrace *btp, char *why, size_t whylen)
 {
 	struct ma_backtrace local;
 	uint64_t began = 0, nvcsw = 0;
-	struct try_verdict v;
+	struct thread_verdict v;
 	int rc, stop_ms;
 
 	close_fd(&s->status_fd); /* the previous candidate's */
@@ -871,284 +852,6 @@ static struct try_verdict try_thread(struct ma_session *s, const struct ma_threa
 	return judge_held(s, ti, btp ? btp : &local, why, whylen);
 }
 
-/*
- * The threads to try: all of them, best first, or just TID (one /proc
- * look, not a listing: flushing every thread's tcache stays linear).
- */
-static int list_candidates(pid_t pid, pid_t tid, struct ma_thread_info **out, size_t *n)
-{
-	char path[64];
-
-	if (!tid)
-		return ma_list_threads(pid, out, n);
-	*n = 0;
-	if (!(*out = calloc(1, sizeof(**out))))
-		return ma_fail(MA_E_NOMEM, "out of memory");
-	snprintf(path, sizeof(path), "/proc/%d/task/%d", pid, tid);
-	if (access(path, F_OK) == 0) {
-		ma_read_thread_info(pid, tid, *out);
-		*n = 1;
-	}
-	return 0;
-}
-
-static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o);
-
-/* Thread TID first if it ranks with the best of TI (sorted best first). */
-static void prefer_first(struct ma_thread_info *ti, size_t n, pid_t tid)
-{
-	for (size_t k = 1; tid && k < n; k++) {
-		struct ma_thread_info t = ti[k];
-
-		if (t.tid != tid)
-			continue;
-		if (strcmp(ma_thread_rank_class(&t), ma_thread_rank_class(&ti[0])) == 0) {
-			memmove(&ti[1], &ti[0], k * sizeof(ti[0]));
-			ti[0] = t;
-		}
-		return;
-	}
-}
-
-int thread_choose(struct ma_session *s, const struct ma_session_opts *o)
-{
-	int rc;
-
-	ma_unwind_prepare(); /* outside the holds; a failure is reported by the walk */
-	stops_reaper_timer(true);
-	rc = choose_thread_loop(s, o);
-	stops_reaper_timer(false);
-	return rc;
-}
-
-/* One round over the candidates: how each was refused. */
-struct round_tally {
-	size_t tried, hopeless, fresh, waits, busy; /* busy: refused for now only */
-	pid_t fresh_tid, wait_tid;
-	char wait_who[80], wait_in[40];
-	char last[400]; /* the last refusal, any kind */
-	char last_who[80], last_why[256];
-	char last_busy[400]; /* the last refusal that waiting may end */
-};
-
-/* Count TI's refusal (WHY, V as try_thread gave it) into T. */
-static void tally_refusal(struct round_tally *t, const struct try_verdict *v,
-			  const struct ma_thread_info *ti, const char *why)
-{
-	snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
-	snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
-	snprintf(t->last_why, sizeof(t->last_why), "%s", why);
-	t->hopeless += v->hopeless;
-	if (v->eintr_wait && !t->waits++) {
-		t->wait_tid = ti->tid;
-		snprintf(t->wait_who, sizeof(t->wait_who), "thread %d (%s)", ti->tid, ti->name);
-		if (ma_arch_syscall_name(v->eintr_nr))
-			snprintf(t->wait_in, sizeof(t->wait_in), "%s", ma_arch_syscall_name(v->eintr_nr));
-	}
-	if (v->fresh) {
-		t->fresh++;
-		t->fresh_tid = ti->tid;
-	}
-	if (!v->hopeless && !v->eintr_wait) {
-		t->busy++;
-		snprintf(t->last_busy, sizeof(t->last_busy), "%s", t->last);
-	}
-}
-
-/*
- * Every thread tried was refused for a reason no wait can end (T): say
- * which, and what would help instead of a longer --timeout.
- */
-static int lasting_refusal(const struct ma_session *s, const struct ma_session_opts *o,
-			   const struct round_tally *t)
-{
-	char tid[48] = "";
-
-	if (t->waits) {
-		if (!o->no_tid_option)
-			snprintf(tid, sizeof(tid), "--tid %d borrows it, or ", t->wait_tid);
-		return ma_fail(MA_E_NOSAFE,
-			       "with --strict, no thread of process %d can be borrowed: %s%s is "
-			       "blocked in %s, which a stop ends with EINTR (memattach issues it "
-			       "again at once; only a memattach killed in between leaves the EINTR "
-			       "to the program)%s; %sleave out --strict",
-			       s->t->pid, t->wait_who, t->waits > 1 ? " (and others)" : "", t->wait_in,
-			       t->tried > t->waits ? ", and the others are jemalloc's background "
-						     "threads or never called into jemalloc" : "",
-			       tid);
-	}
-	if (t->fresh) {
-		if (o->no_tid_option)
-			snprintf(tid, sizeof(tid), "this command never borrows such a thread");
-		else
-			snprintf(tid, sizeof(tid), "--tid %d borrows one anyway", t->fresh_tid);
-		return ma_fail(MA_E_NOSAFE,
-			       "no thread of process %d can be borrowed without leaving a trace: "
-			       "the ones safe to borrow never called into jemalloc, and a call "
-			       "would create their allocator state (a tcache; with "
-			       "background_thread:true perhaps a background thread); %s",
-			       s->t->pid, tid);
-	}
-	if (o->tid)
-		return ma_fail(MA_E_NOSAFE, "%s cannot be borrowed: %s", t->last_who, t->last_why);
-	return ma_fail(MA_E_NOSAFE, "no thread of process %d can be borrowed (last: %s)", s->t->pid,
-		       t->last);
-}
-
-/* The deadline passed with some thread refused only for the moment (T->busy). */
-static int deadline_refusal(const struct ma_session *s, const struct ma_session_opts *o,
-			    const struct round_tally *t)
-{
-	size_t lasting = t->tried - t->busy;
-	char others[160] = "";
-
-	if (lasting)
-		snprintf(others, sizeof(others), " (%zu other thread%s refused for reasons that "
-			 "last)", lasting, lasting > 1 ? "s" : "");
-	return ma_fail(MA_E_NOSAFE,
-		       "no thread of process %d was safe to borrow within %d ms (last: %s)%s; "
-		       "that may pass: try again, or give a longer --timeout",
-		       s->t->pid, o->deadline_ms, t->last_busy, others);
-}
-
-/*
- * The run's deadline came in a round before thread number TRIED of N could
- * be stopped: the last full round (PREV) says why none could be borrowed,
- * else this one so far (T), else how far the run got.
- */
-static int deadline_cut(const struct ma_session *s, const struct ma_session_opts *o,
-			const struct round_tally *prev, const struct round_tally *t, size_t tried,
-			size_t n)
-{
-	if (prev->busy)
-		return deadline_refusal(s, o, prev);
-	if (t->busy)
-		return deadline_refusal(s, o, t);
-	if (tried <= 1)
-		return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out before a thread "
-			       "of process %d could be tried; give a longer --timeout",
-			       o->deadline_ms, s->t->pid);
-	return ma_fail(MA_E_NOSAFE, "the run's --timeout (%d ms) ran out after %zu of the %zu "
-		       "threads of process %d were tried (none could be borrowed; last: %s); give "
-		       "a longer --timeout", o->deadline_ms, tried - 1, n, s->t->pid, t->last);
-}
-
-static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts *o)
-{
-	uint64_t deadline = ma_now_ns() + (uint64_t)ma_run_ms_left(o->deadline_ms) * 1000000ULL;
-	char why[256] = "";
-	bool seen = false, fresh = false;
-
-	struct round_tally prev = { .busy = 0 };
-
-	for (unsigned round = 0;; round++) {
-		struct round_tally t = { .wait_in = "a wait", .last = "no thread found" };
-		struct ma_thread_info *ti;
-		size_t n;
-		bool lasting;
-		int rc = list_candidates(s->t->pid, o->tid, &ti, &n);
-
-		if (rc)
-			return rc;
-		prefer_first(ti, n, o->prefer_tid);
-		for (size_t i = 0; i < n; i++) {
-			if (!thread_wanted(o, &ti[i]))
-				continue;
-			seen = true;
-			if (o->tid && ma_thread_is_jemalloc_bg(&ti[i])) {
-				free(ti);
-				return ma_fail(MA_E_NOSAFE,
-					       "thread %d is one of jemalloc's background threads: it "
-					       "runs inside jemalloc (and may hold its locks), so it is "
-					       "never borrowed; give another --tid or none",
-					       o->tid);
-			}
-			t.tried++;
-			if (ma_thread_is_jemalloc_bg(&ti[i])) {
-				/* It runs inside jemalloc: never borrowed, so never stopped. */
-				t.hopeless++;
-				continue;
-			}
-			/* A refusal says its own reason, never the previous thread's. */
-			snprintf(why, sizeof(why), "refused without a reason recorded");
-			struct try_verdict v = try_thread(s, &ti[i], NULL, why, sizeof(why));
-
-			rc = v.rc;
-			fresh = v.fresh;
-			if (rc == 0) {
-				free(ti);
-				return 0;
-			}
-			if (rc == MA_E_TIMEOUT && !s->seized) {
-				/* The deadline came before this thread's stop. */
-				size_t tried = t.tried;
-
-				free(ti);
-				ma_err_clear();
-				return deadline_cut(s, o, &prev, &t, tried, n);
-			}
-			if (rc == MA_E_PERM || rc == MA_E_TRACED) {
-				free(ti);
-				return rc;
-			}
-			if (rc == MA_E_STOPPED) {
-				/* No thread of a stopped process runs until SIGCONT: say so now. */
-				free(ti);
-				return ma_fail(MA_E_NOSAFE,
-					       "process %d is stopped (SIGSTOP or Ctrl-Z); continue it "
-					       "with 'kill -CONT %d' and run memattach again",
-					       s->t->pid, s->t->pid);
-			}
-			if (rc == MA_E_EXITED && ma_process_exited(s->t->pid)) {
-				free(ti);
-				return ma_fail_if_exited(s->t->pid, rc);
-			}
-			if (rc == MA_E_EXITED && s->exec_seen) {
-				free(ti);
-				return rc; /* its message: the exec */
-			}
-			if (rc == MA_E_TIMEOUT && s->seized) {
-				/* Stuck in an uninterruptible sleep: it stops when it can. */
-				stops_add_straggler(s->t->pid, ti[i].tid, ti[i].eintr_wait);
-				s->seized = false;
-			}
-			/* A failure (it exited...), not a verdict: its message says why. */
-			if (rc != MA_E_NOSAFE && rc != MA_E_TIMEOUT && ma_errmsg()[0])
-				snprintf(why, sizeof(why), "%s", ma_errmsg());
-			ma_err_clear();
-			tally_refusal(&t, &v, &ti[i], why);
-		}
-		free(ti);
-		/* Waiting cannot help a thread that has exited or that another
-		 * program traces: say so now rather than at the deadline. */
-		if (o->tid && fresh)
-			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
-				       "allocator state)", t.last_who);
-		if (o->tid && !seen)
-			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
-				       s->t->pid);
-		/*
-		 * Every thread is either never borrowable or in a wait we do not
-		 * stop (an event loop in epoll_wait, its helpers idle since they
-		 * started): say so and how to go on, at once when none waits,
-		 * else after a few rounds (the loop may run meanwhile, and be
-		 * taken while it runs) or at the deadline.
-		 */
-		lasting = t.tried && t.busy == 0;
-		if (lasting && (!t.waits || round >= 20 || ma_now_ns() >= deadline))
-			return lasting_refusal(s, o, &t);
-		if (ma_interrupted)
-			return ma_fail(MA_E_NOSAFE, "interrupted while looking for a safe thread");
-		if (ma_now_ns() >= deadline)
-			return t.busy ? deadline_refusal(s, o, &t)
-				      : ma_fail(MA_E_NOSAFE, "no thread of process %d found to borrow",
-						s->t->pid);
-		prev = t;
-		/* Let the threads run a little: a lock holder finishes. */
-		usleep(round < 20 ? 500 : 5000);
-	}
-}
-
 /* The verdict on a thread in a wait a stop ends with EINTR (NR), for a run with or without --strict. */
 static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t whylen)
 {
@@ -1168,7 +871,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 		      enum ma_verdict *v)
 {
 	struct ma_session s;
-	struct try_verdict tv;
+	struct thread_verdict tv;
 	int rc;
 
 	struct ma_runlock lock;
@@ -1187,7 +890,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	}
 	ma_unwind_prepare();
 	stops_reaper_timer(true);
-	tv = try_thread(&s, ti, bt, why, whylen);
+	tv = thread_try(&s, ti, bt, why, whylen);
 	rc = tv.rc;
 	stops_reaper_timer(false);
 	*v = rc == 0 ? MA_VERDICT_SAFE : MA_VERDICT_UNSAFE;

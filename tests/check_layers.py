@@ -6,12 +6,56 @@ the ptrace core (attach/*.c) or the commands (attach/cli/); the ptrace core
 never calls the commands; and no two modules call each other, directly or
 round a longer cycle.  A module is one object, except the session's parts
 (remote_call.c and attach/session_*.c, which share attach/session_int.h):
-together they are the module "session".  Exit 1 on any violation, each
-printed with the symbols that make it.
+together they are the module "session".  And the sizes: no source file of
+attach/, analysis/ or include/ over MAX_FILE_LINES lines, no function over
+MAX_FUNC_LINES (from its opening brace to its closing one, both at the
+start of a line, as this tree writes every function).  Exit 1 on any
+violation, each printed with the symbols or the sizes that make it.
 """
 import os
 import subprocess
 import sys
+
+
+MAX_FILE_LINES = 1200
+MAX_FUNC_LINES = 120
+
+
+def function_sizes(path):
+    """(name, lines) of each function defined in the C file PATH."""
+    lines = open(path, errors="replace").read().split("\n")
+    out, start, name = [], None, "?"
+    for i, line in enumerate(lines):
+        if line.startswith("{"):
+            start, j = i, i - 1
+            while j >= 0 and "(" not in lines[j]:
+                j -= 1
+            name = lines[j].split("(")[0].split()[-1].lstrip("*") if j >= 0 and lines[j].split("(")[0].split() else "?"
+        elif line.startswith("}") and start is not None:
+            out.append((name, i - start + 1))
+            start = None
+    return out
+
+
+def check_sizes(root):
+    """Print each file or function over its bound; return how many."""
+    bad = 0
+    for top in ("attach", "analysis", "include"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if not f.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                n = open(path, errors="replace").read().count("\n")
+                if n > MAX_FILE_LINES:
+                    print(f"check-layers: {rel} has {n} lines (at most {MAX_FILE_LINES}): split it by concern")
+                    bad += 1
+                for name, size in function_sizes(path):
+                    if size > MAX_FUNC_LINES:
+                        print(f"check-layers: {name} in {rel} has {size} lines (at most {MAX_FUNC_LINES})")
+                        bad += 1
+    return bad
 
 
 def layer(path):
@@ -112,10 +156,11 @@ def main():
                      for a in comp for b in comp if (a, b) in why]
             print(f"check-layers: a cycle of {len(comp)} modules: " + "; ".join(edges))
             bad += 1
+    bad += check_sizes(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     nmod = len(graph)
     nedge = sum(len(v) for v in graph.values())
     print(f"check-layers: {len(objs)} objects, {nmod} modules, {nedge} calls between them: "
-          f"{bad} violation{'s' if bad != 1 else ''}")
+          f"{bad} violation{'s' if bad != 1 else ''} (sizes included)")
     return 1 if bad else 0
 
 

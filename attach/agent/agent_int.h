@@ -1,14 +1,18 @@
 /*
- * agent_int.h - what the agent's two files share: the entry points it
- * wraps, the originals their slots held, and the link-map pass
- * (agent_got.c) that rewrites and restores those slots.  Inside the
- * agent only; agent_abi.h is what memattach sees.
+ * agent_int.h - what the agent's files share: the entry points it wraps,
+ * the originals their slots held, the link-map pass (agent_got.c) that
+ * rewrites and restores those slots, the detour writer (agent_detour.c),
+ * and the sample tables that agent.c records in and agent_ctl.c lays out
+ * and reads.  Inside the agent only; agent_abi.h is what memattach sees.
  */
 #ifndef MA_AGENT_INT_H
 #define MA_AGENT_INT_H
 
+#include <sched.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "agent_abi.h"
 
@@ -84,5 +88,87 @@ int detour_rewrite(const struct ma_agent_patch *list, uint64_t n, bool undo);
 /* fork()'s handlers: wait for a patch point's steps to end, and let the writer go on. */
 void detour_fork_prepare(void);
 void detour_fork_release(void);
+
+/* ---- the sample tables (agent.c records, agent_ctl.c lays out, queries, frees) ---- */
+
+extern struct ma_agent_ctl ma_agent_ctl;
+
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+typedef int (*nametomib_fn)(const char *, size_t *, size_t *);
+typedef int (*bymib_fn)(const size_t *, size_t, void *, size_t *, void *, size_t);
+typedef size_t (*usable_fn)(const void *);
+
+struct sample {
+	uint64_t ptr; /* 0: empty slot */
+	uint32_t stack;
+	/* usable size (focus and profile modes); SIZE_HUGE: 4 GiB or more, asked again of jemalloc */
+	uint32_t size;
+};
+#define SIZE_HUGE UINT32_MAX
+
+/*
+ * One stripe: its lock, counters and slot array, alone on a cache line.
+ * The array starts small and doubles (a new mapping, rehashed under the
+ * lock) up to the bound; beyond it samples are dropped and counted.
+ */
+struct stripe {
+	uint32_t lock;
+	uint32_t own; /* slots is a mapping of its own (grown), else inside the tables */
+	uint64_t inflight;
+	uint64_t count; /* samples held */
+	uint64_t recorded, removed, dropped;
+	uint64_t slots, cap; /* struct sample[cap], cap a power of two */
+};
+
+#define STRIPE_INITIAL_SLOTS 1024
+
+static inline void spin_lock(uint32_t *l)
+{
+	unsigned spins = 0;
+
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+			if (++spins > 64)
+				sched_yield();
+			else
+				__builtin_ia32_pause();
+		}
+	}
+}
+
+static inline void spin_unlock(uint32_t *l)
+{
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+static inline struct stripe *stripes(const struct ma_agent_ctl *c)
+{
+	return (struct stripe *)(uintptr_t)(c->tables + c->locks_off);
+}
+
+static inline struct sample *slots_of(const struct stripe *s)
+{
+	return (struct sample *)(uintptr_t)s->slots;
+}
+
+static inline uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline bool pow2(uint64_t v)
+{
+	return v && !(v & (v - 1));
+}
+
+/* agent.c, for agent_ctl.c: jemalloc's hooks (the hooks mechanism), and a new run's resets. */
+int agent_install_hooks(struct ma_agent_ctl *c);
+/* Learn the unwinder's code range and clear the free filter (nothing records meanwhile). */
+void agent_prepare_run(void);
+/* A new run begins: a resize that read the old run's samples does not record in it. */
+void agent_new_run(void);
 
 #endif
