@@ -8,6 +8,7 @@
 
 #include <elf.h>
 #include <linux/audit.h>
+#include <stdint.h>
 
 /* The largest NT_X86_XSTATE image (AVX-512 and AMX tiles fit). */
 #define MA_XSTATE_MAX 16384
@@ -20,6 +21,23 @@
 /* The relocations that bind a symbol to a GOT slot (the frag agent rewrites these). */
 #define MA_ARCH_R_JUMP_SLOT R_X86_64_JUMP_SLOT
 #define MA_ARCH_R_GLOB_DAT R_X86_64_GLOB_DAT
+/* A spin-wait's pause (the frag agent's stripe locks). */
+#define MA_ARCH_CPU_RELAX() __builtin_ia32_pause()
+/*
+ * The frag agent's one atomic store of an aligned 16-byte BLOCK: from
+ * (OLO, OHI) to (NLO, NHI), true if it held the old value.
+ */
+#define MA_ARCH_CAS16(block, olo, ohi, nlo, nhi) ma_x86_cas16(block, olo, ohi, nlo, nhi)
+static inline _Bool ma_x86_cas16(uint64_t *block, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi)
+{
+	_Bool ok;
+
+	__asm__ __volatile__("lock cmpxchg16b %1"
+			     : "=@ccz"(ok), "+m"(*(volatile unsigned __int128 *)block), "+a"(olo), "+d"(ohi)
+			     : "b"(nlo), "c"(nhi)
+			     : "memory");
+	return ok;
+}
 
 /* The return stub's layout (arch.h, ma_arch_build_stub). */
 #define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */

@@ -79,17 +79,6 @@ static bool sync_cores(void)
 	return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0;
 }
 
-static bool cas16(uint64_t *block, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi)
-{
-	bool ok;
-
-	__asm__ __volatile__("lock cmpxchg16b %1"
-			     : "=@ccz"(ok), "+m"(*(volatile unsigned __int128 *)block), "+a"(olo), "+d"(ohi)
-			     : "b"(nlo), "c"(nhi)
-			     : "memory");
-	return ok;
-}
-
 /* N bytes at AT lie in one aligned 16-byte block: one atomic store can change them. */
 static bool in_one_block(const uint8_t *at, unsigned n)
 {
@@ -114,7 +103,7 @@ static bool store_in_block(uint8_t *at, unsigned n, const uint8_t *was, const ui
 	memcpy(put + off, now, n);
 	memcpy(w, want, 16);
 	memcpy(p, put, 16);
-	return cas16(b, w[0], w[1], p[0], p[1]);
+	return MA_ARCH_CAS16(b, w[0], w[1], p[0], p[1]);
 }
 
 /*

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "agent_abi.h"
+#include MA_ARCH_HEADER /* MA_ARCH_CPU_RELAX */
 
 enum entry_id {
 #define ENTRY_ID(id, sym, pre, kind, nargs) E_##id,
@@ -131,7 +132,7 @@ static inline void spin_lock(uint32_t *l)
 			if (++spins > 64)
 				sched_yield();
 			else
-				__builtin_ia32_pause();
+				MA_ARCH_CPU_RELAX();
 		}
 	}
 }
