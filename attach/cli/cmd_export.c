@@ -31,6 +31,7 @@
 
 #include "capture.h"
 #include "cmdutil.h"
+#include "emit.h"
 #include "options.h"
 #include "commands.h"
 #include "format.h"
@@ -104,7 +105,7 @@ struct exporter {
 	int deadline_ms;
 	int budget_ms; /* a whole scrape: targets past it are not read this time */
 	bool strict;
-	bool once;
+	bool once, json;
 	enum ma_om_format once_format;
 	/* what past scrapes saw, by pid (a counter must not reset between scrapes) */
 	struct target_record {
@@ -237,13 +238,77 @@ static void release_targets(struct ma_om_target *t, size_t n)
 		ma_bin_table_release(&t[i].bins);
 }
 
+/* The allocator's readings of T (read), under the keys stats --json and bins --json use. */
+static void target_readings_json(struct ma_json *j, const struct ma_om_target *t)
+{
+	ma_json_u64(j, "allocated", t->st.allocated);
+	ma_json_u64(j, "active", t->st.active);
+	ma_json_u64(j, "resident", t->st.resident);
+	ma_json_u64(j, "mapped", t->st.mapped);
+	ma_json_u64(j, "retained", t->st.retained);
+	ma_json_u64(j, "metadata", t->st.metadata);
+	ma_json_u64(j, "slab_waste", t->h.slab_waste);
+	if (t->h.have_pages) {
+		ma_json_u64(j, "dirty", t->h.dirty);
+		ma_json_u64(j, "muzzy", t->h.muzzy);
+		ma_json_u64(j, "metadata_resident", t->h.metadata_resident);
+	}
+	if (t->h.have_rss)
+		ma_json_i64(j, "outside_jemalloc", t->h.outside_jemalloc);
+	if (!t->bins.nbins)
+		return;
+	ma_json_u64(j, "tcache_bytes", t->bins.tcache_bytes);
+	ma_json_arr_open(j, "bins");
+	for (size_t b = 0; b < t->bins.nbins; b++) {
+		struct ma_bin_row r;
+
+		if (!t->bins.bins[b].curslabs)
+			continue;
+		ma_bins_row(&t->bins, b, &r);
+		ma_json_obj_open(j, NULL);
+		ma_json_u64(j, "size", t->bins.bins[b].size);
+		ma_json_u64(j, "waste", r.waste);
+		ma_json_obj_close(j);
+	}
+	ma_json_arr_close(j);
+}
+
+/* --once --json: the scrape as one object, a member of "targets" per process. */
+static void write_scrape_json(const struct ma_om_target *t, size_t n)
+{
+	struct ma_json j;
+
+	ma_json_init(&j, stdout);
+	ma_json_obj_open(&j, NULL);
+	ma_json_arr_open(&j, "targets");
+	for (size_t i = 0; i < n; i++) {
+		ma_json_obj_open(&j, NULL);
+		ma_json_i64(&j, "pid", t[i].pid);
+		ma_json_str(&j, "comm", t[i].comm);
+		ma_json_bool(&j, "ok", t[i].ok);
+		if (t[i].ok)
+			target_readings_json(&j, &t[i]);
+		ma_json_u64(&j, "vm_rss", t[i].vm_rss);
+		ma_json_u64(&j, "vm_hwm", t[i].vm_hwm);
+		ma_json_u64(&j, "borrow_ns", t[i].borrow_ns);
+		ma_json_u64(&j, "failures", t[i].failures);
+		ma_json_obj_close(&j);
+	}
+	ma_json_arr_close(&j);
+	ma_json_obj_close(&j);
+	ma_json_end(&j);
+}
+
 /* --once: one scrape on stdout; exit 1 if a target could not be read. */
 static int scrape_once(struct exporter *e)
 {
 	static struct ma_om_target t[MAX_TARGETS];
 	size_t failed, n = scrape_targets(e, t, &failed);
 
-	ma_om_write_format(stdout, t, n, true, e->once_format);
+	if (e->json)
+		write_scrape_json(t, n);
+	else
+		ma_om_write_format(stdout, t, n, true, e->once_format);
 	release_targets(t, n);
 	if (fflush(stdout) != 0)
 		return ma_cmd_error("export", MA_EXIT_FAIL, "cannot write the scrape: %s",
@@ -833,6 +898,9 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 		MA_FLAG("--once", &e->once, "print one scrape on stdout and exit (no server)"),
 		MA_STR("--format", "FMT", &format,
 		       "what --once prints: openmetrics (the default) or prometheus (text format 0.0.4)"),
+		MA_FLAG("--json", &e->json,
+			"what --once prints: the same readings as one JSON object, a member of "
+			"\"targets\" per process (the keys of stats --json and bins --json)"),
 		MA_FLAG("--strict", &e->strict,
 			"never stop a thread blocked in epoll_wait and the like (by default, an event "
 			"loop's thread such as redis's is borrowed when no better one exists: its wait is "
@@ -856,6 +924,11 @@ static int parse_args(int argc, char **argv, struct exporter *e)
 		return ma_usage_error(argv[0], "give --pid PID (one or more) or --match REGEX");
 	if (!e->listen && !e->once)
 		return ma_usage_error(argv[0], "--listen HOST:PORT is required (or --once)");
+	if (e->json && !e->once)
+		return ma_usage_error(argv[0], "--json is for --once (over HTTP, Prometheus reads "
+					       "OpenMetrics)");
+	if (e->json && format)
+		return ma_usage_error(argv[0], "--json and --format %s: choose one output", format);
 	if (format && !e->once)
 		return ma_usage_error(argv[0], "--format is for --once (over HTTP, the client's "
 					       "Accept header chooses)");

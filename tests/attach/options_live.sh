@@ -6,7 +6,7 @@
 # create nothing), --top 0 = all in aggregate as in bins, --json on the
 # commands whose output is a file or folder.
 . "$(dirname "$0")/../lib/common.sh"
-plan 20
+plan 22
 
 MALLOC_CONF=prof:true,prof_active:true,prof_final:false fix_start daemon -t 2 ||
 	{ fail "daemon start"; exit 1; }
@@ -62,6 +62,11 @@ check "snapshot --json: the files it lists are in the folder" \
 "$MA" watch "$P" -o wj --duration 1s --interval 200ms --json >watch.json 2>watch.err
 check "watch --json: the summary on stdout, the running lines on stderr ($(head -1 watch.err | cut -c1-60))" \
 	jfile watch.json "import os; assert d['reason'] == 'duration reached' and d['samples'] >= 2 and d['peak'] > 0 and all(os.path.exists('wj/' + f) for f in d['files']), d"
+"$MA" export --pid "$P" --once --json >export.json 2>export.err
+check "export --once --json: the target's readings, slab_waste = active - allocated, bins with waste" \
+	jfile export.json "t = d['targets'][0]; assert len(d['targets']) == 1 and t['pid'] == $P and t['ok'] and t['comm'] == 'daemon' and t['allocated'] > 0 and t['slab_waste'] == t['active'] - t['allocated'] and t['vm_rss'] > 0 and t['bins'] and all(b['size'] > 0 and b['waste'] >= 0 for b in t['bins']), d"
+"$MA" export --pid "$P" --listen 127.0.0.1:1 --json >/dev/null 2>exjson.err; rc=$?
+check "export --json without --once is a usage error (exit $rc: $(head -1 exjson.err))" [ "$rc" -eq 2 ]
 "$MA" heap-dump "$P" -o - --json >/dev/null 2>hdboth.err; rc=$?
 check "heap-dump -o - --json is a usage error (exit $rc: $(head -1 hdboth.err))" [ "$rc" -eq 2 ]
 # One set of JSON key names; the names before 0.10 beside them, equal.
