@@ -311,10 +311,12 @@ static bool on_own_stack(const struct ma_session *s, pid_t tid)
  * tcache flush there crashed or froze an outside attack's target in
  * every run).  glibc says, for libthread_db, where its descriptor keeps
  * the tid; where it does not (musl, a stripped static glibc), not checked.
+ * WHY gets the reason when not.
  */
-static bool owns_thread_pointer(struct ma_session *s, pid_t tid)
+static bool owns_thread_pointer(struct ma_session *s, pid_t tid, char *why, size_t whylen)
 {
 	struct ma_target *t = s->t;
+	uint64_t tp = ma_arch_thread_pointer(&s->saved.regs);
 	uint32_t desc[3], owner;
 
 	if (!t->pthread_tid_off && t->pthread_tid_desc) {
@@ -326,12 +328,18 @@ static bool owns_thread_pointer(struct ma_session *s, pid_t tid)
 	}
 	if (t->pthread_tid_off <= 0)
 		return true;
-	if (ma_mem_read(tid, ma_arch_thread_pointer(&s->saved.regs) + (uint64_t)t->pthread_tid_off, &owner,
-			sizeof(owner)) != 0) {
+	if (ma_mem_read(tid, tp + (uint64_t)t->pthread_tid_off, &owner, sizeof(owner)) != 0) {
 		ma_err_clear();
+		snprintf(why, whylen, "its thread pointer (0x%" PRIx64 ") points at no readable thread "
+			 "descriptor (a raw clone without one): a call there cannot find its "
+			 "allocator state", tp);
 		return false;
 	}
-	return (pid_t)owner == tid;
+	if ((pid_t)owner == tid)
+		return true;
+	snprintf(why, whylen, "runs on another thread's thread pointer (made by a raw clone): a "
+		 "call would use that thread's allocator state while it runs");
+	return false;
 }
 
 /*
@@ -782,11 +790,8 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 			 "handler on another stack): what it interrupted cannot be seen");
 		return let_go(s, true, false);
 	}
-	if (!owns_thread_pointer(s, ti->tid)) {
-		snprintf(why, whylen, "runs on another thread's thread pointer (made by a raw clone): a "
-			 "call would use that thread's allocator state while it runs");
+	if (!owns_thread_pointer(s, ti->tid, why, whylen))
 		return let_go(s, false, true);
-	}
 	if (!thread_stack_bottom(s)) {
 		snprintf(why, whylen, "runs on a stack the program supplied, or one without a guard "
 			 "page of its own (merged with the memory below it): where it ends cannot "
