@@ -23,6 +23,15 @@
 
 #define FLAG_TF 0x100
 #define FLAG_DF 0x400
+#define FLAG_AC 0x40000
+/*
+ * What a call must not inherit from the thread's own flags: the trap flag
+ * (a trap per instruction), the direction flag (the ABI wants it clear at
+ * a call) and alignment checking (Linux honours AC in user mode: jemalloc's
+ * unaligned loads then fault, and the faulted call leaves its locks held).
+ * The thread's flags come back with its registers.
+ */
+#define CALL_CLEARED_FLAGS (FLAG_TF | FLAG_DF | FLAG_AC)
 
 int ma_arch_state_alloc(struct ma_cpu_state *s)
 {
@@ -76,6 +85,36 @@ int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s)
 {
 	struct iovec iov = { s->xstate, s->xstate_len };
 
+	if (ma_ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
+		return ptrace_err("PTRACE_SETREGSET(NT_X86_XSTATE)", tid);
+	return 0;
+}
+
+/* The FXSAVE/XSAVE image: the x87 control word, MXCSR, and the header's XSTATE_BV. */
+#define XS_FCW 0
+#define XS_MXCSR 24
+#define XS_XSTATE_BV 512
+#define FCW_DEFAULT 0x037f   /* every x87 exception masked, 64-bit precision, round to nearest */
+#define MXCSR_DEFAULT 0x1f80 /* every SSE exception masked, round to nearest, no FTZ/DAZ */
+
+int ma_arch_set_call_fpu(pid_t tid, const struct ma_cpu_state *s)
+{
+	static unsigned char img[MA_XSTATE_MAX] __attribute__((aligned(64)));
+	uint16_t fcw = FCW_DEFAULT;
+	uint32_t mxcsr = MXCSR_DEFAULT;
+	uint64_t bv;
+	struct iovec iov = { img, s->xstate_len };
+
+	if (s->xstate_len < XS_XSTATE_BV + 8 || s->xstate_len > sizeof(img))
+		return ma_fail(MA_E_INTERNAL, "thread %d's extended state is %zu bytes", tid,
+			       (size_t)s->xstate_len);
+	memcpy(img, s->xstate, s->xstate_len);
+	memcpy(img + XS_FCW, &fcw, sizeof(fcw));
+	memcpy(img + XS_MXCSR, &mxcsr, sizeof(mxcsr));
+	/* x87 and SSE state present, so that the two words above are the ones loaded */
+	memcpy(&bv, img + XS_XSTATE_BV, sizeof(bv));
+	bv |= 3;
+	memcpy(img + XS_XSTATE_BV, &bv, sizeof(bv));
 	if (ma_ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &iov) != 0)
 		return ptrace_err("PTRACE_SETREGSET(NT_X86_XSTATE)", tid);
 	return 0;
@@ -165,7 +204,7 @@ void ma_arch_setup_call(struct user_regs_struct *r, uint64_t fn, const uint64_t 
 	r->rip = fn;
 	r->rax = 0; /* no vector args, for variadic callees */
 	r->orig_rax = (unsigned long long)-1;
-	r->eflags &= ~(unsigned long long)(FLAG_DF | FLAG_TF);
+	r->eflags &= ~(unsigned long long)CALL_CLEARED_FLAGS;
 }
 
 void ma_arch_setup_syscall(struct user_regs_struct *r, uint64_t insn, long nr,

@@ -211,6 +211,7 @@ static int write_agent_memfd(struct ma_session *s, uint64_t *fd)
 	if ((int64_t)*fd < 0)
 		return ma_fail(MA_E_IO, "memfd_create in the target failed: %s",
 			       strerror((int)-(int64_t)*fd));
+	ma_step_mark("agent-memfd");
 	/* Our own reference, checked to be the memfd just made: never a path through /proc. */
 	if ((rc = ma_take_target_memfd(s->t->proc_pid, (int)*fd, MA_AGENT_MEMFD_NAME, 0, &ours)))
 		return rc;

@@ -614,6 +614,13 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	ma_arch_setup_call(&r, fn, args, nargs, s->stack_top, retaddr);
 	if ((rc = run_set_regs_blocked(s, &r)))
 		return rc;
+	/*
+	 * Only now, the call's return into the stub set: should memattach die
+	 * from here on, the stub gives the thread its own state back.
+	 */
+	if (!s->call_fpu && (rc = ma_arch_set_call_fpu(s->tid, &s->saved)))
+		return rc;
+	s->call_fpu = true;
 	s->ncalls++;
 	s->at_marker = s->skipping_self_deadlock = false;
 	stops_test_kill_point("call");

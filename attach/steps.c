@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,10 +92,18 @@ static void configure(void)
 
 void ma_step_mark(const char *label)
 {
+	const char *pause_at = ma_test_env("PAUSE_AT");
+
 	if (!configured)
 		configure();
 	if (printing && nmarks < sizeof(marks) / sizeof(marks[0]))
 		marks[nmarks++] = (struct step_mark){ label, nsteps };
+	/*
+	 * MEMATTACH_TEST_PAUSE_AT=LABEL: 300 ms there, so that a test's
+	 * racing target gets a CPU in that phase however loaded the machine.
+	 */
+	if (pause_at && strcmp(pause_at, label) == 0)
+		usleep(300000);
 }
 
 /*

@@ -33,6 +33,14 @@ void ma_arch_state_free(struct ma_cpu_state *s);
 int ma_arch_get_xstate(pid_t tid, struct ma_cpu_state *s);
 int ma_arch_set_regs(pid_t tid, const struct user_regs_struct *r);
 int ma_arch_set_xstate(pid_t tid, const struct ma_cpu_state *s);
+/*
+ * Give the thread, for the calls, the floating-point control state of a
+ * fresh thread (every exception masked, default rounding) over its saved
+ * state S: a thread that unmasked FP exceptions would otherwise trap in
+ * jemalloc's floating point (heap profiling's sampling) with a lock held.
+ * Its own state comes back with S (ma_arch_set_xstate, or the stub).
+ */
+int ma_arch_set_call_fpu(pid_t tid, const struct ma_cpu_state *s);
 int ma_arch_get_regs(pid_t tid, struct user_regs_struct *r);
 
 /*

@@ -13,6 +13,8 @@
  * MEMATTACH_TEST_STEPS_CHANGES=1 counts (and kills after) only the steps
  * that can change the target: not the requests that only read it, after
  * which a kill leaves the target as a kill after the previous step does.
+ * MEMATTACH_TEST_PAUSE_AT=LABEL waits 300 ms at that mark (a test's race).
+ * All of it only in the test build (build/memattach-test).
  */
 #ifndef MA_STEPS_H
 #define MA_STEPS_H

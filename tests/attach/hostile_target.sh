@@ -93,13 +93,15 @@ check "5. the target lives on" eve_end
 before=$(sum "$TMP/victim")
 # The agent's memfd exists only during a target's first frag start (the
 # agent then stays loaded), a window of a few milliseconds the target's
-# swapper must be on a CPU for: one fresh target per try, until the swap
-# has happened (3 targets at least, 15 at most).
+# swapper must be on a CPU for: the test build waits 300 ms once the memfd
+# is made (with 8 CPU hogs beside it, 15 targets without that wait saw no
+# swap), and each try takes a fresh target until the swap has happened (3
+# targets at least, 15 at most).
 swapped=0 ntries=0 died=0
 while [ $ntries -lt 15 ] && { [ $ntries -lt 3 ] || [ $swapped -eq 0 ]; }; do
 	ntries=$((ntries + 1))
 	eve_target swap-agent "$TMP/victim" || { fail "swap-agent target $ntries: start"; break; }
-	timeout 120 "$MA" frag start "$EPID" >/dev/null 2>&1 &&
+	MEMATTACH_TEST_PAUSE_AT=agent-memfd timeout 120 "$MA_T" frag start "$EPID" >/dev/null 2>&1 &&
 		timeout 120 "$MA" frag stop "$EPID" >/dev/null 2>&1
 	swapped=$((swapped + $(swaps)))
 	eve_end || died=$((died + 1))
