@@ -24,6 +24,25 @@
 /* A spin-wait's pause (the frag agent's stripe locks). */
 #define MA_ARCH_CPU_RELAX() __builtin_ia32_pause()
 /*
+ * The agent's floating point (in the program's threads) runs with every
+ * SSE exception masked and the default rounding, whatever the program
+ * set: MA_ARCH_FP_HOLD returns the program's MXCSR, MA_ARCH_FP_RELEASE
+ * puts it back (its exception flags included).  Doubles use SSE only here.
+ */
+#define MA_ARCH_FP_HOLD() ma_x86_fp_hold()
+#define MA_ARCH_FP_RELEASE(old) ma_x86_fp_release(old)
+static inline uint32_t ma_x86_fp_hold(void)
+{
+	uint32_t old, fresh = 0x1f80;
+
+	__asm__ __volatile__("stmxcsr %0\n\tldmxcsr %1" : "=m"(old) : "m"(fresh) : "memory");
+	return old;
+}
+static inline void ma_x86_fp_release(uint32_t old)
+{
+	__asm__ __volatile__("ldmxcsr %0" : : "m"(old) : "memory");
+}
+/*
  * The frag agent's one atomic store of an aligned 16-byte BLOCK: from
  * (OLO, OHI) to (NLO, NHI), true if it held the old value.
  */

@@ -558,10 +558,25 @@ static struct {
  * most max(2 REQ, 16) in every jemalloc size class), else NO_BOUND.
  */
 #define NO_BOUND UINT64_MAX
+/*
+ * The draw's floating-point part: U's top 53 bits as uf in [0, 1) against
+ * 1 - e^-(BYTES/RATE).  Opaque to the optimiser (noipa), so none of its
+ * arithmetic moves out from between the MXCSR hold and release around it.
+ */
+__attribute__((noinline, noipa)) static bool draw_fp(uint64_t u, uint64_t bytes, uint64_t rate)
+{
+	double uf = (double)(u >> 11) * 0x1p-53, x = (double)bytes / (double)rate;
+
+	if (uf >= x)
+		return false;
+	return uf < one_minus_exp_neg(x);
+}
+
 static bool prof_sampled(const struct ma_agent_ctl *c, uint64_t p, uint64_t req, uint64_t *bytes)
 {
 	uint64_t self = (uint64_t)pthread_self(), *n = &draws[(self >> 12 ^ self >> 21) & 63].n, k, u;
-	double uf, x;
+	uint32_t fp;
+	bool sampled;
 
 	*bytes = 0;
 	if (c->rate <= 1) {
@@ -571,15 +586,19 @@ static bool prof_sampled(const struct ma_agent_ctl *c, uint64_t p, uint64_t req,
 	k = __atomic_load_n(n, __ATOMIC_RELAXED);
 	__atomic_store_n(n, k + 1, __ATOMIC_RELAXED);
 	u = mix(p ^ c->seed ^ self ^ (k * 0x9e3779b97f4a7c15ULL));
-	uf = (double)(u >> 11) * 0x1p-53;
-	/* 1 - e^-x <= x: most allocations stop here, before asking their size */
-	if (req < (1ULL << 52) && uf * (double)c->rate >= (double)(req < 8 ? 16 : 2 * req))
+	/*
+	 * 1 - e^-x <= x: most allocations stop here, before asking their size
+	 * (uf * rate >= bound, in integers: no floating point in the program's
+	 * own floating-point state, whose exceptions it may have unmasked).
+	 */
+	if (req < (1ULL << 52) &&
+	    (unsigned __int128)(u >> 11) * c->rate >= (unsigned __int128)(req < 8 ? 16 : 2 * req) << 53)
 		return false;
 	*bytes = usable(c, p);
-	x = (double)*bytes / (double)c->rate;
-	if (uf >= x)
-		return false;
-	return uf < one_minus_exp_neg(x);
+	fp = MA_ARCH_FP_HOLD();
+	sampled = draw_fp(u, *bytes, c->rate);
+	MA_ARCH_FP_RELEASE(fp);
+	return sampled;
 }
 
 /* Is P one of ours: sampled by address, or of the focus class (size in *SIZE)? */
