@@ -168,7 +168,9 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 		ma_arch_get_regs(s->tid, &r);
 		*fault = ma_fail(MA_E_FAULT,
 				 "the injected call faulted in thread %d (signal %d at ip 0x%llx, "
-				 "address %p); the thread was restored",
+				 "address %p); the thread was restored, but a lock the call held "
+				 "may stay taken: should a later run wait on it, the process has to "
+				 "be restarted",
 				 s->tid, sig, (unsigned long long)ma_arch_ip(&r), si.si_addr);
 		if ((rc = park_at_marker(s)))
 			return rc;
