@@ -125,6 +125,11 @@ bool ma_arch_stopped_after_seccomp_change(const struct user_regs_struct *r)
 	return (long)r->orig_rax == SYS_prctl || (long)r->orig_rax == SYS_seccomp;
 }
 
+bool ma_arch_single_steps(const struct user_regs_struct *r)
+{
+	return (r->eflags & FLAG_TF) != 0;
+}
+
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 {
 	long ax = (long)r->rax;

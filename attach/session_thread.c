@@ -46,6 +46,27 @@ bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked)
 	return ((st.sig_pending | st.sig_shared_pending) & ~blocked) != 0;
 }
 
+/*
+ * Does a synchronous signal (a trap or fault: SIGTRAP of a single step it
+ * took, say) wait for the thread itself?  Delivered during a call, it
+ * would be taken for the call's fault and never reach the program.
+ * Unknown counts as yes.
+ */
+static bool fault_signal_waits(pid_t pid, pid_t tid)
+{
+	const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
+	struct ma_proc_status st;
+	uint64_t mask = 0;
+
+	if (ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return true;
+	}
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		mask |= 1ULL << (faults[i] - 1);
+	return (st.sig_pending & mask) != 0;
+}
+
 /* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
 static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
 {
@@ -776,6 +797,17 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 	struct thread_verdict v;
 	bool never = false;
 
+	if (fault_signal_waits(s->t->pid, ti->tid)) {
+		snprintf(why, whylen, "a trap or fault signal waits for it (a single step it took, say): "
+			 "in a call that signal would look like the call's own fault");
+		return let_go(s, false, false);
+	}
+	if (ma_arch_single_steps(&s->saved.regs)) {
+		snprintf(why, whylen, "single-steps itself (its trap flag is set): a call would run "
+			 "without the traps it counts on, and the way back could not give it them "
+			 "exactly");
+		return let_go(s, false, false);
+	}
 	if (s->rseq_ip) /* judged where it is, not where it will resume (rseq_abort_ip) */
 		ma_arch_set_ip(&where, s->rseq_ip);
 	if (ma_unwind(s->t, ti->tid, &where, bt) != 0) {

@@ -69,6 +69,8 @@ void ma_arch_shorten_wait(struct user_regs_struct *r, uint64_t elapsed_ms);
 bool ma_arch_is_syscall_insn(const unsigned char insn[2]);
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
+/* Does the thread trace itself one instruction at a time (x86: the trap flag it set)? */
+bool ma_arch_single_steps(const struct user_regs_struct *r);
 /*
  * True if the last syscall of the stopped thread could have changed its
  * own seccomp mode (prctl, seccomp): a mode read before its stop may be

@@ -14,8 +14,8 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 jfile() { jcheck "d=json.load(open(sys.argv[1])); $2" "$1"; }
-plan 12
-need_fixtures regs fpexcept
+plan 16
+need_fixtures regs fpexcept selfstep
 RUNS=${RUNS:-10}
 
 MALLOC_CONF=$PROF_CONF fix_start regs -k 1 -f -i 2000000 || { fail "regs -f: start"; exit 1; }
@@ -77,4 +77,33 @@ check "profile stop ends 0 (exit $rc), fpexcept alive, its objects intact ($v0 -
 	eval '[ "$rc" -eq 0 ] && verdict_ok "$v" && [ "$(vfield "$v" rounds)" -gt "$(vfield "$v0" rounds)" ]'
 fix_quit "$pid" "$fd"; rc=$?
 check "fpexcept exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+
+# A thread that single-steps itself (selfstep's "stepper": its trap flag
+# set over 50 nops, its SIGTRAPs counted per pass).  Borrowed with the flag
+# set, it lost the flag on the way back; stopped with its last trap's
+# SIGTRAP waiting, the call took that signal for its own fault and it never
+# reached the program (an outside attack: 7-51 traps of a pass lost).  It
+# is borrowed only with neither; refused otherwise, naming why.
+fix_start selfstep || { fail "selfstep: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+tid=$(tid_of "$pid" stepper)
+v0=$(fix_cmd "$pid" "$fd" "$out" verdict)
+ok=0 refused=0 other=0
+for _ in $(seq $((2 * RUNS))); do
+	"$MA" stats "$pid" --tid "${tid:-0}" >/dev/null 2>step.err; rc=$?
+	if [ "$rc" -eq 0 ]; then ok=$((ok + 1))
+	elif [ "$rc" -eq 1 ] && ! says "faulted" step.err; then
+		says "trap flag is set|a trap or fault signal waits" step.err && refused=$((refused + 1))
+	else other=$((other + 1)); echo "# $(head -c 200 step.err)"; fi
+done
+check "stats --tid stepper: borrowed ($ok) or refused ($refused of them naming the trap), no call faulted ($other)" \
+	[ "$other" -eq 0 ] && [ "$refused" -gt 0 ]
+bins_ok=0
+for _ in $(seq 5); do "$MA" bins "$pid" --flush-tcache >/dev/null 2>>bins.err && bins_ok=$((bins_ok + 1)); done
+check "bins --flush-tcache beside it: $bins_ok of 5 end 0" [ "$bins_ok" -eq 5 ]
+v=$(alive "$pid" && fix_cmd "$pid" "$fd" "$out" verdict)
+check "selfstep: every pass had its traps, none lost or added ($v0 -> $v)" \
+	eval 'verdict_ok "$v" && [ "$(vfield "$v" passes)" -gt "$(vfield "$v0" passes)" ]'
+fix_quit "$pid" "$fd"; rc=$?
+check "selfstep exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 report_time
