@@ -10,7 +10,9 @@
 # the binary before fails every check here but the verdict's; with AC
 # cleared alone, heap-dump, stats-dump and the last run fail).  Each call
 # runs with the flags clear and a fresh thread's floating-point control;
-# the thread gets its own back.
+# the thread gets its own back.  Then the profile agent in a thread with
+# every FP exception unmasked (fpexcept), and a thread that single-steps
+# itself (selfstep).
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 jfile() { jcheck "d=json.load(open(sys.argv[1])); $2" "$1"; }
