@@ -60,6 +60,8 @@ int stops_ptrace_errno(const char *what, pid_t tid);
 
 /* session_run.c */
 void run_hold_signal(struct ma_session *s);
+/* The synchronous fault signals (is_fault_signal) as a mask, signal N at bit N - 1. */
+uint64_t run_fault_signals(void);
 uint64_t run_borrowed_mask(void);
 int run_set_sigmask(struct ma_session *s, uint64_t mask);
 int run_stopped_under_call(struct ma_session *s, const char *how);

@@ -69,6 +69,16 @@ static bool is_fault(int sig, const siginfo_t *si)
 	return is_fault_signal(sig) && si->si_code > 0;
 }
 
+uint64_t run_fault_signals(void)
+{
+	uint64_t m = 0;
+
+	for (int sig = 1; sig <= 64; sig++)
+		if (is_fault_signal(sig))
+			m |= 1ULL << (sig - 1);
+	return m;
+}
+
 /*
  * Signals blocked while the thread is borrowed: all but the synchronous
  * faults (a fault with its signal blocked would make the kernel reset the
@@ -76,12 +86,7 @@ static bool is_fault(int sig, const siginfo_t *si)
  */
 uint64_t run_borrowed_mask(void)
 {
-	uint64_t m = ~0ULL;
-	int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
-
-	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
-		m &= ~(1ULL << (faults[i] - 1));
-	return m;
+	return ~run_fault_signals();
 }
 
 int run_set_sigmask(struct ma_session *s, uint64_t mask)

@@ -54,17 +54,13 @@ bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked)
  */
 static bool fault_signal_waits(pid_t pid, pid_t tid)
 {
-	const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
 	struct ma_proc_status st;
-	uint64_t mask = 0;
 
 	if (ma_proc_read_status(pid, tid, &st) != 0) {
 		ma_err_clear();
 		return true;
 	}
-	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
-		mask |= 1ULL << (faults[i] - 1);
-	return (st.sig_pending & mask) != 0;
+	return (st.sig_pending & run_fault_signals()) != 0;
 }
 
 /* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
