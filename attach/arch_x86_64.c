@@ -130,6 +130,11 @@ bool ma_arch_single_steps(const struct user_regs_struct *r)
 	return (r->eflags & FLAG_TF) != 0;
 }
 
+long ma_arch_restartable_syscall_nr(const struct user_regs_struct *r)
+{
+	return ma_arch_in_restartable_syscall(r) ? (long)r->orig_rax : -1;
+}
+
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 {
 	long ax = (long)r->rax;
@@ -278,6 +283,13 @@ bool ma_arch_dwarf_reg(const struct user_regs_struct *r, int regno, uint64_t *va
 	return true;
 }
 uint64_t ma_arch_syscall_ret(const struct user_regs_struct *r) { return r->rax; }
+
+/* orig_rax -1: the kernel's signal path then sees no syscall to restart. */
+void ma_arch_finish_syscall(struct user_regs_struct *r, uint64_t value)
+{
+	r->rax = value;
+	r->orig_rax = (uint64_t)-1;
+}
 
 /*
  * The state area, on the borrowed thread's own stack below its red zone,

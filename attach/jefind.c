@@ -565,20 +565,45 @@ static bool is_libc(const char *path)
 
 /* What find_libc_functions looks up in libc, in one pass. */
 enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_TID_DESC,
-       LF_LOCKED };
+       LF_CREATE, LF_ATTR_INIT, LF_ATTR_SETDETACH, LF_ATTR_SETSIGMASK, LF_ATTR_DESTROY, LF_SLEEP,
+       LF_LOCKED,
+       LF_STACK_LOCKED = LF_LOCKED + 10 };
 static const char *const libc_names[] = {
 	[LF_FORK] = "fork", [LF_LIBC_FORK] = "__libc_fork", [LF_DLOPEN] = "dlopen",
 	[LF_DLERROR] = "dlerror", [LF_EPOLL_WAIT] = "epoll_wait", [LF_EPOLL_PWAIT] = "epoll_pwait",
 	[LF_TID_DESC] = "_thread_db_pthread_tid",
+	/* what a thread of memattach's own is made with (ownthread.h) */
+	[LF_CREATE] = "pthread_create", [LF_ATTR_INIT] = "pthread_attr_init",
+	[LF_ATTR_SETDETACH] = "pthread_attr_setdetachstate",
+	[LF_ATTR_SETSIGMASK] = "pthread_attr_setsigmask_np", [LF_ATTR_DESTROY] = "pthread_attr_destroy",
+	[LF_SLEEP] = "sleep",
 	/* the functions that hold the loader's locks (target.h) */
 	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "__libc_dlopen_mode",
+	/* ... and those that hold the thread-stack lock or the default attributes' (target.h) */
+	[LF_STACK_LOCKED] = "pthread_create", "pthread_join", "pthread_tryjoin_np",
+	"pthread_timedjoin_np", "pthread_clockjoin_np", "pthread_detach", "pthread_exit",
+	"pthread_getattr_default_np", "pthread_setattr_default_np",
 };
 #define NLIBC_NAMES (sizeof(libc_names) / sizeof(libc_names[0]))
 
 static struct ma_range sym_range(const struct ma_elf_sym *s, uint64_t bias)
 {
 	return (struct ma_range){ s->addr + bias, s->addr + bias + s->size };
+}
+
+/* pthread_create & co. for a thread of memattach's own: all functions, all found, or none. */
+static void find_own_fns(struct ma_target *t, const struct ma_elf_sym *s, const bool *found,
+			 uint64_t bias)
+{
+	uint64_t a[LF_SLEEP - LF_CREATE + 1];
+
+	for (int k = LF_CREATE; k <= LF_SLEEP; k++) {
+		if (!found[k] || s[k].type != 2 || !s[k].addr)
+			return;
+		a[k - LF_CREATE] = s[k].addr + bias;
+	}
+	t->own_fns = (struct ma_own_fns){ a[0], a[1], a[2], a[3], a[4], a[5] };
 }
 
 /* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait, the loader-lock holders, the tid's place. */
@@ -603,9 +628,13 @@ static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t 
 		t->dlerror_fn = s[LF_DLERROR].addr + bias;
 	if (!t->pthread_tid_desc && found[LF_TID_DESC] && s[LF_TID_DESC].size == 12)
 		t->pthread_tid_desc = s[LF_TID_DESC].addr + bias;
-	for (size_t k = LF_LOCKED; k < NLIBC_NAMES && t->ndl_fns < MA_MAX_DL_FNS; k++)
+	for (size_t k = LF_LOCKED; k < LF_STACK_LOCKED && t->ndl_fns < MA_MAX_DL_FNS; k++)
 		if (found[k] && s[k].size)
 			t->dl_fns[t->ndl_fns++] = sym_range(&s[k], bias);
+	for (size_t k = LF_STACK_LOCKED; k < NLIBC_NAMES && t->nthread_fns < MA_MAX_THREAD_FNS; k++)
+		if (found[k] && s[k].size)
+			t->thread_fns[t->nthread_fns++] = sym_range(&s[k], bias);
+	find_own_fns(t, s, found, bias);
 	/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
 	for (int k = 0; k < 2; k++)
 		if (found[LF_EPOLL_WAIT + k] && s[LF_EPOLL_WAIT + k].size)
@@ -637,6 +666,8 @@ static void find_fork(struct ma_target *t)
 				continue;
 			}
 			find_libc_functions(t, &e, ma_target_load_bias(first, &e));
+			if (pass == 0)
+				t->libc_code = (struct ma_range){ m->start, m->end };
 			ma_elf_release(&e);
 		}
 	}

@@ -195,6 +195,68 @@ int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 	return rc;
 }
 
+/* A thread of our own made in a thread of the program, which then goes back: 0 or MA_E_*. */
+static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
+{
+	struct ma_session_opts maker = *o;
+	int rc, rc2;
+
+	maker.data_size = 4096; /* on the thread's stack: the maker maps nothing */
+	maker.for_dlopen = true; /* pthread_create takes the loader's TLS lock */
+	maker.pass_setxid = true; /* ... and the thread-stack lock, which a setuid() holds */
+	l->t.for_thread_create = true;
+	rc = ma_live_borrow(l, &maker);
+	l->t.for_thread_create = false;
+	if (rc)
+		return rc;
+	/* pthread_create's syscalls (clone3, the new stack's mmap) are not judged against a filter. */
+	rc = ma_session_filtered(&l->s) ? ma_fail(MA_E_SECCOMP, "the thread runs under seccomp")
+					: ma_own_thread_make(&l->s, &l->own);
+	rc2 = ma_live_restore(l);
+	l->maker_hold_ns = l->s.stopped_ns;
+	l->maker_longest_ns = l->s.longest_stop_ns;
+	l->maker_tid = l->s.tid;
+	if (rc || rc2)
+		memset(&l->own, 0, sizeof(l->own)); /* one made sleeps out its time and exits */
+	return rc ? rc : rc2;
+}
+
+int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
+{
+	struct ma_session_opts mine = *o;
+	int rc;
+
+	memset(&l->own, 0, sizeof(l->own));
+	l->own_used = false;
+	l->own_why[0] = '\0';
+	l->maker_hold_ns = l->maker_longest_ns = 0;
+	l->maker_tid = 0;
+	/* Its stack may be new: the maps are read again for its judgement. */
+	if (o->tid || !ma_own_thread_possible(&l->t) || make_own_thread(l, o) ||
+	    ma_own_thread_wait_asleep(l->t.pid, &l->own, 2000) || ma_target_maps_refresh(&l->t)) {
+		snprintf(l->own_why, sizeof(l->own_why), "%s",
+			 o->tid ? "--tid names the thread" : ma_errmsg()[0] ? ma_errmsg()
+			 : "no pthread_create in the target's libc (glibc 2.34 or later has it)");
+		ma_err_clear();
+		ma_own_thread_end(l->t.pid, &l->own); /* if made and asleep; else it sleeps out its time */
+		return ma_live_borrow(l, o);
+	}
+	mine.tid = l->own.tid;
+	mine.own_tp = l->own.pd;
+	mine.fresh_ok = true;
+	mine.pass_setxid = true; /* a setuid() of the program is not held up by our work */
+	mine.strict = false;
+	if ((rc = ma_live_borrow(l, &mine)) == 0) {
+		l->threads_before = -1; /* its allocator state is ours to create: no note */
+		l->own_used = true;
+		return 0;
+	}
+	snprintf(l->own_why, sizeof(l->own_why), "%s", ma_errmsg());
+	ma_own_thread_end(l->t.pid, &l->own);
+	ma_err_clear();
+	return ma_live_borrow(l, o);
+}
+
 int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 		  ma_live_prep_fn prep, void *ctx)
 {
@@ -204,7 +266,7 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 	ma_run_priority_raise();
 	if ((rc = ma_live_fail_if_exec(l, ma_live_open(l, pid))) ||
 	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
-	    (rc = ma_live_borrow(l, o)))
+	    (rc = o->own_thread ? ma_live_borrow_own(l, o) : ma_live_borrow(l, o)))
 		ma_live_end(l);
 	/* A step that failed without a word, on a process that is gone: that is the news. */
 	if (rc && !ma_errmsg()[0] && ma_process_exited(pid))
@@ -221,6 +283,8 @@ int ma_live_restore(struct ma_live *l)
 	l->borrowed = false;
 	rc = ma_fail_if_exited(l->t.pid, ma_session_close(&l->s));
 	ma_unwind_release();
+	if (l->own.tid && l->s.tid == l->own.tid)
+		ma_own_thread_end(l->t.pid, &l->own);
 	if (l->s.creates_state && l->threads_before >= 0) {
 		int threads, bg, maps;
 
@@ -240,4 +304,16 @@ int ma_live_end(struct ma_live *l)
 	l->open = false;
 	ma_run_deadline_set(0);
 	return rc;
+}
+
+uint64_t ma_live_program_hold_ns(const struct ma_live *l)
+{
+	return l->maker_hold_ns + (l->own_used ? 0 : l->s.stopped_ns);
+}
+
+uint64_t ma_live_program_longest_hold_ns(const struct ma_live *l)
+{
+	uint64_t s = l->own_used ? 0 : l->s.longest_stop_ns;
+
+	return l->maker_longest_ns > s ? l->maker_longest_ns : s;
 }

@@ -67,6 +67,20 @@ static int thread_seccomp_mode(const struct ma_session *s)
 	return s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
 }
 
+void session_count_hold(struct ma_session *s)
+{
+	uint64_t held = ma_now_ns() - s->t_stop_ns;
+
+	s->stopped_ns += held;
+	if (held > s->longest_stop_ns)
+		s->longest_stop_ns = held;
+}
+
+bool ma_session_filtered(const struct ma_session *s)
+{
+	return thread_seccomp_mode(s) != 0;
+}
+
 /* ---- setting up ---- */
 
 /* Does the thread's filter allow all of Q (N queries)?  For what memattach can do without. */
@@ -518,6 +532,8 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	t->for_dlopen = o->for_dlopen;
 	s->fresh_ok = o->fresh_ok;
 	s->no_tid_option = o->no_tid_option;
+	s->own_tp = o->own_tp;
+	s->pass_setxid = o->pass_setxid;
 	s->stop_eintr_wait = !o->strict || o->tid;
 	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
@@ -1014,7 +1030,7 @@ int ma_session_close(struct ma_session *s)
 		thread_release_untouched(s, 0);
 	}
 	if (s->t_stop_ns)
-		s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+		session_count_hold(s);
 	s->t_stop_ns = 0;
 	ma_hold_priority_drop(); /* the hold is over */
 	if (s->gave_back_by_stub)

@@ -434,6 +434,38 @@ bool ma_backtrace_loader_under_agent(const struct ma_target *t, const struct ma_
 	return true;
 }
 
+/*
+ * May BT's thread call pthread_create (a thread of memattach's own,
+ * ownthread.h)?  Not from inside a libc function that holds the
+ * thread-stack lock or the default attributes' lock (target.h): ours
+ * would wait for it, held by the thread itself, for ever.  Nor with no
+ * frame outside libc: a thread starting, or ending in libc's code that
+ * frees its stack under that lock, has none (libc's own helper threads
+ * are passed over too).
+ */
+static bool thread_create_ok(const struct ma_target *t, const struct ma_backtrace *bt, char *why,
+			     size_t whylen)
+{
+	size_t frame;
+
+	for (size_t k = 0; k < t->nthread_fns; k++)
+		if (frame_in_range(bt, t->thread_fns[k], &frame)) {
+			snprintf(why, whylen, "frame #%zu (0x%llx) is in a libc function that may hold "
+				 "the thread-stack lock: no thread can be made from it", frame,
+				 (unsigned long long)bt->ip[frame]);
+			return false;
+		}
+	for (size_t i = 0; i < bt->n; i++) {
+		uint64_t pc = i == 0 ? bt->ip[i] : bt->ip[i] - 1;
+
+		if (pc < t->libc_code.lo || pc >= t->libc_code.hi)
+			return true;
+	}
+	snprintf(why, whylen, "every frame is in libc (a thread starting or ending, or one of "
+		 "libc's own): it may hold the thread-stack lock");
+	return false;
+}
+
 bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *ti,
 		       const struct ma_backtrace *bt, char *why, size_t whylen)
 {
@@ -478,6 +510,8 @@ bool ma_thread_is_safe(const struct ma_target *t, const struct ma_thread_info *t
 			 (unsigned long long)bt->ip[frame]);
 		return false;
 	}
+	if (t->for_thread_create && !thread_create_ok(t, bt, why, whylen))
+		return false;
 	if (bt->in_signal_handler) {
 		/* Its stack may be a small sigaltstack: no room for our state area. */
 		snprintf(why, whylen, "it is running a signal handler");

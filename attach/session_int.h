@@ -105,6 +105,10 @@ void leftover_read_site_headers(const struct ma_session *s, struct ma_stub_heade
 bool leftover_any_site_has_stub(const struct ma_session *s);
 int leftover_scan_stub_sites(struct ma_session *s, bool *stale, bool *busy_left);
 void leftover_close_memfds(struct ma_session *s);
+/* Is SIG (SI as the stop gave it) one the borrowed thread takes at once (glibc's SIGSETXID)? */
+bool run_passes_signal(const struct ma_session *s, int sig, const siginfo_t *si);
+/* A thread's stop ends (let go or given back): its hold counted into stopped_ns, longest_stop_ns. */
+void session_count_hold(struct ma_session *s);
 void leftover_remove(struct ma_session *s, const bool *stale);
 
 /* remote_call.c */

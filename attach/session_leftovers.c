@@ -91,21 +91,54 @@ static bool peek_thread(pid_t pid, pid_t tid, uint64_t *pc, uint64_t *sp)
  * mapping, or its stack pointer in a mapping.  A thread that is running
  * is stopped for a moment to look; if that fails, assume it is.
  */
+/*
+ * Is a return into the stub on the stack above SP (up to STUB_SCAN
+ * bytes)?  A call whose data sat on the thread's own stack (no mapping)
+ * runs in the program's code with its ip and stack pointer nowhere of
+ * ours, yet returns into the stub: a call left to finish (a timeout, a
+ * memattach killed), blocked in a lock.  Once the thread is back in its
+ * own code, that return address lies below its stack pointer.
+ */
+#define STUB_SCAN (128 * 1024)
+static bool stub_return_above(pid_t pid, uint64_t sp, uint64_t stub)
+{
+	static uint64_t words[4096 / 8];
+	uint64_t chunk;
+
+	for (uint64_t a = sp & ~(uint64_t)7; a < sp + STUB_SCAN; a += chunk) {
+		chunk = sizeof(words) - (a & (sizeof(words) - 1)); /* to the page's end */
+		if (ma_mem_read(pid, a, words, chunk) != 0) {
+			ma_err_clear();
+			return false; /* the end of its stack */
+		}
+		for (size_t i = 0; i < chunk / 8; i++)
+			if (in_range(words[i], stub, MA_STUB_REGION))
+				return true;
+	}
+	return false;
+}
+
 static bool leftover_in_use(const struct ma_session *s, const struct ma_stub_header *h,
 			    uint64_t stub)
 {
 	uint64_t pc = 0, sp = 0;
 
-	if ((pid_t)h->tid == s->tid)
-		return leftover_runs_in(h, stub, ma_arch_ip(&s->saved.regs), ma_arch_stack_pointer(&s->saved.regs));
-	switch (ma_thread_where(s->t->pid, (pid_t)h->tid, &sp, &pc)) {
-	case MA_WHERE_GONE:
-		return false;
-	case MA_WHERE_RUNNING:
-		return !peek_thread(s->t->pid, (pid_t)h->tid, &pc, &sp) || leftover_runs_in(h, stub, pc, sp);
-	default:
-		return leftover_runs_in(h, stub, pc, sp);
+	if ((pid_t)h->tid == s->tid) {
+		pc = ma_arch_ip(&s->saved.regs);
+		sp = ma_arch_stack_pointer(&s->saved.regs);
+	} else {
+		switch (ma_thread_where(s->t->pid, (pid_t)h->tid, &sp, &pc)) {
+		case MA_WHERE_GONE:
+			return false;
+		case MA_WHERE_RUNNING:
+			if (!peek_thread(s->t->pid, (pid_t)h->tid, &pc, &sp))
+				return true;
+			break;
+		default:
+			break;
+		}
 	}
+	return leftover_runs_in(h, stub, pc, sp) || stub_return_above(s->t->proc_pid, sp, stub);
 }
 
 /*

@@ -150,6 +150,20 @@ static bool confirmed_fault(struct ma_session *s, int sig, const siginfo_t *si)
 	return false;
 }
 
+/*
+ * glibc's SIGSETXID, sent by a setuid() of the program (si_code SI_TKILL
+ * from the process itself: glibc's handler ignores any other), which
+ * waits, holding the thread-stack lock, until every thread has taken it.
+ * Its handler only makes the thread's own setxid syscall.
+ */
+#define GLIBC_SIGSETXID 33
+
+bool run_passes_signal(const struct ma_session *s, int sig, const siginfo_t *si)
+{
+	return s->pass_setxid && sig == GLIBC_SIGSETXID && si->si_code == SI_TKILL &&
+	       si->si_pid == s->t->pid;
+}
+
 /* At a signal-delivery stop: hold the signal, pass it on, or treat a fault. */
 static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, int *fault,
 			  int *pass_sig)
@@ -182,6 +196,8 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 		*goal = GOAL_CALL;
 	} else if (sig == SIGSTOP) {
 		/* Job control goes through: the kernel stops the thread again when we let go. */
+		*pass_sig = sig;
+	} else if (run_passes_signal(s, sig, &si)) {
 		*pass_sig = sig;
 	} else {
 		run_hold_signal(s);
@@ -228,8 +244,8 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 	ma_arch_set_syscall_nr(&r, MA_STUB_MARKER_NR);
 	if ((rc = ma_arch_set_regs(s->tid, &r)))
 		return rc;
-	for (;;) {
-		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
+	for (int pass = 0;;) {
+		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)pass) != 0)
 			return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
 		if ((rc = stops_wait(s->tid, &status, 1000)))
 			return rc;
@@ -239,8 +255,17 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 		}
 		if (WSTOPSIG(status) == (SIGTRAP | 0x80))
 			break;
-		if ((status >> 16) == 0)
-			run_hold_signal(s);
+		pass = 0;
+		if ((status >> 16) == 0) {
+			siginfo_t si;
+
+			memset(&si, 0, sizeof(si));
+			ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
+			if (run_passes_signal(s, WSTOPSIG(status), &si))
+				pass = WSTOPSIG(status);
+			else
+				run_hold_signal(s);
+		}
 	}
 	s->at_marker = false;
 	/* What was seen, no guess at how: the thread took the lock before the stop. */
@@ -440,7 +465,13 @@ int run_set_trap_regs(struct ma_session *s)
 /* Block the thread's signals while it is borrowed (run_borrowed_mask). */
 static int block_signals(struct ma_session *s)
 {
-	int rc = run_set_sigmask(s, s->sigmask | run_borrowed_mask());
+	uint64_t mask = s->sigmask | run_borrowed_mask();
+	int rc;
+
+	/* A thread that blocks it itself keeps it blocked (not libc's own threads). */
+	if (s->pass_setxid && !(s->sigmask & 1ULL << (GLIBC_SIGSETXID - 1)))
+		mask &= ~(1ULL << (GLIBC_SIGSETXID - 1));
+	rc = run_set_sigmask(s, mask);
 
 	if (!rc)
 		s->mask_blocked = true;

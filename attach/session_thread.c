@@ -334,16 +334,9 @@ static bool owns_thread_pointer(struct ma_session *s, pid_t tid, char *why, size
 {
 	struct ma_target *t = s->t;
 	uint64_t tp = ma_arch_thread_pointer(&s->saved.regs);
-	uint32_t desc[3], owner;
+	uint32_t owner;
 
-	if (!t->pthread_tid_off && t->pthread_tid_desc) {
-		t->pthread_tid_off = -1;
-		if (ma_mem_read(tid, t->pthread_tid_desc, desc, sizeof(desc)) == 0 && desc[0] == 32 &&
-		    desc[2] > 0 && desc[2] < 65536)
-			t->pthread_tid_off = (int)desc[2];
-		ma_err_clear();
-	}
-	if (t->pthread_tid_off <= 0)
+	if (ma_target_tid_offset(t) <= 0)
 		return true;
 	if (ma_mem_read(tid, tp + (uint64_t)t->pthread_tid_off, &owner, sizeof(owner)) != 0) {
 		ma_err_clear();
@@ -357,6 +350,14 @@ static bool owns_thread_pointer(struct ma_session *s, pid_t tid, char *why, size
 	snprintf(why, whylen, "runs on another thread's thread pointer (made by a raw clone): a "
 		 "call would use that thread's allocator state while it runs");
 	return false;
+}
+
+/* Was a thread of our own (ownthread.h) stopped inside its sleep, which will resume? */
+static bool own_thread_asleep(const struct user_regs_struct *r)
+{
+	long nr = ma_arch_restartable_syscall_nr(r);
+
+	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;
 }
 
 /*
@@ -713,7 +714,7 @@ static struct thread_verdict let_go(struct ma_session *s, bool maybe_exec, bool 
 	struct thread_verdict v = { .rc = MA_E_NOSAFE, .hopeless = hopeless };
 
 	thread_release_untouched(s, 0);
-	s->stopped_ns += ma_now_ns() - s->t_stop_ns;
+	session_count_hold(s);
 	/* What the old program's maps cannot explain: did it exec? */
 	if (maybe_exec && exec_since_opened(s))
 		v.rc = MA_E_EXITED;
@@ -820,6 +821,17 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 	}
 	if (!owns_thread_pointer(s, ti->tid, why, whylen))
 		return let_go(s, false, true);
+	if (s->own_tp && ma_arch_thread_pointer(&s->saved.regs) != s->own_tp) {
+		snprintf(why, whylen, "is not the thread memattach made (its thread ended, and the "
+			 "tid is another's now)");
+		return let_go(s, false, true);
+	}
+	if (s->own_tp && !own_thread_asleep(&s->saved.regs)) {
+		/* A signal ended its sleep: it is on its way out, its allocator state perhaps gone. */
+		snprintf(why, whylen, "memattach's thread was not stopped in its sleep (a signal "
+			 "ended it: the thread is ending)");
+		return let_go(s, false, true);
+	}
 	if (!thread_stack_bottom(s)) {
 		snprintf(why, whylen, "runs on a stack the program supplied, or one without a guard "
 			 "page of its own (merged with the memory below it): where it ends cannot "

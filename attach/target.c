@@ -152,6 +152,24 @@ int ma_target_maps_now(const struct ma_target *t, struct ma_target *now)
 	return ma_fail_if_exited(t->pid, rc);
 }
 
+int ma_target_maps_refresh(struct ma_target *t)
+{
+	struct ma_target now;
+	int rc;
+
+	if ((rc = ma_target_maps_now(t, &now)))
+		return rc;
+	for (size_t i = 0; i < t->nmaps; i++)
+		free(t->maps[i].path);
+	free(t->maps);
+	t->maps = now.maps;
+	t->nmaps = now.nmaps;
+	now.maps = NULL;
+	now.nmaps = 0;
+	ma_target_release(&now);
+	return 0;
+}
+
 int ma_target_open(struct ma_target *t, pid_t pid)
 {
 	struct ma_proc_status st;
@@ -387,4 +405,18 @@ int ma_mem_write_fd(int mem_fd, pid_t pid, uint64_t addr, const void *buf, size_
 		return ma_mem_write(pid, addr, buf, len);
 	ma_step();
 	return 0;
+}
+
+int ma_target_tid_offset(struct ma_target *t)
+{
+	uint32_t desc[3]; /* bits, count, offset */
+
+	if (!t->pthread_tid_off && t->pthread_tid_desc) {
+		t->pthread_tid_off = -1;
+		if (ma_mem_read(t->proc_pid, t->pthread_tid_desc, desc, sizeof(desc)) == 0 &&
+		    desc[0] == 32 && desc[2] > 0 && desc[2] < 65536)
+			t->pthread_tid_off = (int)desc[2];
+		ma_err_clear();
+	}
+	return t->pthread_tid_off > 0 ? t->pthread_tid_off : -1;
 }

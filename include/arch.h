@@ -67,8 +67,15 @@ void ma_arch_shorten_wait(struct user_regs_struct *r, uint64_t elapsed_ms);
 /* True if the two bytes before the stopped ip are the 64-bit `syscall`
  * instruction (not int $0x80 or sysenter, whose numbers differ). */
 bool ma_arch_is_syscall_insn(const unsigned char insn[2]);
+/* The syscall the thread was stopped inside, to be restarted; -1 if none. */
+long ma_arch_restartable_syscall_nr(const struct user_regs_struct *r);
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
+/*
+ * At an interrupt stop inside a syscall: make that syscall return VALUE
+ * when the thread resumes, instead of being restarted.
+ */
+void ma_arch_finish_syscall(struct user_regs_struct *r, uint64_t value);
 /* Does the thread trace itself one instruction at a time (x86: the trap flag it set)? */
 bool ma_arch_single_steps(const struct user_regs_struct *r);
 /*

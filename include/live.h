@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "ownthread.h"
 #include "remote.h"
 #include "target.h"
 
@@ -39,7 +40,24 @@ struct ma_live {
 		int threads, bg_threads, maps; /* after - before */
 	} growth;
 	int threads_before, bg_before, maps_before; /* counted before a --tid borrow; -1 not */
+	/*
+	 * ma_live_borrow_own: the thread of memattach's own borrowed now (tid
+	 * 0: none, a thread of the program is), and how long the program's
+	 * thread that made it was held.
+	 */
+	struct ma_own_thread own;
+	bool own_used; /* s holds (or held) a thread of our own */
+	char own_why[300]; /* why not, when ma_live_borrow_own fell back to a thread of the program */
+	uint64_t maker_hold_ns, maker_longest_ns;
+	pid_t maker_tid;
 };
+/*
+ * How long the program's threads were held in this visit (the maker's
+ * holds and, if s was one of them, s's): in all, and the longest hold of
+ * one thread.
+ */
+uint64_t ma_live_program_hold_ns(const struct ma_live *l);
+uint64_t ma_live_program_longest_hold_ns(const struct ma_live *l);
 
 /* Work on the open target before a thread is borrowed: 0 or an MA_E_* (with ma_fail). */
 typedef int (*ma_live_prep_fn)(struct ma_target *t, void *ctx);
@@ -52,6 +70,14 @@ int ma_live_restore(struct ma_live *l);
 /* Give the thread back if still borrowed, release the target.  0 or the restore's MA_E_*. */
 int ma_live_end(struct ma_live *l);
 
+/*
+ * Borrow a thread of memattach's own (ownthread.h): a thread of the
+ * program is held only while it makes one.  Where that cannot be (no
+ * glibc pthread_create, a seccomp filter, --tid, no thread safe to make
+ * it from, the thread did not start), a thread of the program is
+ * borrowed for the whole work, as ma_live_borrow does.  0 or MA_E_*.
+ */
+int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o);
 /* The two halves of ma_live_begin, for a command that borrows many times from one open target (watch). */
 int ma_live_open(struct ma_live *l, pid_t pid);
 int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o);

@@ -89,6 +89,8 @@ struct ma_session {
 	bool job_stop_seen; /* the process was stopped (SIGSTOP...) while the thread ran a call */
 	bool fresh_ok; /* from the options */
 	bool no_tid_option; /* from the options */
+	uint64_t own_tp; /* from the options */
+	bool pass_setxid; /* from the options */
 	bool stop_eintr_wait; /* from the options */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
@@ -117,7 +119,8 @@ struct ma_session {
 	unsigned leftovers_removed; /* a killed run's mappings/memfds/stubs */
 	/* measurements */
 	unsigned ncalls;
-	uint64_t stopped_ns; /* time the thread was held by us */
+	uint64_t stopped_ns; /* time the threads tried and the one borrowed were held by us */
+	uint64_t longest_stop_ns; /* the longest of those holds */
 	uint64_t t_stop_ns;
 	char why[400]; /* why this thread was chosen */
 };
@@ -152,6 +155,21 @@ struct ma_session_opts {
 	pid_t prefer_tid;
 	/* The command takes no --tid (export): refusals do not offer it. */
 	bool no_tid_option;
+	/*
+	 * TID is a thread of memattach's own (ownthread.h) whose thread
+	 * pointer is this: any other thread now under that tid is refused.
+	 */
+	uint64_t own_tp;
+	/* ma_live_begin: borrow a thread of memattach's own (live.h: ma_live_borrow_own). */
+	bool own_thread;
+	/*
+	 * glibc's SIGSETXID (run_borrowed_mask) reaches the thread during the
+	 * calls: they make or are a thread of our own (ownthread.h).  A
+	 * setuid() of the program holds the thread-stack lock until every
+	 * thread has taken that signal; pthread_create in a thread that
+	 * blocked it would wait for that lock for ever.
+	 */
+	bool pass_setxid;
 	int deadline_ms; /* for finding a safe thread */
 	/*
 	 * --timeout given: the whole run's bound (runclock.h), from
@@ -186,6 +204,8 @@ struct ma_batch_entry {
 	uint64_t ret;
 };
 
+/* Does the borrowed thread run under a seccomp filter? */
+bool ma_session_filtered(const struct ma_session *s);
 /* Run N entries already written at target address TABLE, in one call. */
 int ma_session_call_batch(struct ma_session *s, uint64_t table, size_t n, int timeout_ms);
 

@@ -80,7 +80,7 @@ struct ma_proc_status {
 /* Slack bytes after an executable segment, where the return stub can go. */
 struct ma_stub_site {
 	uint64_t addr; /* 16-byte aligned; MA_STUB_REGION bytes (arch.h) */
-	size_t map_index; /* the private r-x file mapping holding it */
+	size_t map_index; /* the private r-x file mapping holding it (in the maps first read) */
 	unsigned rank; /* 0 the program, 1 the loader, libc or a NODELETE object, 2 one dlclose() may unmap */
 	unsigned char orig[672]; /* the file's bytes there (>= MA_STUB_REGION) */
 };
@@ -120,6 +120,22 @@ struct ma_target {
 	struct ma_range dl_fns[MA_MAX_DL_FNS];
 	size_t ndl_fns;
 	bool for_dlopen;
+	/*
+	 * A thread of memattach's own (ownthread.h) is made in the borrowed
+	 * thread: its libc functions (0 if absent) and libc's code.  With
+	 * for_thread_create set, a thread inside a libc function that holds
+	 * the thread-stack lock (pthread_create, pthread_join...), or with no
+	 * frame outside libc (a thread starting or ending), is not borrowed:
+	 * pthread_create would wait for that lock, held by itself.
+	 */
+	struct ma_own_fns {
+		uint64_t create, attr_init, attr_setdetach, attr_setsigmask, attr_destroy, sleep;
+	} own_fns;
+	struct ma_range libc_code;
+#define MA_MAX_THREAD_FNS 10
+	struct ma_range thread_fns[MA_MAX_THREAD_FNS];
+	size_t nthread_fns;
+	bool for_thread_create;
 	size_t nstub_sites;
 	bool je_pending; /* the program needs libjemalloc, not mapped yet (still loading) */
 };
@@ -177,6 +193,12 @@ int ma_target_open(struct ma_target *t, pid_t pid);
  * ma_target_release): T's own list is from when it was opened.
  */
 int ma_target_maps_now(const struct ma_target *t, struct ma_target *now);
+/*
+ * T's list of mappings replaced by the process's mappings now (a thread
+ * made since T was opened has its stack there); what T found in them
+ * (jemalloc, stub sites, libc's functions) stays.  0 or MA_E_*.
+ */
+int ma_target_maps_refresh(struct ma_target *t);
 /* Locate mallctl & co. in the mapped objects and jemalloc's code ranges. */
 int ma_target_find_jemalloc(struct ma_target *t);
 /* What jemalloc holds for one thread, as its thread-local block tells. */
@@ -265,6 +287,11 @@ void ma_target_release(struct ma_target *t);
 void ma_kernel_touch(void *p, size_t len);
 
 /* Read / write target memory (process_vm_*v, falling back to /proc/PID/mem). */
+/*
+ * Where a thread descriptor of T keeps its thread's tid (glibc's
+ * _thread_db_pthread_tid), read once: the offset, or -1 if not known.
+ */
+int ma_target_tid_offset(struct ma_target *t);
 int ma_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 int ma_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
 /*

@@ -341,7 +341,10 @@ struct frag_live {
 	struct ma_agent_start_opts so; /* start */
 	struct ma_agent_view before, after; /* the agent as found, and after the command */
 	bool inflight; /* stop: wrappers were still recording; stop again */
-	uint64_t pause_ns, pause_max_ns; /* the borrowed thread's holds: their sum, the longest */
+	uint64_t pause_ns, pause_max_ns; /* the program's threads' holds: their sum, the longest */
+	uint64_t hold_max_ns; /* the longest hold of one thread of the program */
+	uint64_t work_ns; /* the work's thread's holds (a thread of our own when own_thread) */
+	bool own_thread; /* the work ran in a thread of memattach's own (ownthread.h) */
 	struct ma_frag_data *d; /* report */
 	struct frag_timing *tm; /* report */
 };
@@ -458,9 +461,18 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 {
 	struct frag_live *fl = ctx;
 
-	fl->pause_ns += l->s.stopped_ns;
-	if (l->s.stopped_ns > fl->pause_max_ns)
-		fl->pause_max_ns = l->s.stopped_ns;
+	uint64_t held = ma_live_program_hold_ns(l), longest = ma_live_program_longest_hold_ns(l);
+
+	fl->pause_ns += held;
+	if (held > fl->pause_max_ns)
+		fl->pause_max_ns = held;
+	if (longest > fl->hold_max_ns)
+		fl->hold_max_ns = longest;
+	fl->work_ns += l->s.stopped_ns;
+	fl->own_thread = l->own_used;
+	if (!l->own_used && l->own_why[0] && !fl->a->o.tid)
+		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms (memattach "
+			    "could not make a thread of its own: %s)", l->s.stopped_ns / 1e6, l->own_why);
 	if (ma_agent_mechanism_for(&l->t) == MA_AGENT_MECH_HOOKS)
 		settle_threads(fl->cmd, l->t.pid, fl->a->o.strict, fl->fr);
 	if (ma_agent_find(&l->t, &fl->after))
@@ -512,6 +524,7 @@ static int do_start(struct frag_args *a)
 	int rc;
 
 	a->o.for_dlopen = true;
+	a->o.own_thread = true; /* the load's map changes hold no thread of the program */
 	if ((rc = run_live(&fl, start_agent, settle_and_read)))
 		return rc;
 	if (a->json) {
@@ -531,6 +544,9 @@ static int do_start(struct frag_args *a)
 		ma_json_u64(&j, "table_resident_bytes", v->table_resident);
 		ma_json_u64(&j, "agent_base", v->base);
 		ma_json_u64(&j, "pause_ns", fl.pause_ns);
+		ma_json_u64(&j, "hold_max_ns", fl.hold_max_ns);
+		ma_json_bool(&j, "own_thread", fl.own_thread);
+		ma_json_u64(&j, "work_ns", fl.work_ns);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else if (a->profile) {
@@ -611,6 +627,7 @@ static int do_stop(struct frag_args *a)
 	char b[32], r[32];
 	int rc, runs = 0;
 
+	a->o.own_thread = true; /* the tables' unmapping holds no thread of the program */
 	if ((rc = stop_until_quiet(&fl, &first, &runs)))
 		return rc;
 	if (a->json) {
@@ -628,6 +645,9 @@ static int do_stop(struct frag_args *a)
 		ma_json_u64(&j, "mapped_bytes_left", after->mapped);
 		ma_json_u64(&j, "pause_ns", fl.pause_ns);
 		ma_json_u64(&j, "pause_max_ns", fl.pause_max_ns);
+		ma_json_u64(&j, "hold_max_ns", fl.hold_max_ns);
+		ma_json_bool(&j, "own_thread", fl.own_thread);
+		ma_json_u64(&j, "work_ns", fl.work_ns);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {

@@ -82,6 +82,7 @@ kill_runs() {
 		c=${CMDS[$((i % 3))]}
 		cmd_args "$n" "$c"
 		kill_at_random "$n" "$c" "${WIN[$n,$c]}" "$MA" "${A[@]}"
+	WIN[$n,$c]=$(next_window "${WIN[$n,$c]}")
 		rc=$RC
 		if ! alive "${PID[$n]}"; then
 			fixture_died "${PID[$n]}" "${DIR[$n]}"

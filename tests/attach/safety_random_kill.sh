@@ -90,6 +90,7 @@ for i in $(seq 0 $((RUNS - 1))); do
 	[ "$c" = stats ] && [ "${#tids[@]}" -gt 0 ] && tid=${tids[$((RANDOM % ${#tids[@]}))]}
 	cmd_args "$n" "$c" "$tid"
 	kill_at_random "$n" "$c" "${WIN[$n,$c]}" "$MA" "${A[@]}"
+	WIN[$n,$c]=$(next_window "${WIN[$n,$c]}")
 	rc=$RC
 	PER_CMD[$c]=$(( ${PER_CMD[$c]:-0} + 1 ))
 	bsleep 0.002

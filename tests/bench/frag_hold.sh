@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# tests/bench/frag_hold.sh - how long `frag start` and `frag stop` hold the
-# thread they borrow (the agent's load and its first pass; the wrappers'
-# removal), from their `--json` pause_ns, on fixtures/fragchurn:
+# tests/bench/frag_hold.sh - how long `frag start` and `frag stop` hold a
+# thread of the program (the longest hold of one thread, their `--json`
+# hold_max_ns: the thread that makes memattach's own thread, which then
+# does the agent's load and its first pass, or the wrappers' removal;
+# ownthread.h), and how long their own thread worked (work_ns), on
+# fixtures/fragchurn:
 #   workers   its two allocating workers only (-c 0): both cores busy
 #   churn     plus SPAWNERS threads creating detached threads without
 #             pause (-c SPAWNERS, default 3: over 5,000 threads a second)
@@ -18,32 +21,37 @@ SPAWNERS=${SPAWNERS:-3}
 die() { echo "frag_hold: $*" >&2; exit 1; }
 [ -x "$FIX/fragchurn" ] || die "build/fixtures/fragchurn missing (make fixtures)"
 
-# pause_of FILE: the pause_ns of a --json answer, in ms.
-pause_of() { sed -n 's/.*"pause_ns":\([0-9]*\).*/\1/p' "$1" | awk '{ printf "%.3f\n", $1 / 1e6 }'; }
+# ms_of KEY FILE: KEY (ns) of a --json answer, in ms.
+ms_of() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2" | awk '{ printf "%.3f\n", $1 / 1e6 }'; }
 
 # row NAME SPAWNERS: RUNS start/stop pairs on a fresh fragchurn.
 row() {
 	local name=$1 p i
 	fix_start fragchurn -c "$2" || die "$name: fragchurn did not start"
 	p=$FIX_PID
-	: >"$TMP/start.ms"; : >"$TMP/stop.ms"
+	own=0
+	for c in start stop; do : >"$TMP/$c.ms"; : >"$TMP/$c.work"; done
 	for i in $(seq "$RUNS"); do
-		"$MA" frag start "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag start: $(head -1 "$TMP/err")"
-		pause_of "$TMP/a.json" >>"$TMP/start.ms"
-		"$MA" frag stop "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag stop: $(head -1 "$TMP/err")"
-		pause_of "$TMP/a.json" >>"$TMP/stop.ms"
+		for c in start stop; do
+			"$MA" frag "$c" "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag $c: $(head -1 "$TMP/err")"
+			ms_of hold_max_ns "$TMP/a.json" >>"$TMP/$c.ms"
+			ms_of work_ns "$TMP/a.json" >>"$TMP/$c.work"
+			grep -q '"own_thread":true' "$TMP/a.json" && own=$((own + 1))
+		done
 	done
 	v=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" verdict)
 	verdict_ok "$v" || die "$name: fixture verdict: $v"
 	fix_quit "$p" "$FIX_FD" || die "$name: fixture did not exit cleanly"
 	for c in start stop; do
-		sort -n "$TMP/$c.ms" | awk -v n="$name" -v c="$c" '{ a[NR] = $1 }
-			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f |\n", n, c, NR,
-			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR] }'
+		w=$(sort -n "$TMP/$c.work" | awk '{ a[NR] = $1 } END { printf "%.1f", a[int((NR + 1) / 2)] }')
+		sort -n "$TMP/$c.ms" | awk -v n="$name" -v c="$c" -v w="$w" '{ a[NR] = $1 }
+			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f | %s |\n", n, c, NR,
+			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], w }'
 	done
+	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own)"
 }
 
-echo "| target | command | runs | median ms | p90 ms | max ms |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "| target | command | runs | median ms | p90 ms | max ms | own thread's work, median ms |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 row workers 0
 row "churn ($SPAWNERS spawners)" "$SPAWNERS"

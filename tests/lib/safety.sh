@@ -138,17 +138,34 @@ top_lines() { [ -s "$1" ] && sort "$1" | uniq -c | sort -rn | head -"${2:-3}" | 
 # WINDOW_US (safety_tool killat).  Its end is tallied in killed (by the
 # kill), finished (exit 0), failed (exit 1: its message, numbers as N, in
 # $TMP/failed.txt) or other (anything else: $TMP/other.txt); RC is its
-# exit status.  The caller zeroes the counters and creates the two files.
+# exit status, ELAPSED_US how long it ran.  The caller zeroes the counters
+# and creates the two files.
 kill_at_random() {
 	local n=$1 c=$2 w=$3; shift 3
-	{ "$TOOL" killat 0 "$w" "$@" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
+	{ "$TOOL" killat -v 0 "$w" "$@" >/dev/null 2>"$TMP/run.err"; } 2>/dev/null
 	RC=$?
+	ELAPSED_US=$(sed -n 's/^delay_us=[0-9]* elapsed_us=\([0-9]*\)$/\1/p' "$TMP/run.err" | tail -1)
+	sed -i '/^delay_us=[0-9]* elapsed_us=[0-9]*$/d' "$TMP/run.err"
 	case $RC in
 	137) killed=$((killed + 1)) ;;
 	0) finished=$((finished + 1)) ;;
 	1) failed=$((failed + 1)); echo "$c: $(head -1 "$TMP/run.err" | sed 's/[0-9][0-9]*/N/g' | cut -c1-150)" >>"$TMP/failed.txt" ;;
 	*) other=$((other + 1)); echo "$n $c: exit $RC: $(head -1 "$TMP/run.err" | cut -c1-150)" >>"$TMP/other.txt" ;;
 	esac
+}
+
+# next_window WINDOW_US: the kill window after a kill_at_random run.  A run
+# that finished before its kill ran shorter than the window calibrated
+# (on a loaded machine the calibrating runs may have been the slow ones):
+# the window moves halfway to its length, never below 5 ms, so most kills
+# still land inside a run.
+next_window() {
+	local w=$1
+	if [ "$RC" -eq 0 ] && [ -n "${ELAPSED_US:-}" ] && [ "$ELAPSED_US" -lt "$w" ]; then
+		w=$(((w + ELAPSED_US) / 2))
+		[ "$w" -lt 5000 ] && w=5000
+	fi
+	echo "$w"
 }
 
 report_time() { echo "# $(basename "$0"): ran for $(elapsed) s"; }

@@ -1,0 +1,210 @@
+/*
+ * ownthread.c - a thread of memattach's own in a live target: made by one
+ * call in a borrowed thread, ended by one interrupt (include/ownthread.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "ma_error.h"
+#include "ownthread.h"
+#include "runclock.h"
+#include "safepoint.h"
+#include "steps.h"
+
+/* The kernel's code for a sleep interrupted by a stop, to be resumed through restart_syscall. */
+#define ERESTART_RESTARTBLOCK 516
+
+bool ma_own_thread_possible(struct ma_target *t)
+{
+	return t->own_fns.create && t->libc_code.hi && ma_target_tid_offset(t) > 0;
+}
+
+enum { E_ATTR_INIT, E_DETACHED, E_SIGMASK, E_CREATE, E_ATTR_DESTROY, N_ENTRIES };
+
+/* The thread pointer the new thread got, and the tid its descriptor names. */
+static int read_new_thread(struct ma_session *s, uint64_t slot, struct ma_own_thread *h)
+{
+	struct ma_target *t = s->t;
+	uint64_t pd = 0;
+	int32_t tid = 0;
+	int rc;
+
+	if ((rc = ma_mem_read(t->proc_pid, slot, &pd, sizeof(pd))) ||
+	    (rc = ma_mem_read(t->proc_pid, pd + (uint64_t)ma_target_tid_offset(t), &tid, sizeof(tid))))
+		return rc;
+	if (tid <= 0)
+		return ma_fail(MA_E_INTERNAL, "the new thread's descriptor names no thread (tid %d)", tid);
+	*h = (struct ma_own_thread){ tid, pd };
+	return 0;
+}
+
+int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
+{
+	const struct ma_own_fns *f = &s->t->own_fns;
+	uint64_t attr = ma_session_alloc(s, 128), slot = ma_session_alloc(s, 16);
+	uint64_t mask = ma_session_alloc(s, sizeof(sigset_t));
+	uint64_t table = ma_session_alloc(s, N_ENTRIES * sizeof(struct ma_batch_entry));
+	/*
+	 * Its own mask blocks every signal but libc's internal ones (the
+	 * attribute's setter leaves those out): no handler of the program
+	 * runs in it, and a setuid() of the program, which waits until every
+	 * thread has taken libc's SIGSETXID, is not kept waiting by it.
+	 * Inherited, it would be the borrowed thread's mask now: everything
+	 * but the faults blocked, SIGSETXID too.
+	 */
+	struct ma_batch_entry e[N_ENTRIES] = {
+		[E_ATTR_INIT] = { f->attr_init, { attr } },
+		[E_DETACHED] = { f->attr_setdetach, { attr, PTHREAD_CREATE_DETACHED } },
+		[E_SIGMASK] = { f->attr_setsigmask, { attr, mask } },
+		[E_CREATE] = { f->create, { slot, attr, f->sleep, MA_OWN_SLEEP_S } },
+		[E_ATTR_DESTROY] = { f->attr_destroy, { attr } },
+	};
+	sigset_t all;
+	int rc;
+
+	memset(h, 0, sizeof(*h));
+	if (!f->create || !attr || !slot || !mask || !table)
+		return ma_fail(MA_E_INTERNAL, "no room or no pthread_create for a thread of our own");
+	sigfillset(&all);
+	if ((rc = ma_mem_write(s->t->proc_pid, mask, &all, sizeof(all))) ||
+	    (rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
+	    (rc = ma_session_call_batch(s, table, N_ENTRIES, 0)) ||
+	    (rc = ma_mem_read(s->t->proc_pid, table, e, sizeof(e))))
+		return rc;
+	for (int i = 0; i < E_ATTR_DESTROY; i++)
+		if ((int)e[i].ret)
+			return ma_fail(MA_E_IO, "%s in process %d failed: %s",
+				       i == E_CREATE ? "pthread_create" : "setting up its attributes",
+				       s->t->pid, strerror((int)e[i].ret));
+	return read_new_thread(s, slot, h);
+}
+
+/*
+ * The syscall TID of PID is blocked in (/proc .../syscall, which the
+ * kernel writes): its number, -2 if running, -1 if gone or in none.
+ */
+static long blocked_in(pid_t pid, pid_t tid)
+{
+	char path[80], buf[64];
+	long nr = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	if (fgets(buf, sizeof(buf), f))
+		nr = strncmp(buf, "running", 7) == 0 ? -2 : sscanf(buf, "%ld", &nr) == 1 ? nr : -1;
+	fclose(f);
+	return nr;
+}
+
+static bool is_sleep_syscall(long nr)
+{
+	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;
+}
+
+int ma_own_thread_wait_asleep(pid_t pid, const struct ma_own_thread *h, int timeout_ms)
+{
+	uint64_t until = ma_now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	for (;;) {
+		long nr = blocked_in(pid, h->tid);
+
+		if (nr == -1 && ma_thread_going(pid, h->tid))
+			return ma_fail(MA_E_EXITED, "memattach's thread %d in process %d ended before "
+				       "it could be used", h->tid, pid);
+		if (is_sleep_syscall(nr))
+			return 0;
+		if (ma_now_ns() > until)
+			return ma_fail(MA_E_TIMEOUT, "memattach's thread %d in process %d did not reach "
+				       "its sleep within %d ms", h->tid, pid, timeout_ms);
+		usleep(200);
+	}
+}
+
+/* Wait up to TIMEOUT_MS for TID's next stop: its status, or -1. */
+static int wait_stop(pid_t tid, int timeout_ms)
+{
+	uint64_t until = ma_now_ns() + (uint64_t)timeout_ms * 1000000;
+	int status;
+
+	for (;;) {
+		pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
+
+		if (r == tid)
+			return status;
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (ma_now_ns() > until)
+			return -1;
+		usleep(100);
+	}
+}
+
+/*
+ * Wait for the interrupt stop of TID: its status, or -1 (no stop), or
+ * -(100 + SIG) when a stop for a signal's delivery came instead and the
+ * signal could not be passed on (the caller detaches with SIG).
+ * A signal on its way (glibc's SIGSETXID: a setuid() waits until every
+ * thread has taken it, and a thread that ends without taking it waits
+ * for it for ever) is passed on, never dropped.
+ */
+static int interrupt_stop(pid_t tid)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		int status = wait_stop(tid, 1000);
+
+		if (status < 0 || !WIFSTOPPED(status))
+			return -1;
+		if ((status >> 16) != 0)
+			return status; /* the interrupt's (PTRACE_EVENT_STOP) */
+		if (ma_ptrace(PTRACE_CONT, tid, NULL, (void *)(long)WSTOPSIG(status)) != 0)
+			return -(100 + WSTOPSIG(status));
+	}
+	return -1;
+}
+
+void ma_own_thread_end(pid_t pid, struct ma_own_thread *h)
+{
+	struct user_regs_struct r;
+	int status;
+	bool ours;
+
+	if (!h->tid)
+		return;
+	/*
+	 * Given back, it goes through its restore into its sleep again.  Not
+	 * asleep after a while, or gone: left to sleep out its time.
+	 */
+	if (ma_own_thread_wait_asleep(pid, h, 1000) ||
+	    ma_ptrace(PTRACE_SEIZE, h->tid, NULL, NULL) != 0) {
+		ma_err_clear();
+		h->tid = 0;
+		return;
+	}
+	status = -1;
+	if (ma_ptrace(PTRACE_INTERRUPT, h->tid, NULL, NULL) != 0 || (status = interrupt_stop(h->tid)) < 0) {
+		ma_ptrace(PTRACE_DETACH, h->tid, NULL, (void *)(long)(status <= -100 ? -status - 100 : 0));
+		h->tid = 0;
+		return;
+	}
+	ours = ma_arch_get_regs(h->tid, &r) == 0 && ma_arch_thread_pointer(&r) == h->pd &&
+	       (int64_t)ma_arch_syscall_ret(&r) == -ERESTART_RESTARTBLOCK;
+	if (ours) {
+		ma_arch_finish_syscall(&r, 0);
+		if (ma_arch_set_regs(h->tid, &r))
+			ma_err_clear();
+	}
+	ma_ptrace(PTRACE_DETACH, h->tid, NULL, NULL);
+	ma_err_clear();
+	h->tid = 0;
+}

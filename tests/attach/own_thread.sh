@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# frag start and stop do their work (the agent's load, its tables, the
+# GOT pages) in a thread of memattach's own (include/ownthread.h): a
+# thread of the program is held only for the call that makes it.  Checked:
+#   - every start and stop says own_thread, on daemon and on fragchurn
+#     (threads made and ended without pause), and names the program's
+#     longest hold (hold_max_ns, no bound: this machine may be loaded);
+#   - the thread is gone once the command has returned: the process has
+#     the threads it had before;
+#   - daemon -u calls setgid() every millisecond, which waits (holding
+#     the thread-stack lock pthread_create takes) until every thread has
+#     taken libc's SIGSETXID: every run ends 0, the calls go on through
+#     runs and kills, the verdict stays ok;
+#   - memattach SIGKILLed at random instants of start and stop (RUNS
+#     each): the target survives, its verdict stays ok, setgid goes on,
+#     and within the thread's sleep (10 s) no thread of ours is left;
+#   - --tid: the named thread does the work (own_thread false).
+. "$(dirname "$0")/../lib/common.sh"
+. "$(dirname "$0")/../lib/safety.sh"
+plan 15
+need_fixtures daemon fragchurn safety_tool
+RUNS=${RUNS:-20}
+cd "$TMP" || exit 1
+jkey() { sed -n "s/.*\"$1\":\\([^,}]*\\).*/\\1/p" "$2"; }
+
+fix_start daemon -t 2 || { fail "daemon: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+n0=$(ntasks "$pid")
+
+# wait_tasks N SECONDS: until PID has N threads (0) or SECONDS pass (1).
+wait_tasks() {
+	local i
+	for ((i = 0; i < $2 * 100; i++)); do
+		[ "$(ntasks "$pid")" -eq "$1" ] && return 0
+		bsleep 0.01
+	done
+	return 1
+}
+# setxid_moves: the setgid() calls completed grow (within 10 s).
+setxid_moves() {
+	local a b i
+	a=$(vfield "$(fix_cmd "$pid" "$fd" "$out" verdict)" setxid)
+	for ((i = 0; i < 100; i++)); do
+		bsleep 0.1
+		b=$(vfield "$(fix_cmd "$pid" "$fd" "$out" verdict)" setxid)
+		[ "${b:-0}" -gt "${a:-0}" ] && return 0
+	done
+	return 1
+}
+
+own=0 holds="" extra=0
+for i in $(seq 5); do
+	for c in start stop; do
+		"$MA" frag "$c" "$pid" --json >"$c.json" 2>"$c.err" || echo "$c: $(head -1 "$c.err")" >>fails.txt
+		[ "$(jkey own_thread "$c.json")" = true ] && own=$((own + 1))
+		holds="$holds $(jkey hold_max_ns "$c.json")"
+		wait_tasks "$n0" 5 || extra=$((extra + 1)) # ended, it exits at once; else it sleeps 10 s
+	done
+done
+check "daemon: 10 of 10 starts and stops ran in a thread of memattach's own ($own; $(head -1 fails.txt 2>/dev/null))" [ "$own" -eq 10 ]
+echo "# the program's longest hold per run (ns):$holds"
+check "daemon: each names the program's longest hold (hold_max_ns)" eval '[ "$(wc -w <<<"$holds")" -eq 10 ]'
+check "daemon: no thread of ours left once a command returned ($extra runs left one; $n0 threads)" [ "$extra" -eq 0 ]
+
+# Killed at random instants (the window: one normal run's length).
+killed=0 other=0
+for c in start stop; do
+	e=$("$TOOL" killat -v 60000000 60000000 "$MA" frag "$c" "$pid" 2>&1 >/dev/null | sed -n 's/.*elapsed_us=\([0-9]*\).*/\1/p' | tail -1)
+	w=${e:-50000}
+	for _ in $(seq "$RUNS"); do
+		"$MA" frag "$c" "$pid" >/dev/null 2>&1 # the state the killed run expects, if it can
+		{ "$TOOL" killat 0 "$w" "$MA" frag "$c" "$pid" >/dev/null 2>&1; } 2>/dev/null
+		case $? in 137) killed=$((killed + 1)) ;; 0 | 1) ;; *) other=$((other + 1)) ;; esac
+		alive "$pid" || break 2
+	done
+done
+check "daemon: $((2 * RUNS)) runs killed at random instants ($killed killed, $other odd exits), the target alive" \
+	eval 'alive "$pid" && [ "$killed" -gt 0 ] && [ "$other" -eq 0 ]'
+check "daemon: within the thread's sleep no thread of ours is left ($(ntasks "$pid") threads, $n0 before)" wait_tasks "$n0" 15
+"$MA" frag stop "$pid" >/dev/null 2>&1
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "daemon: verdict ok after all ($v)" verdict_ok "$v"
+
+# --tid: the thread named does the work.
+tid=$(tid_of "$pid" worker_0)
+"$MA" frag start "$pid" --tid "${tid:-0}" --json >tid.json 2>tid.err
+check "--tid: the named thread does the work (own_thread $(jkey own_thread tid.json); $(head -1 tid.err))" \
+	[ "$(jkey own_thread tid.json)" = false ]
+"$MA" frag stop "$pid" >/dev/null 2>&1
+fix_quit "$pid" "$fd"; rc=$?
+check "daemon exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+
+# daemon -u: setgid() every millisecond.  Its SIGSETXID ends our thread's
+# sleep (the work then falls back to a thread of the program), and reaches
+# the thread that makes ours while it waits for the thread-stack lock the
+# setgid() holds: blocked there, each waited for the other until the
+# call's timeout (5 s), and a run after such a call faulted in jemalloc.
+fix_start daemon -t 2 -u || { fail "daemon -u: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+: >ufails.txt
+for i in $(seq 10); do
+	for c in start stop; do
+		"$MA" frag "$c" "$pid" >/dev/null 2>"$c.err" || echo "$c: $(head -1 "$c.err")" >>ufails.txt
+	done
+done
+check "daemon -u: 20 starts and stops end 0 ($(wc -l <ufails.txt) failed; $(head -1 ufails.txt))" [ ! -s ufails.txt ]
+check "daemon -u: setgid() goes on after them" setxid_moves
+for c in start stop start stop; do
+	for _ in $(seq 5); do
+		{ "$TOOL" killat 0 30000 "$MA" frag "$c" "$pid" >/dev/null 2>&1; } 2>/dev/null
+	done
+done
+check "daemon -u: setgid() goes on after 20 runs killed at random instants" setxid_moves
+"$MA" frag stop "$pid" >/dev/null 2>&1
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "daemon -u: verdict ok ($v)" verdict_ok "$v"
+fix_quit "$pid" "$fd"
+
+# fragchurn: three spawners making and ending threads without pause.
+fix_start fragchurn -c 3 || { fail "fragchurn: start"; exit 1; }
+pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+own=0
+for i in $(seq 5); do
+	for c in start stop; do
+		"$MA" frag "$c" "$pid" --json >"$c.json" 2>"$c.err" || echo "$c: $(head -1 "$c.err")" >>cfails.txt
+		[ "$(jkey own_thread "$c.json")" = true ] && own=$((own + 1))
+	done
+done
+check "fragchurn: 10 of 10 starts and stops ran in a thread of memattach's own ($own; $(head -1 cfails.txt 2>/dev/null))" [ "$own" -eq 10 ]
+v=$(fix_cmd "$pid" "$fd" "$out" verdict)
+check "fragchurn: verdict ok ($v)" verdict_ok "$v"
