@@ -17,7 +17,7 @@
 #   - --tid: the named thread does the work (own_thread false).
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 15
+plan 14
 need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-20}
 cd "$TMP" || exit 1
