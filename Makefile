@@ -89,7 +89,7 @@ $(B)/memattach: $(CLI_OBJ) $(CORE_OBJ) $(ANALYSIS_OBJ)
 # The test build: the same objects, but those that read the test hooks
 # (include/testhooks.h) compiled with them.  The tests run it where they
 # need a hook; the shipped build/memattach has none.
-TESTHOOK_SRC := attach/steps.c attach/safepoint.c attach/remote_call.c attach/session_stops.c attach/cli/main.c analysis/input.c
+TESTHOOK_SRC := attach/steps.c attach/safepoint.c attach/remote_call.c attach/session_stops.c attach/live.c attach/cli/main.c analysis/input.c
 TESTHOOK_OBJ := $(TESTHOOK_SRC:%.c=$(B)/testbuild/%.o)
 $(B)/testbuild/%.o: %.c
 	@mkdir -p $(@D)
