@@ -74,6 +74,7 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 	memset(h, 0, sizeof(*h));
 	if (!f->create || !attr || !slot || !mask || !table)
 		return ma_fail(MA_E_INTERNAL, "no room or no pthread_create for a thread of our own");
+	memset(&all, 0, sizeof(all)); /* sigfillset sets only the kernel's 64 bits */
 	sigfillset(&all);
 	if ((rc = ma_mem_write(s->t->proc_pid, mask, &all, sizeof(all))) ||
 	    (rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
