@@ -20,9 +20,6 @@
 #include "safepoint.h"
 #include "steps.h"
 
-/* The kernel's code for a sleep interrupted by a stop, to be resumed through restart_syscall. */
-#define ERESTART_RESTARTBLOCK 516
-
 bool ma_own_thread_possible(struct ma_target *t)
 {
 	return t->own_fns.create && t->libc_code.hi && ma_target_tid_offset(t) > 0;
@@ -89,41 +86,17 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 	return read_new_thread(s, slot, h);
 }
 
-/*
- * The syscall TID of PID is blocked in (/proc .../syscall, which the
- * kernel writes): its number, -2 if running, -1 if gone or in none.
- */
-static long blocked_in(pid_t pid, pid_t tid)
-{
-	char path[80], buf[64];
-	long nr = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	if (fgets(buf, sizeof(buf), f))
-		nr = strncmp(buf, "running", 7) == 0 ? -2 : sscanf(buf, "%ld", &nr) == 1 ? nr : -1;
-	fclose(f);
-	return nr;
-}
-
-static bool is_sleep_syscall(long nr)
-{
-	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;
-}
-
 int ma_own_thread_wait_asleep(pid_t pid, const struct ma_own_thread *h, int timeout_ms)
 {
 	uint64_t until = ma_now_ns() + (uint64_t)timeout_ms * 1000000;
 
 	for (;;) {
-		long nr = blocked_in(pid, h->tid);
+		long nr = ma_thread_syscall_nr(pid, h->tid);
 
 		if (nr == -1 && ma_thread_going(pid, h->tid))
 			return ma_fail(MA_E_EXITED, "memattach's thread %d in process %d ended before "
 				       "it could be used", h->tid, pid);
-		if (is_sleep_syscall(nr))
+		if (ma_syscall_is_sleep(nr))
 			return 0;
 		if (ma_now_ns() > until)
 			return ma_fail(MA_E_TIMEOUT, "memattach's thread %d in process %d did not reach "
@@ -198,8 +171,9 @@ void ma_own_thread_end(pid_t pid, struct ma_own_thread *h)
 		h->tid = 0;
 		return;
 	}
+	/* Stopped inside its sleep, as the thread that borrowed it was (session_thread.c). */
 	ours = ma_arch_get_regs(h->tid, &r) == 0 && ma_arch_thread_pointer(&r) == h->pd &&
-	       (int64_t)ma_arch_syscall_ret(&r) == -ERESTART_RESTARTBLOCK;
+	       ma_syscall_is_sleep(ma_arch_restartable_syscall_nr(&r));
 	if (ours) {
 		ma_arch_finish_syscall(&r, 0);
 		if (ma_arch_set_regs(h->tid, &r))

@@ -342,20 +342,32 @@ static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, 
 	return found;
 }
 
-/* Is thread TID in execve?  Its syscall file's first number (not "running"). */
-static bool in_execve(pid_t pid, pid_t tid, void *ctx)
+long ma_thread_syscall_nr(pid_t pid, pid_t tid)
 {
 	char path[96], buf[32] = "";
 	long nr = -1;
 	FILE *f;
 
-	(void)ctx;
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
 	if ((f = fopen(path, "re"))) {
 		if (fgets(buf, sizeof(buf), f) && buf[0] >= '0' && buf[0] <= '9')
 			nr = strtol(buf, NULL, 10);
 		fclose(f);
 	}
+	return nr;
+}
+
+bool ma_syscall_is_sleep(long nr)
+{
+	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;
+}
+
+/* Is thread TID in execve? */
+static bool in_execve(pid_t pid, pid_t tid, void *ctx)
+{
+	long nr = ma_thread_syscall_nr(pid, tid);
+
+	(void)ctx;
 	return nr == SYS_execve || nr == SYS_execveat;
 }
 

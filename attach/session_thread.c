@@ -352,14 +352,6 @@ static bool owns_thread_pointer(struct ma_session *s, pid_t tid, char *why, size
 	return false;
 }
 
-/* Was a thread of our own (ownthread.h) stopped inside its sleep, which will resume? */
-static bool own_thread_asleep(const struct user_regs_struct *r)
-{
-	long nr = ma_arch_restartable_syscall_nr(r);
-
-	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;
-}
-
 /*
  * Is the stopped thread inside a killed run's stub or mappings?  Its
  * stub was restoring the thread when our stop came: a call now would
@@ -826,7 +818,7 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 			 "tid is another's now)");
 		return let_go(s, false, true);
 	}
-	if (s->own_tp && !own_thread_asleep(&s->saved.regs)) {
+	if (s->own_tp && !ma_syscall_is_sleep(ma_arch_restartable_syscall_nr(&s->saved.regs))) {
 		/* A signal ended its sleep: it is on its way out, its allocator state perhaps gone. */
 		snprintf(why, whylen, "memattach's thread was not stopped in its sleep (a signal "
 			 "ended it: the thread is ending)");

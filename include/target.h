@@ -159,6 +159,14 @@ int64_t ma_process_start_ticks(pid_t pid);
 /* Read a /proc comm file at PATH into OUT (LEN bytes) whole, without the kernel's newline; 0 ok. */
 int ma_read_comm_file(const char *path, char *out, size_t len);
 bool ma_thread_going(pid_t pid, pid_t tid);
+/*
+ * The syscall thread TID of PID is blocked in (the first number of its
+ * /proc .../syscall, which the kernel writes); -1 if it runs, is gone or
+ * is in none.
+ */
+long ma_thread_syscall_nr(pid_t pid, pid_t tid);
+/* Is NR a sleep (nanosleep, clock_nanosleep, or the restart of one)? */
+bool ma_syscall_is_sleep(long nr);
 /* Does T map a dynamic loader (a file named ld-*)? */
 bool ma_target_maps_loader(const struct ma_target *t);
 /* Is a thread of PID inside execve (the others being killed)?  Judged by its first 64 threads. */
