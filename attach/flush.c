@@ -26,7 +26,7 @@ int ma_flush_all_tcaches(struct ma_target *t, int deadline_ms, bool strict,
 		return rc;
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
 		struct ma_session_opts o = { .tid = ti[i].tid, .deadline_ms = deadline_ms,
-					     .strict = strict };
+					     .strict = strict, .visit = true };
 		struct ma_session s;
 		bool enabled = false;
 

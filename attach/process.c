@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,10 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 			st->sig_shared_pending = strtoull(line + 7, NULL, 16);
 		} else if (strncmp(line, "SigBlk:", 7) == 0) {
 			st->sig_blocked = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "SigIgn:", 7) == 0) {
+			st->sig_ignored = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "SigCgt:", 7) == 0) {
+			st->sig_caught = strtoull(line + 7, NULL, 16);
 		} else if (strncmp(line, "VmRSS:", 6) == 0) {
 			st->vm_rss = kb_field(line);
 		} else if (strncmp(line, "VmHWM:", 6) == 0) {
@@ -388,6 +393,68 @@ bool ma_process_job_stopped(pid_t pid, pid_t except)
 {
 	/* A group stop stops every thread: a few tell. */
 	return any_thread(pid, 8, job_stopped, &except);
+}
+
+#define SIG_BIT(sig) (1ULL << ((sig) - 1))
+
+uint64_t ma_signals_ignored(pid_t pid)
+{
+	/* The kernel's SIG_KERNEL_IGNORE_MASK: what SIG_DFL ignores. */
+	const uint64_t by_default = SIG_BIT(SIGCHLD) | SIG_BIT(SIGCONT) | SIG_BIT(SIGURG) |
+				    SIG_BIT(SIGWINCH);
+	struct ma_proc_status st;
+
+	if (ma_proc_read_status(pid, 0, &st) != 0) {
+		ma_err_clear();
+		return 0;
+	}
+	return st.sig_ignored | (by_default & ~st.sig_caught);
+}
+
+bool ma_thread_has_children(pid_t pid, pid_t tid)
+{
+	char path[96];
+	int c = EOF;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return errno != ENOENT && errno != ESRCH; /* unknown: perhaps */
+	c = fgetc(f);
+	fclose(f);
+	return c != EOF;
+}
+
+struct unblocking {
+	pid_t except, found;
+	uint64_t mask;
+	int sig;
+};
+
+static bool unblocks(pid_t pid, pid_t tid, void *ctx)
+{
+	struct unblocking *u = ctx;
+	struct ma_proc_status st;
+	uint64_t open;
+
+	if (tid == u->except || ma_proc_read_status(pid, tid, &st) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	if (!(open = u->mask & ~st.sig_blocked))
+		return false;
+	u->found = tid;
+	u->sig = __builtin_ctzll(open) + 1;
+	return true;
+}
+
+pid_t ma_thread_unblocking(pid_t pid, pid_t except, uint64_t mask, int *sig)
+{
+	struct unblocking u = { .except = except, .mask = mask };
+
+	if (mask && any_thread(pid, INT_MAX, unblocks, &u))
+		*sig = u.sig;
+	return u.found;
 }
 
 pid_t ma_live_thread_of(pid_t pid)

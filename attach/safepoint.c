@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 
 #include <sys/socket.h>
@@ -883,7 +884,8 @@ static int rank(const struct ma_thread_info *ti)
  * Best first: an untimed wait, a timed wait, uninterruptible, running, a
  * wait a stop ends with EINTR (stopped only when allowed); jemalloc's
  * background threads last (never borrowed).
- * Among equals, the one idle longest: borrowing it delays the least work
+ * Among equals, one whose stop lets no ignored signal loose (frees_ignored);
+ * then the one idle longest: borrowing it delays the least work
  * (a serving thread that waits between requests has just run).
  */
 static int cmp_rank(const void *a, const void *b)
@@ -893,6 +895,8 @@ static int cmp_rank(const void *a, const void *b)
 
 	if (rx != ry)
 		return rx - ry;
+	if (x->frees_ignored != y->frees_ignored)
+		return x->frees_ignored ? 1 : -1;
 	if (x->idle_ns != y->idle_ns)
 		return x->idle_ns > y->idle_ns ? -1 : 1;
 	return x->tid - y->tid;
@@ -915,6 +919,9 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 	struct clock_ref ref;
 	size_t cap = 0;
 	DIR *dir;
+
+	uint64_t ignored = ma_signals_ignored(pid);
+	bool chld_ignored = ignored & (1ULL << (SIGCHLD - 1));
 
 	*out = NULL;
 	*n = 0;
@@ -953,7 +960,12 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 			return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out while reading the "
 				       "threads of process %d (%zu read so far)", pid, read);
 		}
-		read_thread_info(pid, tid, &(*out)[(*n)++], &ref);
+		struct ma_thread_info *ti = &(*out)[(*n)++];
+
+		read_thread_info(pid, tid, ti, &ref);
+		/* (a main thread that has exited is never stopped: it keeps its place) */
+		ti->frees_ignored = (tid == pid && ignored && ti->state != 'Z' && ti->state != 'X') ||
+				    (chld_ignored && ma_thread_has_children(pid, tid));
 	}
 	closedir(dir);
 	clock_ref_done(&ref);

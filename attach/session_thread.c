@@ -422,6 +422,45 @@ static struct thread_verdict refused_for_good(void)
 }
 
 /*
+ * --strict: would stopping TI let loose a signal the program ignores?  The
+ * kernel drops such a signal (SIGCHLD, SIGURG... by default) when it is
+ * sent, unless the thread it is sent to is traced: then it is queued, and
+ * the kernel wakes another thread that does not block it -- one blocked in
+ * epoll_wait or sigtimedwait returns EINTR.  A signal sent to the process
+ * goes to its main thread, a child's SIGCHLD to the thread that forked it:
+ * neither is stopped while another thread leaves such a signal unblocked.
+ * S->chld_watch: TI has no child now, but a child's SIGCHLD would be let
+ * loose (thread_try looks again once it is stopped: then it cannot fork).
+ */
+static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_info *ti, char *why,
+				 size_t whylen)
+{
+	uint64_t ignored = ma_signals_ignored(s->t->pid), chld = 1ULL << (SIGCHLD - 1);
+	bool main_thread = ti->tid == s->t->pid;
+	pid_t other;
+	int sig = 0;
+
+	s->chld_watch = false;
+	if (!main_thread) {
+		if (!(ignored & chld))
+			return false;
+		if (!ma_thread_has_children(s->t->pid, ti->tid)) {
+			s->chld_watch = true;
+			return false;
+		}
+		ignored = chld;
+	}
+	if (!(other = ma_thread_unblocking(s->t->pid, ti->tid, ignored, &sig)))
+		return false;
+	snprintf(why, whylen, "%s: stopped, a SIG%s the program ignores would reach another thread "
+		 "(%d) and end a wait such as sigtimedwait with EINTR; not stopped with --strict",
+		 main_thread ? "is the main thread, where signals to the process go"
+			     : "has child processes (SIGCHLD goes to it)",
+		 sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", other);
+	return true;
+}
+
+/*
  * The refusals known before any stop (from /proc): an exited thread, a
  * vfork parent, a wait not to be stopped, the run's deadline.  True with
  * *V set when refused.
@@ -870,6 +909,11 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	if (refused_before_stop(s, ti, &v, why, whylen) ||
 	    refused_at_last_look(s, ti, &began, &nvcsw, &v, why, whylen))
 		return v;
+	/* Right before the stop: the thread may fork until then. */
+	if (s->guard_ignored && frees_ignored_signal(s, ti, why, whylen)) {
+		/* Children end; the main thread stays the main thread. */
+		return (struct thread_verdict){ .rc = MA_E_NOSAFE, .hopeless = ti->tid == s->t->pid };
+	}
 	stop_ms = ma_run_ms_left(1000);
 	if (stop_ms == 0)
 		return verdict_of(deadline_before_stop(ti->tid, why, whylen));
@@ -883,8 +927,16 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	}
 	s->seized = true;
 	s->t_stop_ns = ma_now_ns();
-	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)) ||
-	    (rc = save_state(s, ti, began, nvcsw, why, whylen)))
+	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)))
+		return verdict_of(rc);
+	/* First thing in the hold: a child's exit must not find it stopped. */
+	if (s->chld_watch && ma_thread_has_children(s->t->pid, ti->tid)) {
+		snprintf(why, whylen, "forked a child just before its stop: stopped, the child's "
+			 "SIGCHLD, which the program ignores, would reach another thread and end a wait "
+			 "such as sigtimedwait with EINTR; not stopped with --strict");
+		return let_go(s, false, false);
+	}
+	if ((rc = save_state(s, ti, began, nvcsw, why, whylen)))
 		return verdict_of(rc);
 	return judge_held(s, ti, btp ? btp : &local, why, whylen);
 }
@@ -917,6 +969,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	s.status_fd = s.mem_fd = -1;
+	s.guard_ignored = strict;
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
 	if ((rc = ma_runlock_acquire(t->pid, lock_ms, &waited, &lock)))

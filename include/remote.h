@@ -92,6 +92,8 @@ struct ma_session {
 	uint64_t own_tp; /* from the options */
 	bool pass_setxid; /* from the options */
 	bool stop_eintr_wait; /* from the options */
+	bool guard_ignored; /* --strict, the thread not named: never let loose an ignored signal */
+	bool chld_watch; /* ... and this one's SIGCHLD would be: judged again in the hold */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */
@@ -153,6 +155,11 @@ struct ma_session_opts {
 	 * looked like growth to watch's peak detection.
 	 */
 	pid_t prefer_tid;
+	/*
+	 * TID is not named by the user: memattach visits each thread in turn
+	 * (a flush), and --strict's rules apply to it as to a choice.
+	 */
+	bool visit;
 	/* The command takes no --tid (export): refusals do not offer it. */
 	bool no_tid_option;
 	/*

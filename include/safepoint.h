@@ -39,6 +39,12 @@ struct ma_thread_info {
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 	uint64_t nvcsw; /* its voluntary context switches when wait_began_ns was read */
 	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
+	/*
+	 * Stopped, it would let a signal the program ignores loose on the
+	 * other threads (the main thread, or one with child processes:
+	 * target.h, ma_signals_ignored); ranked after its equals.
+	 */
+	bool frees_ignored;
 };
 
 /*

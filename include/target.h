@@ -73,6 +73,7 @@ struct ma_proc_status {
 	pid_t tracer;
 	uint64_t vm_rss, vm_hwm; /* bytes */
 	uint64_t sig_pending, sig_shared_pending, sig_blocked; /* masks */
+	uint64_t sig_ignored, sig_caught; /* dispositions SIG_IGN, a handler (process-wide) */
 };
 
 #define MA_MAX_STUB_SITES 16
@@ -167,6 +168,18 @@ bool ma_thread_going(pid_t pid, pid_t tid);
 long ma_thread_syscall_nr(pid_t pid, pid_t tid);
 /* Is NR a sleep (nanosleep, clock_nanosleep, or the restart of one)? */
 bool ma_syscall_is_sleep(long nr);
+/*
+ * The signals PID's dispositions ignore (bit N-1 for signal N): SIG_IGN,
+ * and SIGCHLD, SIGCONT, SIGURG, SIGWINCH unless caught.  The kernel drops
+ * one when it is sent, unless the thread it is sent to is traced: then it
+ * is queued and may wake another thread's wait (a stop's harm; 0 if
+ * unreadable).
+ */
+uint64_t ma_signals_ignored(pid_t pid);
+/* Has thread TID of PID child processes (their SIGCHLD goes to it)?  True when it cannot tell. */
+bool ma_thread_has_children(pid_t pid, pid_t tid);
+/* A thread of PID but EXCEPT that does not block a signal of MASK (*SIG: which); 0 if none. */
+pid_t ma_thread_unblocking(pid_t pid, pid_t except, uint64_t mask, int *sig);
 /* Does T map a dynamic loader (a file named ld-*)? */
 bool ma_target_maps_loader(const struct ma_target *t);
 /* Is a thread of PID inside execve (the others being killed)?  Judged by its first 64 threads. */

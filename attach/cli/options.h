@@ -96,7 +96,9 @@ int ma_opt_allow_eintr(const struct ma_opt *o, const char *value);
 #define MA_HELP_STRICT                                                                        \
 	"never stop a thread blocked in epoll_wait and the like (by default one is borrowed "  \
 	"when no better thread exists: its wait is issued again at once; only a memattach "    \
-	"killed within microseconds of that stop leaves it an EINTR, as a SIGSTOP would)"
+	"killed within microseconds of that stop leaves it an EINTR, as a SIGSTOP would), "   \
+	"nor the main thread or one with children while a signal the program ignores could " \
+	"then wake such a wait"
 
 /*
  * The options of a command that borrows a thread, into the session options
