@@ -235,12 +235,13 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 	/*
 	 * Not by default yet: an outside attack on this path left a target
 	 * deadlocked on the thread-stack lock (3 of 32 runs with setuid(),
-	 * thread churn and random kills), crashed two, failed a program's
-	 * own pthread_create under a tight RLIMIT_NPROC, and a stray
-	 * EINTR remains to be placed.  The test build tries it
+	 * thread churn and random kills) and crashed two.  The test build
+	 * tries it
 	 * (MEMATTACH_TEST_OWN_THREAD=1).
 	 */
 	if (!ma_test_env("OWN_THREAD"))
+		return ma_live_borrow(l, o);
+	if (!o->tid && !ma_process_thread_room(l->t.pid, l->own_why, sizeof(l->own_why)))
 		return ma_live_borrow(l, o);
 	/* Its stack may be new: the maps are read again for its judgement. */
 	if (o->tid || !ma_own_thread_possible(&l->t) || make_own_thread(l, o) ||

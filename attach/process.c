@@ -457,6 +457,135 @@ pid_t ma_thread_unblocking(pid_t pid, pid_t except, uint64_t mask, int *sig)
 	return u.found;
 }
 
+/* The soft "Max processes" of PID (/proc/PID/limits); -1 unlimited or unreadable. */
+static long nproc_limit(pid_t pid)
+{
+	char path[64], line[256];
+	long limit = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Max processes", 13) == 0) {
+			char *p = line + 13;
+
+			while (*p == ' ')
+				p++;
+			limit = isdigit((unsigned char)*p) ? strtol(p, NULL, 10) : -1;
+			break;
+		}
+	fclose(f);
+	return limit;
+}
+
+/* The real uid of PID and its "Threads:" count, from its status; -1 if unreadable. */
+static int uid_and_threads(pid_t pid, long *uid, long *threads)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	*uid = *threads = -1;
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Uid:", 4) == 0)
+			*uid = strtol(line + 4, NULL, 10);
+		else if (strncmp(line, "Threads:", 8) == 0)
+			*threads = strtol(line + 8, NULL, 10);
+	fclose(f);
+	return *uid >= 0 && *threads >= 0 ? 0 : -1;
+}
+
+/* Threads of every process whose real uid is UID (what RLIMIT_NPROC counts). */
+static long threads_of_uid(long uid)
+{
+	DIR *dir = opendir("/proc");
+	struct dirent *d;
+	long total = 0;
+
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir))) {
+		long u, n;
+		pid_t p = (pid_t)atoi(d->d_name);
+
+		if (p > 0 && uid_and_threads(p, &u, &n) == 0 && u == uid)
+			total += n;
+	}
+	closedir(dir);
+	return total;
+}
+
+/* Room for one more task in the cgroup v2 of PID and each above it: 0 none, 1 room (or unknown). */
+static int cgroup_has_room(pid_t pid)
+{
+	char path[64], line[4096], file[4200], buf[32];
+	FILE *f;
+	char *cg;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	if (!(f = fopen(path, "re")))
+		return 1;
+	cg = NULL;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::/", 4) == 0) {
+			cg = line + 3;
+			cg[strcspn(cg, "\n")] = '\0';
+			break;
+		}
+	fclose(f);
+	/* The kernel writes this path; a cgroup's name has no '/' and is never "..". */
+	for (; cg && *cg && !strstr(cg, "/../"); *strrchr(cg, '/') = '\0') {
+		long max, cur;
+		int fd;
+		ssize_t n;
+
+		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/pids.max", cg);
+		if ((fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0 || !isdigit((unsigned char)buf[0]))
+			continue; /* "max" */
+		buf[n] = '\0';
+		max = strtol(buf, NULL, 10);
+		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/pids.current", cg);
+		if ((fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		cur = strtol(buf, NULL, 10);
+		if (cur + MA_THREAD_SLACK > max)
+			return 0;
+	}
+	return 1;
+}
+
+bool ma_process_thread_room(pid_t pid, char *why, size_t whylen)
+{
+	long limit = nproc_limit(pid), uid, threads, used;
+
+	if (limit >= 0 && uid_and_threads(pid, &uid, &threads) == 0 && uid != 0 &&
+	    (used = threads_of_uid(uid)) >= 0 && used + MA_THREAD_SLACK > limit) {
+		snprintf(why, whylen, "its user (uid %ld) runs %ld threads of its RLIMIT_NPROC of %ld: "
+			 "a thread of memattach's own could make one of the program's fail", uid, used,
+			 limit);
+		return false;
+	}
+	if (!cgroup_has_room(pid)) {
+		snprintf(why, whylen, "its cgroup is within %d tasks of its pids.max: a thread of "
+			 "memattach's own could make one of the program's fail", MA_THREAD_SLACK);
+		return false;
+	}
+	return true;
+}
+
 pid_t ma_live_thread_of(pid_t pid)
 {
 	char path[64];

@@ -178,6 +178,14 @@ bool ma_syscall_is_sleep(long nr);
 uint64_t ma_signals_ignored(pid_t pid);
 /* Has thread TID of PID child processes (their SIGCHLD goes to it)?  True when it cannot tell. */
 bool ma_thread_has_children(pid_t pid, pid_t tid);
+/*
+ * Room for a thread more in PID without taking the program's last: its
+ * user's RLIMIT_NPROC (every thread of that real uid counts; root is
+ * exempt) and its cgroup's pids.max each leave MA_THREAD_SLACK tasks.
+ * False with WHY set when not.
+ */
+#define MA_THREAD_SLACK 8
+bool ma_process_thread_room(pid_t pid, char *why, size_t whylen);
 /* A thread of PID but EXCEPT that does not block a signal of MASK (*SIG: which); 0 if none. */
 pid_t ma_thread_unblocking(pid_t pid, pid_t except, uint64_t mask, int *sig);
 /* Does T map a dynamic loader (a file named ld-*)? */

@@ -15,10 +15,14 @@
 #   - memattach SIGKILLed at random instants of start and stop (RUNS
 #     each): the target survives, its verdict stays ok, setgid goes on,
 #     and within the thread's sleep (10 s) no thread of ours is left;
-#   - --tid: the named thread does the work (own_thread false).
+#   - --tid: the named thread does the work (own_thread false);
+#   - a daemon of a user of its own whose RLIMIT_NPROC leaves it one
+#     thread more: our thread would take it (the program's next
+#     pthread_create would fail), so a thread of the program does the work
+#     and the command says why; with room to spare, our thread does it.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 14
+plan 17
 # Not the default yet (attach/README.md, Safety 11): the test build tries it.
 export MEMATTACH_TEST_OWN_THREAD=1
 MA=$MA_T
@@ -93,6 +97,29 @@ check "--tid: the named thread does the work (own_thread $(jkey own_thread tid.j
 "$MA" frag stop "$pid" >/dev/null 2>&1
 fix_quit "$pid" "$fd"; rc=$?
 check "daemon exits cleanly (status $rc)" [ "$rc" -eq 0 ]
+
+# A user's RLIMIT_NPROC counts every thread of that user: a daemon of a
+# uid no one else uses, its limit set as it starts (root here may lack
+# CAP_SYS_RESOURCE, which setting another user's limit needs).  daemon -t 2
+# runs 4 threads.
+mkdir -p eve && printf '#!/bin/sh\nexec setpriv --reuid=54329 --regid=54329 --clear-groups prlimit --nproc=$NPROC:$NPROC %s "$@"\n' \
+	"$FIX/daemon" >eve/daemon && chmod 755 eve/daemon
+nproc_run() { # NPROC NAME: frag start/stop on such a daemon; NAME.json/.err, NPROC_V its verdict
+	NPROC=$1 FIX=$TMP/eve fix_start daemon -t 2 || { NPROC_V="did not start"; return 1; }
+	"$MA" frag start "$FIX_PID" --json >"$2.json" 2>"$2.err"
+	"$MA" frag stop "$FIX_PID" >/dev/null 2>&1
+	NPROC_V=$(fix_cmd "$FIX_PID" "$FIX_FD" "$FIX_OUT" verdict)
+	fix_quit "$FIX_PID" "$FIX_FD"
+}
+export NPROC
+nproc_run 5 tight
+check "RLIMIT_NPROC with one thread to spare: a thread of the program does the work, and says why (own_thread $(jkey own_thread tight.json); $(head -1 tight.err))" \
+	eval '[ "$(jkey own_thread tight.json)" = false ] && says "RLIMIT_NPROC" tight.err'
+v1=$NPROC_V
+nproc_run 200 room
+check "RLIMIT_NPROC with room to spare: our thread does it (own_thread $(jkey own_thread room.json); $(head -1 room.err))" \
+	[ "$(jkey own_thread room.json)" = true ]
+check "daemons as uid 54329: verdicts ok ($v1; $NPROC_V)" eval 'verdict_ok "$v1" && verdict_ok "$NPROC_V"'
 
 # daemon -u: setgid() every millisecond.  Its SIGSETXID ends our thread's
 # sleep (the work then falls back to a thread of the program), and reaches

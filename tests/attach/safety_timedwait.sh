@@ -14,11 +14,13 @@
 #   3. timedwait -r -w 200: tw_timed waits through syscall(2), whose
 #      timeout memattach cannot shorten: `stats --tid` of it is refused
 #      before any stop (20 runs back to back), plain `stats`
-#      borrows another thread (20 runs); not one wait over 1.5 times its
-#      timeout.
+#      borrows another thread (20 runs); not one wait cut short, by the
+#      kernel's own record (ftrace: no return of tw_timed's epoll_wait
+#      other than a timeout), where section 2's stops do show there. How
+#      long waits took is reported, not bounded: load delays them.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 12
+plan 13
 need_fixtures timedwait
 DURATION=${DURATION:-4}
 
@@ -69,11 +71,21 @@ tid_loop() {
 		bsleep 0.05
 	done
 }
+traced=0
+wait_trace_start epoll_wait "$tw" && traced=1
 measure tid_loop
+[ "$traced" = 1 ] && cut_short=$(wait_trace_stop)
 pct=$(( base_rate > 0 ? M_RATE * 100 / base_rate : 0 ))
 echo "# only tw_timed borrowable (stats --tid every 50 ms): $M_COUNT timeouts in $M_SECS s ($pct% of the rate without memattach), $M_LONG waits over 150 ms; $T_OK of $T_RUNS runs ok"
 [ -s "$TMP/tid.err" ] && echo "# stats --tid errors: $(sed 's/[0-9][0-9]*/N/g' "$TMP/tid.err" | top_lines /dev/stdin 2)"
 check "stats --tid tw_timed every 50 ms: $T_OK of $T_RUNS runs ok; the timed wait kept $M_COUNT timeouts in $M_SECS s ($pct% of the rate without memattach; reported, not bounded)" [ "$T_OK" -gt 0 ]
+# The record section 3 relies on, seen to work: these stops cut waits short.
+if [ "$traced" = 1 ]; then
+	check "the kernel's record shows waits cut short by these stops ($cut_short over $T_OK borrows of the waiting thread)" \
+		[ "$T_OK" -gt 0 ] && [ "$cut_short" -gt 0 ]
+else
+	skip "no tracefs: the kernel's record of waits cut short cannot be read"
+fi
 alive "$pid" || { fixture_died "$pid" "$(dirname "$out")"; fail "timedwait died: $DIED_WHY"; exit 0; }
 v=$(fix_cmd "$pid" "$fd" "$out" verdict)
 check "timedwait: no EINTR, no early timeout: verdict ok ($v)" verdict_ok "$v"
@@ -84,7 +96,8 @@ fix_start timedwait -r -w 200 || { fail "timedwait -r: start"; exit 1; }
 pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
 tw=$(tid_of "$pid" tw_timed)
 va=$(fix_cmd "$pid" "$fd" "$out" verdict)
-refused=0 between=0 other=0
+refused=0 between=0 other=0 traced=0
+wait_trace_start epoll_wait "$tw" && traced=1
 # back to back: a wait restarted with its whole timeout at each stop would run on far past 300 ms.
 # A run that finds the thread between two waits (running) borrows it, rightly: the
 # deadline check below judges every wait either way.
@@ -96,12 +109,19 @@ done
 for _ in $(seq 20); do
 	"$MA" stats "$pid" >/dev/null 2>>"$TMP/raw2.err" && other=$((other + 1))
 done
+[ "$traced" = 1 ] && cut_short=$(wait_trace_stop)
 vb=$(fix_cmd "$pid" "$fd" "$out" verdict)
 check "raw epoll_wait with a timeout: stats --tid refused $refused of 20 times, naming the timeout, and borrowed it between two waits $between times ($(head -1 "$TMP/raw.odd" 2>/dev/null | cut -c1-160))" \
 	[ "$refused" -ge 1 -a $((refused + between)) -eq 20 ]
 check "stats (no flag) borrowed another thread: $other of 20 ok" [ "$other" -eq 20 ]
-check "raw epoll_wait kept its deadline: $(( $(vfield "$vb" long) - $(vfield "$va" long) )) waits over 300 ms (longest $(vfield "$vb" max_ms) ms)" \
-	[ "$(vfield "$vb" long)" -eq "$(vfield "$va" long)" ]
+# Judged by the kernel's record, not by time: a wait stopped and issued
+# again (its whole timeout anew) returns once cut short first.
+echo "# raw waits over 300 ms: $(( $(vfield "$vb" long) - $(vfield "$va" long) )), longest $(vfield "$vb" max_ms) ms (the machine's load; not bounded)"
+if [ "$traced" = 1 ]; then
+	check "raw epoll_wait never cut short: $cut_short of its returns were not a timeout" [ "$cut_short" -eq 0 ]
+else
+	skip "no tracefs: whether a raw wait was cut short cannot be read"
+fi
 check "timedwait -r: verdict ok ($vb)" verdict_ok "$vb"
 fix_quit "$pid" "$fd"; rc=$?
 check "timedwait -r: exits cleanly (status $rc)" [ "$rc" -eq 0 ]

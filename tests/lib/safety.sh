@@ -247,3 +247,28 @@ dying_threads_check() {
 	fix_quit "$pid" "$fd"; rc=$?
 	check "$tag: $fixture -b exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 }
+
+# --- the kernel's own record of interrupted waits (ftrace) ---
+# wait_trace_start SYSCALL TID: record each return of SYSCALL in thread
+# TID that is not a normal one (ret < 0: EINTR, or the ERESTART* the
+# kernel gives a wait a signal or a stop cut short), in a trace instance of
+# this test's own; 1 (and a line on stderr) if the kernel has no tracefs.
+wait_trace_start() {
+	local t=/sys/kernel/tracing
+	[ -d "$t/events" ] || mount -t tracefs nodev "$t" 2>/dev/null
+	WAIT_TRACE=$t/instances/memattach_test_$$
+	mkdir "$WAIT_TRACE" 2>/dev/null || { echo "no tracefs instance at $t" >&2; return 1; }
+	local ev=$WAIT_TRACE/events/syscalls/sys_exit_$1
+	[ -d "$ev" ] || { echo "no syscall tracepoint sys_exit_$1" >&2; rmdir "$WAIT_TRACE"; return 1; }
+	echo "common_pid == $2 && ret < 0" >"$ev/filter" && echo 1 >"$ev/enable" &&
+		echo 1 >"$WAIT_TRACE/tracing_on"
+}
+# wait_trace_stop: how many such returns were recorded; the instance is removed.
+wait_trace_stop() {
+	local n
+	echo 0 >"$WAIT_TRACE/tracing_on"
+	n=$(grep -c ' -> 0x' "$WAIT_TRACE/trace")
+	find "$WAIT_TRACE/events" -name enable -path '*sys_exit*' -exec sh -c 'echo 0 > "$1"' _ {} \; 2>/dev/null
+	rmdir "$WAIT_TRACE" 2>/dev/null
+	echo "$n"
+}
