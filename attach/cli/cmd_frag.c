@@ -385,6 +385,17 @@ static int prepare(struct ma_target *t, void *ctx)
 	return rc;
 }
 
+/* The holds of a start or stop (with WITH_MAX, stop's: the longest run's too) in JSON. */
+static void emit_holds(struct ma_json *j, const struct frag_live *fl, bool with_max)
+{
+	ma_json_u64(j, "pause_ns", fl->pause_ns);
+	if (with_max)
+		ma_json_u64(j, "pause_max_ns", fl->pause_max_ns);
+	ma_json_u64(j, "hold_max_ns", fl->hold_max_ns);
+	ma_json_bool(j, "own_thread", fl->own_thread);
+	ma_json_u64(j, "work_ns", fl->work_ns);
+}
+
 /* A live frag command: prepare, BODY with the thread borrowed, REPORT after. */
 static int run_live(struct frag_live *fl, int (*body)(struct ma_session *, void *),
 		    int (*report)(struct ma_live *, void *))
@@ -543,10 +554,7 @@ static int do_start(struct frag_args *a)
 		ma_json_u64(&j, "table_bytes", v->table_bytes);
 		ma_json_u64(&j, "table_resident_bytes", v->table_resident);
 		ma_json_u64(&j, "agent_base", v->base);
-		ma_json_u64(&j, "pause_ns", fl.pause_ns);
-		ma_json_u64(&j, "hold_max_ns", fl.hold_max_ns);
-		ma_json_bool(&j, "own_thread", fl.own_thread);
-		ma_json_u64(&j, "work_ns", fl.work_ns);
+		emit_holds(&j, &fl, false);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else if (a->profile) {
@@ -643,11 +651,7 @@ static int do_stop(struct frag_args *a)
 		ma_json_bool(&j, "code_mapped", after->loaded);
 		ma_json_u64(&j, "mappings_left", after->nmaps);
 		ma_json_u64(&j, "mapped_bytes_left", after->mapped);
-		ma_json_u64(&j, "pause_ns", fl.pause_ns);
-		ma_json_u64(&j, "pause_max_ns", fl.pause_max_ns);
-		ma_json_u64(&j, "hold_max_ns", fl.hold_max_ns);
-		ma_json_bool(&j, "own_thread", fl.own_thread);
-		ma_json_u64(&j, "work_ns", fl.work_ns);
+		emit_holds(&j, &fl, true);
 		ma_json_obj_close(&j);
 		ma_json_end(&j);
 	} else {
