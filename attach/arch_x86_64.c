@@ -823,7 +823,9 @@ const char *ma_arch_syscall_name(long nr)
 		{ 46, "sendmsg" },     { 65, "semop" },       { 69, "msgsnd" },
 		{ 70, "msgrcv" },      { 208, "io_getevents" }, { 220, "semtimedop" },
 		{ 243, "mq_timedreceive" }, { 275, "splice" }, { 299, "recvmmsg" },
-		{ 307, "sendmmsg" },   { 333, "io_pgetevents" },
+		{ 307, "sendmmsg" },   { 333, "io_pgetevents" }, { 3, "close" },
+		{ 18, "pwrite64" },    { 276, "tee" },        { 278, "vmsplice" },
+		{ 296, "pwritev" },    { 326, "copy_file_range" }, { 328, "pwritev2" },
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -883,6 +885,7 @@ bool ma_arch_is_timed_wait(long nr, const unsigned long long *a)
 bool ma_arch_stop_ends_with_eintr(long nr)
 {
 	switch (nr) {
+	case 65: /* semop (raw: glibc's semop() is semtimedop) */
 	case 128: /* rt_sigtimedwait */
 	case 208: /* io_getevents */
 	case 220: /* semtimedop */
@@ -893,6 +896,43 @@ bool ma_arch_stop_ends_with_eintr(long nr)
 	case 426: /* io_uring_enter */
 	case 441: /* epoll_pwait2 */
 		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * Transfers a stop cuts short: blocked with part of its work done (a
+ * write to a pipe or socket, a send, a receive with MSG_WAITALL, a batch
+ * of messages) such a syscall returns what it has done so far when a stop
+ * wakes it, and a lingering close returns at once.  Nothing can undo
+ * that, and restarting could not either: never stopped.
+ */
+bool ma_arch_stop_cuts_short(long nr, const unsigned long long *a)
+{
+	const unsigned long long waitall = 0x100; /* MSG_WAITALL */
+
+	switch (nr) {
+	case 1: /* write */
+	case 3: /* close (SO_LINGER) */
+	case 18: /* pwrite64 */
+	case 20: /* writev */
+	case 40: /* sendfile */
+	case 44: /* sendto */
+	case 46: /* sendmsg */
+	case 275: /* splice */
+	case 276: /* tee */
+	case 278: /* vmsplice */
+	case 296: /* pwritev */
+	case 299: /* recvmmsg */
+	case 307: /* sendmmsg */
+	case 326: /* copy_file_range */
+	case 328: /* pwritev2 */
+		return true;
+	case 45: /* recvfrom */
+		return a[3] & waitall;
+	case 47: /* recvmsg */
+		return a[2] & waitall;
 	default:
 		return false;
 	}

@@ -817,6 +817,7 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
 				ti->eintr_wait = ma_arch_stop_ends_with_eintr(ti->syscall);
+				ti->cuts_short = ti->state == 'S' && ma_arch_stop_cuts_short(ti->syscall, a);
 				if (!ti->eintr_wait && socket_wait_timed(pid, ti->syscall, a))
 					ti->eintr_wait = ti->timed_wait = true;
 			}
@@ -870,7 +871,9 @@ bool ma_thread_stop_ends_with_eintr(const struct ma_thread_info *ti)
 static int rank(const struct ma_thread_info *ti)
 {
 	if (ma_thread_is_jemalloc_bg(ti))
-		return 5;
+		return 6;
+	if (ti->cuts_short)
+		return 5; /* never stopped: waited for, tried last */
 	if (ti->state == 'S' && ti->syscall >= 0 && !ti->eintr_wait)
 		return ti->timed_wait ? 1 : 0;
 	if (ti->state == 'S' && ti->syscall >= 0)
@@ -882,8 +885,9 @@ static int rank(const struct ma_thread_info *ti)
 
 /*
  * Best first: an untimed wait, a timed wait, uninterruptible, running, a
- * wait a stop ends with EINTR (stopped only when allowed); jemalloc's
- * background threads last (never borrowed).
+ * wait a stop ends with EINTR (stopped only when allowed), a transfer a
+ * stop cuts short (never stopped); jemalloc's background threads last
+ * (never borrowed).
  * Among equals, one whose stop lets no ignored signal loose (frees_ignored);
  * then the one idle longest: borrowing it delays the least work
  * (a serving thread that waits between requests has just run).
@@ -906,7 +910,8 @@ const char *ma_thread_rank_class(const struct ma_thread_info *ti)
 {
 	static const char *const names[] = {
 		"untimed wait", "timed wait", "uninterruptible", "running",
-		"wait a stop ends with EINTR", "jemalloc background thread",
+		"wait a stop ends with EINTR", "transfer a stop cuts short",
+		"jemalloc background thread",
 	};
 
 	return names[rank(ti)];

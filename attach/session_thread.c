@@ -461,6 +461,59 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
 }
 
 /*
+ * Would a stop end one of the thread's transfers early, with part of its
+ * work done (a write to a pipe or socket returns what it wrote so far:
+ * ma_arch_stop_cuts_short)?  Read again right before the stop.  Blocked
+ * in one, it is never stopped, named or not: the short count cannot be
+ * undone.  A thread that runs may be inside one, copying, and cannot be
+ * told apart from /proc: with --strict (S->guard_ignored) it is not
+ * stopped either; only a thread asleep in a wait that restarts is.  Both
+ * may pass: refusals for now.  Without --strict a running thread is
+ * watched for 2 ms first, for a moment it sleeps.
+ */
+static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_info *ti,
+				 char *why, size_t whylen)
+{
+	struct ma_thread_info now;
+	const char *name;
+
+	if (ti->cuts_short) /* as listed */
+		s->transfer_tid = ti->tid;
+	ma_read_thread_info(s->t->pid, ti->tid, &now);
+	/*
+	 * Running: a few looks more, for a moment it sleeps (in a wait that
+	 * restarts: stopped then; in a transfer: refused).  A thread that
+	 * never sleeps is stopped as it runs (the residual in README).
+	 */
+	for (int look = 0; look < 10 && !s->guard_ignored && s->transfer_tid != ti->tid &&
+			    now.syscall < 0 && !ma_interrupted;
+	     look++) {
+		usleep(200);
+		ma_read_thread_info(s->t->pid, ti->tid, &now);
+	}
+	if (now.cuts_short) {
+		s->transfer_tid = ti->tid;
+		name = ma_arch_syscall_name(now.syscall);
+		snprintf(why, whylen, "blocked in %s, which a stop would end early with part of its "
+			 "work done (a short write or send, a close before its linger): not stopped",
+			 name ? name : "a transfer");
+		return true;
+	}
+	if (s->transfer_tid == ti->tid && now.syscall < 0) {
+		snprintf(why, whylen, "running between transfers (seen in one a moment ago) that a "
+			 "stop would cut short: not stopped");
+		return true;
+	}
+	if (s->guard_ignored && (now.state != 'S' || now.syscall < 0)) {
+		snprintf(why, whylen, "%s: it may be inside a write or send that a stop would cut "
+			 "short; with --strict only a thread asleep in a wait that restarts is stopped",
+			 now.state == 'D' ? "in an uninterruptible wait" : "running");
+		return true;
+	}
+	return false;
+}
+
+/*
  * The refusals known before any stop (from /proc): an exited thread, a
  * vfork parent, a wait not to be stopped, the run's deadline.  True with
  * *V set when refused.
@@ -909,6 +962,8 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	if (refused_before_stop(s, ti, &v, why, whylen) ||
 	    refused_at_last_look(s, ti, &began, &nvcsw, &v, why, whylen))
 		return v;
+	if (refused_for_transfer(s, ti, why, whylen))
+		return verdict_of(MA_E_NOSAFE);
 	/* Right before the stop: the thread may fork until then. */
 	if (s->guard_ignored && frees_ignored_signal(s, ti, why, whylen)) {
 		/* Children end; the main thread stays the main thread. */

@@ -229,6 +229,11 @@ bool ma_arch_is_timed_wait(long nr, const unsigned long long *a);
 int ma_arch_socket_waits(long nr, const unsigned long long *a, int fd[2], int dir[2]);
 /* Does a ptrace stop of a thread blocked in syscall NR end the syscall with EINTR (whatever its descriptor)? */
 bool ma_arch_stop_ends_with_eintr(long nr);
+/*
+ * Would a ptrace stop of a thread blocked (interruptibly) in syscall NR,
+ * arguments A, end it early with part of its work done (a short write)?
+ */
+bool ma_arch_stop_cuts_short(long nr, const unsigned long long *a);
 
 /*
  * Inline detours (frag on jemalloc linked statically or under a prefix):

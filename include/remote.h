@@ -94,6 +94,7 @@ struct ma_session {
 	bool stop_eintr_wait; /* from the options */
 	bool guard_ignored; /* --strict, the thread not named: never let loose an ignored signal */
 	bool chld_watch; /* ... and this one's SIGCHLD would be: judged again in the hold */
+	pid_t transfer_tid; /* a thread seen in a transfer a stop cuts short: not stopped running either */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */
