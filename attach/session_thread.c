@@ -489,7 +489,8 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 			    now.syscall < 0 && !ma_interrupted;
 	     look++) {
 		usleep(200);
-		ma_read_thread_info(s->t->pid, ti->tid, &now);
+		if (ma_thread_syscall_nr(s->t->pid, ti->tid) >= 0) /* one read while it runs */
+			ma_read_thread_info(s->t->pid, ti->tid, &now);
 	}
 	if (now.cuts_short) {
 		s->transfer_tid = ti->tid;
