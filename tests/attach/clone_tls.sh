@@ -28,7 +28,7 @@ scenario() {
 		says "thread $tid \"sharer\".*UNSAFE \(.*($WHY)" "$TMP/threads.out" 4
 	"$MA" stats "$pid" --tid "${tid:-0}" >/dev/null 2>"$TMP/tid.err"; rc=$?
 	check "$label: stats --tid of the sharer: refused (exit $rc: $(head -c 160 "$TMP/tid.err"))" \
-		[ "$rc" -eq 1 ] && says "$WHY" "$TMP/tid.err"
+		eval '[ "$rc" -eq 1 ] && says "$WHY" "$TMP/tid.err"'
 	for _ in $(seq "$RUNS"); do
 		"$MA" bins "$pid" --flush-tcache >/dev/null 2>>"$TMP/runs.err" && ok=$((ok + 1))
 	done

@@ -30,7 +30,7 @@ eintrs() { vfield "$(fix_cmd "$pid" "$fd" "$out" verdict)" eintr; }
 e0=$(eintrs); bsleep 1; e1=$(eintrs)
 sigs=$(vfield "$(fix_cmd "$pid" "$fd" "$out" verdict)" sigs)
 check "without memattach: no EINTR in 1 s ($e0 -> $e1), signals flow (sigs=$sigs)" \
-	[ -n "$e1" ] && [ "$e1" -eq 0 ] && [ "${sigs:-0}" -gt 0 ]
+	eval '[ -n "$e1" ] && [ "$e1" -eq 0 ] && [ "${sigs:-0}" -gt 0 ]'
 
 # The oracle: stops by a plain tracer.  Each SIGURG or SIGCHLD that comes
 # while its thread is stopped may end ig_wait's wait with EINTR.
@@ -54,14 +54,16 @@ for cmd in threads stats purge; do
 	ok=$(strict_runs "$cmd" "$pid" --strict)
 	after=$(eintrs)
 	check "$cmd --strict x$RUNS: $ok ended 0, EINTRs $before -> $after" \
-		[ "$ok" -eq "$RUNS" ] && [ "$after" -eq "$before" ]
+		eval '[ "$ok" -eq "$RUNS" ] && [ "$after" -eq "$before" ]'
 done
 [ -s "$TMP/strict.err" ] && echo "# stderr: $(top_lines "$TMP/strict.err" 2)"
 
-# ig_fork has a child two thirds of the time: look until it is seen with one.
-for ((i = 0; i < 20; i++)); do
+# ig_fork has a child two thirds of the time: look until it is seen with
+# one (on a loaded machine it may be seen running instead, which --strict
+# does not stop either).
+for ((i = 0; i < 40; i++)); do
 	"$MA" threads "$pid" --strict >"$TMP/threads.txt" 2>&1
-	says "thread $fork_tid \"ig_fork\".*UNSAFE" "$TMP/threads.txt" 4 && break
+	says "thread $fork_tid \"ig_fork\".*UNSAFE \\((has child processes|forked a child)" "$TMP/threads.txt" 4 && break
 done
 check "threads --strict: the main thread is not stopped, and says why" \
 	says "thread $pid \"ignsig\".*UNSAFE \\(is the main thread.*SIG[A-Z]+ the program ignores.*not stopped with --strict" "$TMP/threads.txt" 4

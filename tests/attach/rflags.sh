@@ -99,7 +99,7 @@ for _ in $(seq $((2 * RUNS))); do
 	else other=$((other + 1)); echo "# $(head -c 200 step.err)"; fi
 done
 check "stats --tid stepper: borrowed ($ok) or refused ($refused of them naming the trap), no call faulted ($other)" \
-	[ "$other" -eq 0 ] && [ "$refused" -gt 0 ]
+	eval '[ "$other" -eq 0 ] && [ "$refused" -gt 0 ]'
 bins_ok=0
 for _ in $(seq 5); do "$MA" bins "$pid" --flush-tcache >/dev/null 2>>bins.err && bins_ok=$((bins_ok + 1)); done
 check "bins --flush-tcache beside it: $bins_ok of 5 end 0" [ "$bins_ok" -eq 5 ]

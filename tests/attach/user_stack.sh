@@ -38,7 +38,7 @@ scenario() {
 	"$MA" stats "$pid" --tid "$tid" --timeout 60000 >/dev/null 2>"$TMP/tid.err"; rc=$?
 	t1=$(now_us)
 	check "$label: stats --tid us_thread: refused (exit $rc) naming the stack: $(head -1 "$TMP/tid.err" | cut -c1-160)" \
-		[ "$rc" -eq 1 ] && says "stack the program supplied" "$TMP/tid.err"
+		eval '[ "$rc" -eq 1 ] && says "stack the program supplied" "$TMP/tid.err"'
 	check "$label: stats --tid us_thread --timeout 60000: refused at once ($(( (t1 - t0) / 1000 )) ms), not at the timeout" [ $(( (t1 - t0) / 1000 )) -lt 30000 ]
 	ok=0
 	for _ in $(seq "$RUNS"); do
