@@ -536,6 +536,7 @@ int ma_session_open(struct ma_session *s, struct ma_target *t, const struct ma_s
 	s->pass_setxid = o->pass_setxid;
 	s->stop_eintr_wait = !o->strict || o->tid;
 	s->guard_ignored = o->strict && (!o->tid || o->visit);
+	s->strict = o->strict;
 	s->named = o->tid;
 	s->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 5000;
 	if (getrandom(&s->id, sizeof(s->id), 0) != sizeof(s->id))

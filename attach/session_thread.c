@@ -466,8 +466,8 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
  * ma_arch_stop_cuts_short)?  Read again right before the stop.  Blocked
  * in one, it is never stopped, named or not: the short count cannot be
  * undone.  A thread that runs may be inside one, copying, and cannot be
- * told apart from /proc: with --strict (S->guard_ignored) it is not
- * stopped either; only a thread asleep in a wait that restarts is.  Both
+ * told apart from /proc: with --strict (S->strict, named or not) it is
+ * not stopped either; only a thread asleep in a wait that restarts is.  Both
  * may pass: refusals for now.  Without --strict a running thread is
  * watched for 2 ms first, for a moment it sleeps.
  */
@@ -485,7 +485,7 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 	 * restarts: stopped then; in a transfer: refused).  A thread that
 	 * never sleeps is stopped as it runs (the residual in README).
 	 */
-	for (int look = 0; look < 10 && !s->guard_ignored && s->transfer_tid != ti->tid &&
+	for (int look = 0; look < 10 && !s->strict && s->transfer_tid != ti->tid &&
 			    now.syscall < 0 && !ma_interrupted;
 	     look++) {
 		usleep(200);
@@ -505,7 +505,7 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 			 "stop would cut short: not stopped");
 		return true;
 	}
-	if (s->guard_ignored && (now.state != 'S' || now.syscall < 0)) {
+	if (s->strict && (now.state != 'S' || now.syscall < 0)) {
 		snprintf(why, whylen, "%s: it may be inside a write or send that a stop would cut "
 			 "short; with --strict only a thread asleep in a wait that restarts is stopped",
 			 now.state == 'D' ? "in an uninterruptible wait" : "running");
@@ -1025,7 +1025,7 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	s.status_fd = s.mem_fd = -1;
-	s.guard_ignored = strict;
+	s.guard_ignored = s.strict = strict;
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
 	if ((rc = ma_runlock_acquire(t->pid, lock_ms, &waited, &lock)))

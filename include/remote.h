@@ -95,6 +95,7 @@ struct ma_session {
 	bool guard_ignored; /* --strict, the thread not named: never let loose an ignored signal */
 	bool chld_watch; /* ... and this one's SIGCHLD would be: judged again in the hold */
 	pid_t transfer_tid; /* a thread seen in a transfer a stop cuts short: not stopped running either */
+	bool strict; /* --strict, named or not: only a thread asleep in a wait that restarts is stopped */
 	pid_t named; /* the options' tid: only that thread is tried */
 	bool creates_state; /* borrowed (named) with no jemalloc state: the calls create it */
 	uint64_t rseq_ip; /* stopped in an rseq critical section here: given back at its abort handler */

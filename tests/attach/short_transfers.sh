@@ -11,13 +11,14 @@
 #     cause them: the fixture sees the harm;
 #   - with --strict, stats, threads, bins --flush-tcache and purge never
 #     stop these threads (nor a running one, which may be inside such a
-#     transfer): not one short transfer or EINTR, and threads says why;
+#     transfer), nor does stats --tid of the writer: not one short
+#     transfer or EINTR, and threads says why;
 #   - by default a borrow takes another thread: stats causes none; the
 #     default flush, which visits every thread, is reported (a thread
 #     running inside a transfer cannot be told from /proc).
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 10
+plan 11
 need_fixtures shortio safety_tool
 RUNS=${RUNS:-10}
 cd "$TMP" || exit 1
@@ -57,6 +58,17 @@ for cmd in stats threads "bins --flush-tcache" purge; do
 		eval '[ "$ok" -eq "$RUNS" ] && [ "$after" = "$before" ]'
 done
 [ -s "$TMP/strict.err" ] && echo "# stderr: $(top_lines "$TMP/strict.err" 2)"
+
+# Named: --strict stops it neither in its transfer nor running (where it
+# may be inside one).
+before=$(harms) refused=0
+for ((i = 0; i < RUNS; i++)); do
+	timeout -s KILL 60 "$MA" stats "$pid" --tid "$(tid_of "$pid" sio_write)" --strict --timeout 200 \
+		>/dev/null 2>&1 || refused=$((refused + 1))
+done
+after=$(harms)
+check "stats --tid sio_write --strict x$RUNS: $refused refused; short writes, receives, EINTR: $before -> $after" \
+	[ "$after" = "$before" ]
 
 "$MA" threads "$pid" --strict >threads.txt 2>&1
 check "threads --strict: sio_write, sio_recv and sio_semop not stopped, each saying why" eval '
