@@ -43,6 +43,7 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 	else
 		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	memset(st, 0, sizeof(*st));
+	st->real_uid = st->threads = -1;
 	f = fopen(path, "re");
 	if (!f) {
 		if (errno == ENOENT || errno == ESRCH)
@@ -67,6 +68,10 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 			sscanf(line + 6, " %c", &st->state);
 		} else if (strncmp(line, "Tgid:", 5) == 0) {
 			st->tgid = atoi(line + 5);
+		} else if (strncmp(line, "Uid:", 4) == 0) {
+			st->real_uid = strtol(line + 4, NULL, 10);
+		} else if (strncmp(line, "Threads:", 8) == 0) {
+			st->threads = strtol(line + 8, NULL, 10);
 		} else if (strncmp(line, "TracerPid:", 10) == 0) {
 			st->tracer = atoi(line + 10);
 		} else if (strncmp(line, "SigPnd:", 7) == 0) {
@@ -395,13 +400,11 @@ bool ma_process_job_stopped(pid_t pid, pid_t except)
 	return any_thread(pid, 8, job_stopped, &except);
 }
 
-#define SIG_BIT(sig) (1ULL << ((sig) - 1))
-
 uint64_t ma_signals_ignored(pid_t pid)
 {
 	/* The kernel's SIG_KERNEL_IGNORE_MASK: what SIG_DFL ignores. */
-	const uint64_t by_default = SIG_BIT(SIGCHLD) | SIG_BIT(SIGCONT) | SIG_BIT(SIGURG) |
-				    SIG_BIT(SIGWINCH);
+	const uint64_t by_default = MA_SIG_BIT(SIGCHLD) | MA_SIG_BIT(SIGCONT) | MA_SIG_BIT(SIGURG) |
+				    MA_SIG_BIT(SIGWINCH);
 	struct ma_proc_status st;
 
 	if (ma_proc_read_status(pid, 0, &st) != 0) {
@@ -423,6 +426,15 @@ bool ma_thread_has_children(pid_t pid, pid_t tid)
 	c = fgetc(f);
 	fclose(f);
 	return c != EOF;
+}
+
+uint64_t ma_signals_a_stop_frees(pid_t pid, pid_t tid, uint64_t ignored)
+{
+	if (tid == pid)
+		return ignored;
+	if ((ignored & MA_SIG_BIT(SIGCHLD)) && ma_thread_has_children(pid, tid))
+		return MA_SIG_BIT(SIGCHLD);
+	return 0;
 }
 
 struct unblocking {
@@ -480,25 +492,6 @@ static long nproc_limit(pid_t pid)
 	return limit;
 }
 
-/* The real uid of PID and its "Threads:" count, from its status; -1 if unreadable. */
-static int uid_and_threads(pid_t pid, long *uid, long *threads)
-{
-	char path[64], line[256];
-	FILE *f;
-
-	*uid = *threads = -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, "Uid:", 4) == 0)
-			*uid = strtol(line + 4, NULL, 10);
-		else if (strncmp(line, "Threads:", 8) == 0)
-			*threads = strtol(line + 8, NULL, 10);
-	fclose(f);
-	return *uid >= 0 && *threads >= 0 ? 0 : -1;
-}
-
 /* Threads of every process whose real uid is UID (what RLIMIT_NPROC counts). */
 static long threads_of_uid(long uid)
 {
@@ -509,20 +502,43 @@ static long threads_of_uid(long uid)
 	if (!dir)
 		return -1;
 	while ((d = readdir(dir))) {
-		long u, n;
+		struct ma_proc_status st;
 		pid_t p = (pid_t)atoi(d->d_name);
 
-		if (p > 0 && uid_and_threads(p, &u, &n) == 0 && u == uid)
-			total += n;
+		if (p <= 0)
+			continue;
+		if (ma_proc_read_status(p, 0, &st) != 0)
+			ma_err_clear(); /* gone meanwhile */
+		else if (st.real_uid == uid && st.threads > 0)
+			total += st.threads;
 	}
 	closedir(dir);
 	return total;
 }
 
+/* The number in /sys/fs/cgroup/CG/NAME (pids.max, pids.current); false if none ("max"). */
+static bool cgroup_number(const char *cg, const char *name, long *v)
+{
+	char file[4200], buf[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(file, sizeof(file), "/sys/fs/cgroup%s/%s", cg, name);
+	if ((fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0 || !isdigit((unsigned char)buf[0]))
+		return false;
+	buf[n] = '\0';
+	*v = strtol(buf, NULL, 10);
+	return true;
+}
+
 /* Room for one more task in the cgroup v2 of PID and each above it: 0 none, 1 room (or unknown). */
 static int cgroup_has_room(pid_t pid)
 {
-	char path[64], line[4096], file[4200], buf[32];
+	char path[64], line[4096];
 	FILE *f;
 	char *cg;
 
@@ -540,28 +556,9 @@ static int cgroup_has_room(pid_t pid)
 	/* The kernel writes this path; a cgroup's name has no '/' and is never "..". */
 	for (; cg && *cg && !strstr(cg, "/../"); *strrchr(cg, '/') = '\0') {
 		long max, cur;
-		int fd;
-		ssize_t n;
 
-		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/pids.max", cg);
-		if ((fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-			continue;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0 || !isdigit((unsigned char)buf[0]))
-			continue; /* "max" */
-		buf[n] = '\0';
-		max = strtol(buf, NULL, 10);
-		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/pids.current", cg);
-		if ((fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-			continue;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		cur = strtol(buf, NULL, 10);
-		if (cur + MA_THREAD_SLACK > max)
+		if (cgroup_number(cg, "pids.max", &max) && cgroup_number(cg, "pids.current", &cur) &&
+		    cur + MA_THREAD_SLACK > max)
 			return 0;
 	}
 	return 1;
@@ -569,13 +566,14 @@ static int cgroup_has_room(pid_t pid)
 
 bool ma_process_thread_room(pid_t pid, char *why, size_t whylen)
 {
-	long limit = nproc_limit(pid), uid, threads, used;
+	long limit = nproc_limit(pid), used;
+	struct ma_proc_status st;
 
-	if (limit >= 0 && uid_and_threads(pid, &uid, &threads) == 0 && uid != 0 &&
-	    (used = threads_of_uid(uid)) >= 0 && used + MA_THREAD_SLACK > limit) {
+	if (limit >= 0 && ma_proc_read_status(pid, 0, &st) == 0 && st.real_uid > 0 &&
+	    (used = threads_of_uid(st.real_uid)) >= 0 && used + MA_THREAD_SLACK > limit) {
 		snprintf(why, whylen, "its user (uid %ld) runs %ld threads of its RLIMIT_NPROC of %ld: "
-			 "a thread of memattach's own could make one of the program's fail", uid, used,
-			 limit);
+			 "a thread of memattach's own could make one of the program's fail", st.real_uid,
+			 used, limit);
 		return false;
 	}
 	if (!cgroup_has_room(pid)) {

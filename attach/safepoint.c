@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 
 #include <sys/socket.h>
@@ -926,7 +925,6 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 	DIR *dir;
 
 	uint64_t ignored = ma_signals_ignored(pid);
-	bool chld_ignored = ignored & (1ULL << (SIGCHLD - 1));
 
 	*out = NULL;
 	*n = 0;
@@ -969,8 +967,8 @@ int ma_list_threads(pid_t pid, struct ma_thread_info **out, size_t *n)
 
 		read_thread_info(pid, tid, ti, &ref);
 		/* (a main thread that has exited is never stopped: it keeps its place) */
-		ti->frees_ignored = (tid == pid && ignored && ti->state != 'Z' && ti->state != 'X') ||
-				    (chld_ignored && ma_thread_has_children(pid, tid));
+		ti->frees_ignored = ti->state != 'Z' && ti->state != 'X' &&
+				    ma_signals_a_stop_frees(pid, tid, ignored) != 0;
 	}
 	closedir(dir);
 	clock_ref_done(&ref);

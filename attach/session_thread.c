@@ -435,22 +435,15 @@ static struct thread_verdict refused_for_good(void)
 static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_info *ti, char *why,
 				 size_t whylen)
 {
-	uint64_t ignored = ma_signals_ignored(s->t->pid), chld = 1ULL << (SIGCHLD - 1);
+	uint64_t ignored = ma_signals_ignored(s->t->pid);
+	uint64_t freed = ma_signals_a_stop_frees(s->t->pid, ti->tid, ignored);
 	bool main_thread = ti->tid == s->t->pid;
 	pid_t other;
 	int sig = 0;
 
-	s->chld_watch = false;
-	if (!main_thread) {
-		if (!(ignored & chld))
-			return false;
-		if (!ma_thread_has_children(s->t->pid, ti->tid)) {
-			s->chld_watch = true;
-			return false;
-		}
-		ignored = chld;
-	}
-	if (!(other = ma_thread_unblocking(s->t->pid, ti->tid, ignored, &sig)))
+	/* No child now, but one's SIGCHLD would be let loose: looked at again in the hold. */
+	s->chld_watch = !freed && !main_thread && (ignored & MA_SIG_BIT(SIGCHLD));
+	if (!(other = ma_thread_unblocking(s->t->pid, ti->tid, freed, &sig)))
 		return false;
 	snprintf(why, whylen, "%s: stopped, a SIG%s the program ignores would reach another thread "
 		 "(%d) and end a wait such as sigtimedwait with EINTR; not stopped with --strict",
@@ -463,7 +456,7 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
 /*
  * Would a stop end one of the thread's transfers early, with part of its
  * work done (a write to a pipe or socket returns what it wrote so far:
- * ma_arch_stop_cuts_short)?  Read again right before the stop.  Blocked
+ * ma_arch_stop_cuts_short)?  NOW: the thread as read right before the stop.  Blocked
  * in one, it is never stopped, named or not: the short count cannot be
  * undone.  A thread that runs may be inside one, copying, and cannot be
  * told apart from /proc: with --strict (S->strict, named or not) it is
@@ -472,14 +465,12 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
  * watched for 2 ms first, for a moment it sleeps.
  */
 static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_info *ti,
-				 char *why, size_t whylen)
+				 struct ma_thread_info now, char *why, size_t whylen)
 {
-	struct ma_thread_info now;
 	const char *name;
 
 	if (ti->cuts_short) /* as listed */
 		s->transfer_tid = ti->tid;
-	ma_read_thread_info(s->t->pid, ti->tid, &now);
 	/*
 	 * Running: a few looks more, for a moment it sleeps (in a wait that
 	 * restarts: stopped then; in a transfer: refused).  A thread that
@@ -496,7 +487,8 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 		s->transfer_tid = ti->tid;
 		name = ma_arch_syscall_name(now.syscall);
 		snprintf(why, whylen, "blocked in %s, which a stop would end early with part of its "
-			 "work done (a short write or send, a close before its linger): not stopped",
+			 "work done (a short write, send or receive; a close before its linger): not "
+			 "stopped",
 			 name ? name : "a transfer");
 		return true;
 	}
@@ -508,7 +500,8 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 	if (s->strict && (now.state != 'S' || now.syscall < 0)) {
 		snprintf(why, whylen, "%s: it may be inside a write or send that a stop would cut "
 			 "short; with --strict only a thread asleep in a wait that restarts is stopped",
-			 now.state == 'D' ? "in an uninterruptible wait" : "running");
+			 now.state == 'D' ? "in an uninterruptible wait"
+			 : now.syscall == -2 ? "running" : "not asleep in a syscall");
 		return true;
 	}
 	return false;
@@ -557,7 +550,8 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 
 /*
  * What can be done before the stop, so the hold is short: the status
- * file opened, the TLS offset read, the unwind rehearsed.  For a wait
+ * file opened, the TLS offset read, the unwind rehearsed.  Then the
+ * thread is read once more (*NOW, for the checks that follow).  For a wait
  * that will be issued again, read last, right before the stop: when it
  * began (*BEGAN, *NVCSW; the time that remained is measured from it),
  * which the listing may have seen for an earlier wait of the same loop
@@ -565,24 +559,22 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
  * timeout).  True with *V set when that wait is one not to stop.
  */
 static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_info *ti,
-				 uint64_t *began, uint64_t *nvcsw, struct thread_verdict *v,
-				 char *why, size_t whylen)
+				 uint64_t *began, uint64_t *nvcsw, struct ma_thread_info *now,
+				 struct thread_verdict *v, char *why, size_t whylen)
 {
-	struct ma_thread_info now;
-
 	open_status_fd(s, ti->tid);
 	if (ma_target_read_tls_offset(s->t, ti->tid) != 0)
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
+	ma_read_thread_info(s->t->pid, ti->tid, now);
 	if (!s->stop_eintr_wait)
 		return false;
-	ma_read_thread_info(s->t->pid, ti->tid, &now);
-	if (timed_wait_unresumable(s->t, &now, why, whylen)) {
+	if (timed_wait_unresumable(s->t, now, why, whylen)) {
 		*v = refused_for_good();
 		return true;
 	}
-	*began = now.wait_began_ns;
-	*nvcsw = now.nvcsw;
+	*began = now->wait_began_ns;
+	*nvcsw = now->nvcsw;
 	return false;
 }
 
@@ -951,6 +943,7 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 				  struct ma_backtrace *btp, char *why, size_t whylen)
 {
 	struct ma_backtrace local;
+	struct ma_thread_info now; /* read last, right before the stop */
 	uint64_t began = 0, nvcsw = 0;
 	struct thread_verdict v;
 	int rc, stop_ms;
@@ -961,9 +954,9 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	s->creates_state = false;
 	memset(&s->resume, 0, sizeof(s->resume));
 	if (refused_before_stop(s, ti, &v, why, whylen) ||
-	    refused_at_last_look(s, ti, &began, &nvcsw, &v, why, whylen))
+	    refused_at_last_look(s, ti, &began, &nvcsw, &now, &v, why, whylen))
 		return v;
-	if (refused_for_transfer(s, ti, why, whylen))
+	if (refused_for_transfer(s, ti, now, why, whylen))
 		return verdict_of(MA_E_NOSAFE);
 	/* Right before the stop: the thread may fork until then. */
 	if (s->guard_ignored && frees_ignored_signal(s, ti, why, whylen)) {

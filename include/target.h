@@ -74,6 +74,7 @@ struct ma_proc_status {
 	uint64_t vm_rss, vm_hwm; /* bytes */
 	uint64_t sig_pending, sig_shared_pending, sig_blocked; /* masks */
 	uint64_t sig_ignored, sig_caught; /* dispositions SIG_IGN, a handler (process-wide) */
+	long real_uid, threads; /* -1 when not read */
 };
 
 #define MA_MAX_STUB_SITES 16
@@ -178,6 +179,15 @@ bool ma_syscall_is_sleep(long nr);
 uint64_t ma_signals_ignored(pid_t pid);
 /* Has thread TID of PID child processes (their SIGCHLD goes to it)?  True when it cannot tell. */
 bool ma_thread_has_children(pid_t pid, pid_t tid);
+/* Bit N-1 of a signal mask as /proc shows it: signal N. */
+#define MA_SIG_BIT(sig) (1ULL << ((sig) - 1))
+/*
+ * Which of IGNORED (ma_signals_ignored) a stop of thread TID would let
+ * loose: all of them for the main thread (a kill() of the process goes to
+ * it), SIGCHLD for a thread with children (their exit signals it), none
+ * for any other.
+ */
+uint64_t ma_signals_a_stop_frees(pid_t pid, pid_t tid, uint64_t ignored);
 /*
  * Room for a thread more in PID without taking the program's last: its
  * user's RLIMIT_NPROC (every thread of that real uid counts; root is

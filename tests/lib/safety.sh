@@ -258,9 +258,9 @@ wait_trace_start() {
 	[ -d "$t/events" ] || mount -t tracefs nodev "$t" 2>/dev/null
 	WAIT_TRACE=$t/instances/memattach_test_$$
 	mkdir "$WAIT_TRACE" 2>/dev/null || { echo "no tracefs instance at $t" >&2; return 1; }
-	local ev=$WAIT_TRACE/events/syscalls/sys_exit_$1
-	[ -d "$ev" ] || { echo "no syscall tracepoint sys_exit_$1" >&2; rmdir "$WAIT_TRACE"; return 1; }
-	echo "common_pid == $2 && ret < 0" >"$ev/filter" && echo 1 >"$ev/enable" &&
+	WAIT_TRACE_EVENT=$WAIT_TRACE/events/syscalls/sys_exit_$1
+	[ -d "$WAIT_TRACE_EVENT" ] || { echo "no syscall tracepoint sys_exit_$1" >&2; rmdir "$WAIT_TRACE"; return 1; }
+	echo "common_pid == $2 && ret < 0" >"$WAIT_TRACE_EVENT/filter" && echo 1 >"$WAIT_TRACE_EVENT/enable" &&
 		echo 1 >"$WAIT_TRACE/tracing_on"
 }
 # wait_trace_stop: how many such returns were recorded; the instance is removed.
@@ -268,7 +268,7 @@ wait_trace_stop() {
 	local n
 	echo 0 >"$WAIT_TRACE/tracing_on"
 	n=$(grep -c ' -> 0x' "$WAIT_TRACE/trace")
-	find "$WAIT_TRACE/events" -name enable -path '*sys_exit*' -exec sh -c 'echo 0 > "$1"' _ {} \; 2>/dev/null
+	echo 0 >"$WAIT_TRACE_EVENT/enable"
 	rmdir "$WAIT_TRACE" 2>/dev/null
 	echo "$n"
 }
