@@ -454,6 +454,45 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
 }
 
 /*
+ * Is the thread, as read last (TI), in a wait this run may not stop?
+ * Without leave to stop waits a stop ends with EINTR (--strict, not
+ * named), any such wait; with it, one whose timeout could not be given
+ * back (timed_wait_unresumable).  Else *BEGAN and *NVCSW: when the wait
+ * began, for the time that remained.  Judged again whenever a look finds
+ * the thread somewhere new, up to the last one before the stop: a thread
+ * seen running may have entered a wait since.
+ */
+static bool refused_in_wait(struct ma_session *s, const struct ma_thread_info *ti,
+			    uint64_t *began, uint64_t *nvcsw, struct thread_verdict *v, char *why,
+			    size_t whylen)
+{
+	struct ma_thread_info w;
+
+	*began = *nvcsw = 0;
+	if (s->stop_eintr_wait) {
+		if (timed_wait_unresumable(s->t, ti, why, whylen)) {
+			*v = refused_for_good();
+			return true;
+		}
+		*began = ti->wait_began_ns;
+		*nvcsw = ti->nvcsw;
+		return false;
+	}
+	if (!in_eintr_wait(s, ti, &w, why, whylen))
+		return false;
+	/* Not even named: say so rather than what --tid would do. */
+	if (timed_wait_unresumable(s->t, &w, why, whylen)) {
+		*v = refused_for_good();
+		return true;
+	}
+	/* A choice among threads tries again later (it may have left the
+	 * wait); one thread asked for (a flush visit) is given up at once. */
+	*v = (struct thread_verdict){ .rc = MA_E_NOSAFE, .hopeless = s->named != 0,
+				   .eintr_wait = true, .eintr_nr = w.syscall };
+	return true;
+}
+
+/*
  * Would a stop end one of the thread's transfers early, with part of its
  * work done (a write to a pipe or socket returns what it wrote so far:
  * ma_arch_stop_cuts_short)?  NOW: the thread as read right before the stop.  Blocked
@@ -462,11 +501,13 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
  * told apart from /proc: with --strict (S->strict, named or not) it is
  * not stopped either; only a thread asleep in a wait that restarts is.  Both
  * may pass: refusals for now.  Without --strict a running thread is
- * watched for 2 ms first, for a moment it sleeps.
+ * watched for 2 ms first (WATCH), for a moment it sleeps; *NOWP gets the
+ * last reading.
  */
 static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_info *ti,
-				 struct ma_thread_info now, char *why, size_t whylen)
+				 struct ma_thread_info *nowp, bool watch, char *why, size_t whylen)
 {
+	struct ma_thread_info now = *nowp;
 	const char *name;
 
 	if (ti->cuts_short) /* as listed */
@@ -476,13 +517,14 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 	 * restarts: stopped then; in a transfer: refused).  A thread that
 	 * never sleeps is stopped as it runs (the residual in README).
 	 */
-	for (int look = 0; look < 10 && !s->strict && s->transfer_tid != ti->tid &&
+	for (int look = 0; watch && look < 10 && !s->strict && s->transfer_tid != ti->tid &&
 			    now.syscall < 0 && !ma_interrupted;
 	     look++) {
 		usleep(200);
 		if (ma_thread_syscall_nr(s->t->pid, ti->tid) >= 0) /* one read while it runs */
 			ma_read_thread_info(s->t->pid, ti->tid, &now);
 	}
+	*nowp = now; /* where the watch left it: its wait is judged again */
 	if (now.cuts_short) {
 		s->transfer_tid = ti->tid;
 		name = ma_arch_syscall_name(now.syscall);
@@ -515,8 +557,6 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 static bool refused_before_stop(struct ma_session *s, const struct ma_thread_info *ti,
 				struct thread_verdict *v, char *why, size_t whylen)
 {
-	struct ma_thread_info now;
-
 	if (ti->state == 'Z' || ti->state == 'X') {
 		/* A main thread that called pthread_exit: the others run on. */
 		snprintf(why, whylen, "has exited (the process lives on in its other threads)");
@@ -529,18 +569,10 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 		*v = refused_for_good();
 		return true;
 	}
-	if (!s->stop_eintr_wait && in_eintr_wait(s, ti, &now, why, whylen)) {
-		/* Not even named: say so rather than what --tid would do. */
-		if (timed_wait_unresumable(s->t, &now, why, whylen)) {
-			*v = refused_for_good();
-			return true;
-		}
-		/* A choice among threads tries again later (it may have left the
-		 * wait); one thread asked for (a flush visit) is given up at once. */
-		*v = (struct thread_verdict){ .rc = MA_E_NOSAFE, .hopeless = s->named != 0,
-					   .eintr_wait = true, .eintr_nr = now.syscall };
+	uint64_t began, nvcsw;
+
+	if (!s->stop_eintr_wait && refused_in_wait(s, ti, &began, &nvcsw, v, why, whylen))
 		return true;
-	}
 	if (ma_run_deadline_passed()) {
 		*v = verdict_of(deadline_before_stop(ti->tid, why, whylen));
 		return true;
@@ -567,14 +599,32 @@ static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_in
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	ma_read_thread_info(s->t->pid, ti->tid, now);
-	if (!s->stop_eintr_wait)
+	return refused_in_wait(s, now, began, nvcsw, v, why, whylen);
+}
+
+/*
+ * The last look, under the hold's priority (no CPU to wait for from here
+ * to the stop): has the thread moved since NOW was read (into a syscall,
+ * out of one, into another)?  Then it is read and judged again, so a
+ * thread seen running a moment ago is not stopped in a wait it entered
+ * since, which the stop would end.  Left: the microseconds from this
+ * read to PTRACE_INTERRUPT.
+ */
+static bool refused_at_stop(struct ma_session *s, const struct ma_thread_info *ti,
+			    uint64_t *began, uint64_t *nvcsw, struct ma_thread_info *now,
+			    struct thread_verdict *v, char *why, size_t whylen)
+{
+	long nr = ma_thread_syscall_nr(s->t->pid, ti->tid);
+
+	if (nr < 0 ? now->syscall < 0 : nr == now->syscall)
 		return false;
-	if (timed_wait_unresumable(s->t, now, why, whylen)) {
-		*v = refused_for_good();
+	ma_read_thread_info(s->t->pid, ti->tid, now);
+	if (refused_in_wait(s, now, began, nvcsw, v, why, whylen))
+		return true;
+	if (refused_for_transfer(s, ti, now, false, why, whylen)) {
+		*v = verdict_of(MA_E_NOSAFE);
 		return true;
 	}
-	*began = now->wait_began_ns;
-	*nvcsw = now->nvcsw;
 	return false;
 }
 
@@ -956,8 +1006,11 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	if (refused_before_stop(s, ti, &v, why, whylen) ||
 	    refused_at_last_look(s, ti, &began, &nvcsw, &now, &v, why, whylen))
 		return v;
-	if (refused_for_transfer(s, ti, now, why, whylen))
+	if (refused_for_transfer(s, ti, &now, true, why, whylen))
 		return verdict_of(MA_E_NOSAFE);
+	/* The watch may have seen it enter a wait. */
+	if (refused_in_wait(s, &now, &began, &nvcsw, &v, why, whylen))
+		return v;
 	/* Right before the stop: the thread may fork until then. */
 	if (s->guard_ignored && frees_ignored_signal(s, ti, why, whylen)) {
 		/* Children end; the main thread stays the main thread. */
@@ -968,6 +1021,10 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 		return verdict_of(deadline_before_stop(ti->tid, why, whylen));
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
+	if (refused_at_stop(s, ti, &began, &nvcsw, &now, &v, why, whylen)) {
+		ma_hold_priority_drop();
+		return v;
+	}
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		int e = errno;
 
