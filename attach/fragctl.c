@@ -158,7 +158,13 @@ int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v)
 	return read_counters(t->proc_pid, v);
 }
 
-int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
+/* Is TI blocked in a syscall made from the dynamic loader's own code (seen without a stop)? */
+static bool blocked_in_loader(const struct ma_target *t, const struct ma_thread_info *ti)
+{
+	return ti->syscall >= 0 && ti->pc && ti->pc >= t->loader.lo && ti->pc < t->loader.hi;
+}
+
+int ma_agent_loader_busy(struct ma_target *t, bool strict, char *why, size_t whylen)
 {
 	struct ma_thread_info *ti = NULL;
 	struct ma_backtrace bt;
@@ -170,7 +176,21 @@ int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen)
 	if ((rc = ma_list_threads(t->pid, &ti, &n)))
 		return rc;
 	for (size_t i = 0; i < n && !busy; i++) {
-		if (ma_inspect_thread(t, &ti[i], 5000, false, &bt, v, sizeof(v), &verdict)) {
+		if (blocked_in_loader(t, &ti[i])) {
+			snprintf(why, whylen, "thread %d (%s) is blocked inside the dynamic loader: a "
+				 "dlopen now would wait for its lock", ti[i].tid, ti[i].name);
+			busy = 1;
+			break;
+		}
+		/*
+		 * A precaution, not what was asked: each thread is looked at only
+		 * as the run's rules allow a stop (--strict's), and never where the
+		 * stop would free a signal the program ignores.  One not looked
+		 * at is judged by where it blocks, above.
+		 */
+		if (ma_inspect_thread(t, &ti[i], 5000, (strict ? MA_LOOK_STRICT : 0) | MA_LOOK_SPARE_IGNORED,
+				      &bt, v, sizeof(v), &verdict) ||
+		    !bt.n) {
 			ma_err_clear(); /* gone meanwhile, or not stoppable: nothing to see */
 			continue;
 		}

@@ -1062,9 +1062,10 @@ static void eintr_wait_why(pid_t tid, long nr, bool strict, char *why, size_t wh
 }
 
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
-		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      unsigned flags, struct ma_backtrace *bt, char *why, size_t whylen,
 		      enum ma_verdict *v)
 {
+	bool strict = flags & MA_LOOK_STRICT;
 	struct ma_session s;
 	struct thread_verdict tv;
 	int rc;
@@ -1075,7 +1076,8 @@ int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int 
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	s.status_fd = s.mem_fd = -1;
-	s.guard_ignored = s.strict = strict;
+	s.strict = strict;
+	s.guard_ignored = strict || (flags & MA_LOOK_SPARE_IGNORED);
 	bt->n = 0;
 	/* A look is a stop too: it takes its turn like any run. */
 	if ((rc = ma_runlock_acquire(t->pid, lock_ms, &waited, &lock)))

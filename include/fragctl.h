@@ -43,13 +43,15 @@ int ma_agent_find(const struct ma_target *t, struct ma_agent_view *v);
 
 /*
  * Before the first load: look at every thread of T (each stopped only to
- * unwind it) for one inside the dynamic loader or in a libc function that
- * holds its locks (dlopen, dlclose, dl_iterate_phdr...).  Our dlopen would
- * wait for that thread's lock, perhaps for ever (a library constructor
- * that blocks), so the load is refused: 1 with WHY set, 0 if none, or
- * MA_E_*.  Call without a session open (each look takes the run lock).
+ * unwind it, as a run with --strict if STRICT would stop it) for one
+ * inside the dynamic loader or in a libc function that holds its locks
+ * (dlopen, dlclose, dl_iterate_phdr...).  Our dlopen would wait for that
+ * thread's lock, perhaps for ever (a library constructor that blocks), so
+ * the load is refused: 1 with WHY set, 0 if none, or MA_E_*.  A thread
+ * the rules do not let it stop is judged by where it blocks.  Call
+ * without a session open (each look takes the run lock).
  */
-int ma_agent_loader_busy(struct ma_target *t, char *why, size_t whylen);
+int ma_agent_loader_busy(struct ma_target *t, bool strict, char *why, size_t whylen);
 
 /*
  * Wait (reading its control block, stopping nothing) until no call of an

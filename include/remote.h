@@ -269,14 +269,25 @@ enum ma_verdict {
 	MA_VERDICT_NAMED_ONLY, /* ... but with --strict only if it is named (--tid) */
 };
 
+/* How a look judges: as a run with --strict would; sparing the threads whose stop frees an ignored signal. */
+enum ma_look_flags {
+	MA_LOOK_STRICT = 1,
+	/*
+	 * The main thread, or one with children, is not stopped while another
+	 * thread leaves a signal the program ignores unblocked (--strict does
+	 * this too): for looks that are a precaution, not what was asked.
+	 */
+	MA_LOOK_SPARE_IGNORED = 2,
+};
+
 /*
  * Stop one thread just long enough to unwind it and judge it, then let it
- * go untouched.  *V and WHY give the verdict, for a run with --strict if
- * STRICT.  LOCK_MS: how long to wait for another run's turn on the
- * process.  0, or MA_E_PERM etc.
+ * go untouched.  *V and WHY give the verdict, for a run as FLAGS
+ * (ma_look_flags) say.  LOCK_MS: how long to wait for another run's turn
+ * on the process.  0, or MA_E_PERM etc.
  */
 int ma_inspect_thread(struct ma_target *t, const struct ma_thread_info *ti, int lock_ms,
-		      bool strict, struct ma_backtrace *bt, char *why, size_t whylen,
+		      unsigned flags, struct ma_backtrace *bt, char *why, size_t whylen,
 		      enum ma_verdict *v);
 
 #endif

@@ -378,7 +378,7 @@ static int prepare(struct ma_target *t, void *ctx)
 	 * A thread seen in the loader is usually passing through (a lazy
 	 * binding, __tls_get_addr): look again a few times before refusing.
 	 */
-	for (int tries = 0; (rc = ma_agent_loader_busy(t, why, sizeof(why))) > 0 && tries < 20; tries++)
+	for (int tries = 0; (rc = ma_agent_loader_busy(t, fl->a->o.strict, why, sizeof(why))) > 0 && tries < 20; tries++)
 		usleep(10000);
 	if (rc > 0)
 		return ma_fail(MA_E_NOSAFE, "%s; retry when it has finished", why);

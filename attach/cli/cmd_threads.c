@@ -299,7 +299,7 @@ int cmd_threads(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n && !ma_interrupted; i++) {
 		r[i].ti = ti[i];
-		rc = ma_inspect_thread(&l.t, &ti[i], o.deadline_ms, o.strict, &r[i].bt, r[i].why,
+		rc = ma_inspect_thread(&l.t, &ti[i], o.deadline_ms, o.strict ? MA_LOOK_STRICT : 0, &r[i].bt, r[i].why,
 				       sizeof(r[i].why), &r[i].verdict);
 		if (rc == MA_E_PERM || rc == MA_E_TRACED)
 			break;

@@ -13,10 +13,13 @@
 #     never stop those two: not one EINTR, verdict ok, and threads says why
 #     each was not stopped;
 #   - by default, a borrow prefers a thread whose stop frees no ignored
-#     signal: stats borrows neither, and causes no EINTR.
+#     signal: stats borrows neither, and causes no EINTR;
+#   - profile start/stop, with and without --strict: their look at every
+#     thread (for one inside the dynamic loader) is a precaution and never
+#     stops those two: no EINTR.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 11
+plan 13
 need_fixtures ignsig safety_tool
 RUNS=${RUNS:-20}
 cd "$TMP" || exit 1
@@ -81,6 +84,22 @@ after=$(eintrs)
 check "stats x$RUNS by default borrows neither the main thread nor ig_fork (borrowed:$(tr ' ' '\n' <<<"$borrowed" | sort | uniq -c | tr -s ' \n' ' '))" \
 	bash -c '[[ " $1 " != *" $2 "* && " $1 " != *" $3 "* && $1 =~ [0-9] ]]' _ "$borrowed" "$pid" "$fork_tid"
 check "stats x$RUNS by default: EINTRs $before -> $after" [ "$after" -eq "$before" ]
+
+# Before loading the agent, frag and profile look at every thread for one
+# inside the dynamic loader: a precaution, so never where the stop frees
+# an ignored signal, with or without --strict.
+for mode in "" --strict; do
+	before=$(eintrs) ok=0
+	for ((i = 0; i < RUNS / 2; i++)); do
+		timeout -s KILL 30 "$MA" profile start "$pid" $mode >/dev/null 2>>"$TMP/prof.err" &&
+			timeout -s KILL 30 "$MA" profile stop "$pid" $mode >/dev/null 2>>"$TMP/prof.err" &&
+			ok=$((ok + 1))
+	done
+	after=$(eintrs)
+	check "profile start/stop ${mode:-by default} x$((RUNS / 2)): $ok ended 0, EINTRs $before -> $after" \
+		eval '[ "$ok" -eq $((RUNS / 2)) ] && [ "$after" -eq "$before" ]'
+done
+[ -s "$TMP/prof.err" ] && echo "# stderr: $(top_lines "$TMP/prof.err" 2)"
 
 v=$(fix_cmd "$pid" "$fd" "$out" verdict)
 check "ignsig alive, verdict ok ($v)" verdict_ok "$v"

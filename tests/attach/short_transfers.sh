@@ -11,14 +11,15 @@
 #     cause them: the fixture sees the harm;
 #   - with --strict, stats, threads, bins --flush-tcache and purge never
 #     stop these threads (nor a running one, which may be inside such a
-#     transfer), nor does stats --tid of the writer: not one short
-#     transfer or EINTR, and threads says why;
+#     transfer), nor does stats --tid of the writer, nor profile start and
+#     stop (which look at every thread before loading their agent): not
+#     one short transfer or EINTR, and threads says why;
 #   - by default a borrow takes another thread: stats causes none; the
 #     default flush, which visits every thread, is reported (a thread
 #     running inside a transfer cannot be told from /proc).
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 11
+plan 12
 need_fixtures shortio safety_tool
 RUNS=${RUNS:-10}
 cd "$TMP" || exit 1
@@ -57,6 +58,15 @@ for cmd in stats threads "bins --flush-tcache" purge; do
 	check "$cmd --strict x$RUNS: $ok ended 0; short writes, receives, EINTR: $before -> $after" \
 		eval '[ "$ok" -eq "$RUNS" ] && [ "$after" = "$before" ]'
 done
+before=$(harms) ok=0
+for ((i = 0; i < RUNS; i++)); do
+	timeout -s KILL 60 "$MA" profile start "$pid" --strict >/dev/null 2>>"$TMP/strict.err" &&
+		timeout -s KILL 60 "$MA" profile stop "$pid" --strict >/dev/null 2>>"$TMP/strict.err" &&
+		ok=$((ok + 1))
+done
+after=$(harms)
+check "profile start/stop --strict x$RUNS: $ok ended 0; short writes, receives, EINTR: $before -> $after" \
+	eval '[ "$ok" -eq "$RUNS" ] && [ "$after" = "$before" ]'
 [ -s "$TMP/strict.err" ] && echo "# stderr: $(top_lines "$TMP/strict.err" 2)"
 
 # Named: --strict stops it neither in its transfer nor running (where it
