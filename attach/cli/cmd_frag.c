@@ -597,10 +597,12 @@ static int stop_agent(struct ma_session *s, void *ctx)
 /*
  * Stop, then, while a wrapper is still recording (the agent waits for it
  * only a few milliseconds, holding the borrowed thread), stop again in a
- * new run 20 ms later, for up to STOP_RETRY_MS.  *FIRST gets the agent as
- * the first run found it.
+ * new run 20 ms later, for up to STOP_RETRY_MS and at least STOP_MIN_RUNS
+ * runs (on a loaded machine one run alone may take longer than that).
+ * *FIRST gets the agent as the first run found it.
  */
 #define STOP_RETRY_MS 10000
+#define STOP_MIN_RUNS 5
 static int stop_until_quiet(struct frag_live *fl, struct ma_agent_view *first, int *nruns)
 {
 	uint64_t t0 = ma_now_ns();
@@ -609,7 +611,7 @@ static int stop_until_quiet(struct frag_live *fl, struct ma_agent_view *first, i
 	do {
 		if (runs)
 			usleep(20000);
-		if (runs && ma_now_ns() - t0 > STOP_RETRY_MS * 1000000ULL)
+		if (runs >= STOP_MIN_RUNS && ma_now_ns() - t0 > STOP_RETRY_MS * 1000000ULL)
 			return ma_cmd_error(fl->cmd, MA_EXIT_FAIL, "process %d: the agent's wrappers "
 					    "were still recording after %d s (%d tries): nothing "
 					    "records any more; run 'memattach frag stop %d' again to "
