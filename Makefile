@@ -112,6 +112,11 @@ $(B)/tests/unit/agent_passes: tests/unit/agent_passes.c include/agent_abi.h $(AG
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< -Wl,--no-as-needed -ljemalloc -Wl,--as-needed -ldl -lpthread
 
+# Its child (the target) must hold a jemalloc: libc's functions are looked up once one is found.
+$(B)/tests/unit/thread_fns: tests/unit/thread_fns.c $(CORE_OBJ) $(ANALYSIS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(CORE_OBJ) $(ANALYSIS_OBJ) $(LDLIBS) -Wl,--no-as-needed -ljemalloc -Wl,--as-needed
+
 # The agent's detour writer runs in-process against threads calling what it rewrites.
 $(B)/tests/unit/agent_detour: $(AGENT_SO)
 

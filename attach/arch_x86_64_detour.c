@@ -493,3 +493,31 @@ bool ma_arch_detour_plan(const uint8_t *code, size_t len, uint64_t entry, unsign
 	cs_close(&h);
 	return ok;
 }
+
+size_t ma_arch_jumps_out(const uint8_t *code, size_t len, uint64_t addr, uint64_t *to, size_t max)
+{
+	const uint8_t *c = code;
+	uint64_t at = addr;
+	size_t left = len, n = 0;
+	cs_insn *in;
+	csh h;
+
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+		return 0;
+	cs_option(h, CS_OPT_DETAIL, CS_OPT_ON);
+	if ((in = cs_malloc(h))) {
+		while (n < max && cs_disasm_iter(h, &c, &left, &at, in)) {
+			uint64_t target;
+
+			/* A jump, not a call: the code jumped to runs in this function's frame. */
+			if (!in_group(h, in, CS_GRP_JUMP) || in_group(h, in, CS_GRP_CALL))
+				continue;
+			target = branch_target(in);
+			if (target && (target < addr || target >= addr + len))
+				to[n++] = target;
+		}
+		cs_free(in, 1);
+	}
+	cs_close(&h);
+	return n;
+}

@@ -18,6 +18,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <elfutils/libdw.h>
+
 #include "arch.h"
 #include "elfsyms.h"
 #include "ma_error.h"
@@ -584,12 +586,60 @@ static const char *const libc_names[] = {
 	[LF_STACK_LOCKED] = "pthread_create", "pthread_join", "pthread_tryjoin_np",
 	"pthread_timedjoin_np", "pthread_clockjoin_np", "pthread_detach", "pthread_exit",
 	"pthread_getattr_default_np", "pthread_setattr_default_np",
+	/* a setuid() holds it until every thread has taken glibc's SIGSETXID */
+	"setuid", "setgid", "seteuid", "setegid", "setreuid", "setregid", "setresuid",
+	"setresgid", "setgroups",
 };
 #define NLIBC_NAMES (sizeof(libc_names) / sizeof(libc_names[0]))
 
 static struct ma_range sym_range(const struct ma_elf_sym *s, uint64_t bias)
 {
 	return (struct ma_range){ s->addr + bias, s->addr + bias + s->size };
+}
+
+/* Is R among T's thread-stack lock holders already? */
+static bool thread_fn_known(const struct ma_target *t, struct ma_range r)
+{
+	for (size_t k = 0; k < t->nthread_fns; k++)
+		if (t->thread_fns[k].lo == r.lo)
+			return true;
+	return false;
+}
+
+/*
+ * The functions libc function F (a holder of the thread-stack lock) ends
+ * by jumping to are holders too: glibc 2.36's pthread_join is a jmp to
+ * the hidden __pthread_clockjoin_ex, which takes the lock and is not in
+ * the dynamic symbol table.  Each one's range comes from libc's unwind
+ * table (.eh_frame, read with libdw), which covers hidden functions too.
+ */
+static void add_tail_callees(struct ma_target *t, struct ma_elf *e, uint64_t bias, struct ma_range f)
+{
+	uint8_t code[512];
+	uint64_t to[4];
+	size_t len = f.hi - f.lo, n;
+	Dwarf_CFI *cfi;
+
+	if (len > sizeof(code) || ma_mem_read(t->proc_pid, f.lo, code, len) != 0) {
+		ma_err_clear();
+		return;
+	}
+	if (!(n = ma_arch_jumps_out(code, len, f.lo, to, 4)) || !(cfi = dwarf_getcfi_elf(e->elf)))
+		return;
+	for (size_t i = 0; i < n && t->nthread_fns < MA_MAX_THREAD_FNS; i++) {
+		Dwarf_Frame *frame = NULL;
+		Dwarf_Addr start, end;
+		struct ma_range r;
+
+		if (dwarf_cfi_addrframe(cfi, to[i] - bias, &frame) != 0)
+			continue;
+		dwarf_frame_info(frame, &start, &end, NULL);
+		free(frame);
+		r = (struct ma_range){ start + bias, end + bias };
+		if (r.lo <= to[i] && to[i] < r.hi && !thread_fn_known(t, r))
+			t->thread_fns[t->nthread_fns++] = r;
+	}
+	dwarf_cfi_end(cfi);
 }
 
 /* pthread_create & co. for a thread of memattach's own: all functions, all found, or none. */
@@ -632,8 +682,10 @@ static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t 
 		if (found[k] && s[k].size)
 			t->dl_fns[t->ndl_fns++] = sym_range(&s[k], bias);
 	for (size_t k = LF_STACK_LOCKED; k < NLIBC_NAMES && t->nthread_fns < MA_MAX_THREAD_FNS; k++)
-		if (found[k] && s[k].size)
+		if (found[k] && s[k].size) {
 			t->thread_fns[t->nthread_fns++] = sym_range(&s[k], bias);
+			add_tail_callees(t, e, bias, sym_range(&s[k], bias));
+		}
 	find_own_fns(t, s, found, bias);
 	/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
 	for (int k = 0; k < 2; k++)

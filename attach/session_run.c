@@ -229,15 +229,14 @@ static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscal
  * Give up the call at that futex: it becomes a getpid (never skipped: a
  * skipped syscall meets seccomp as nr -1), and at its exit the thread is
  * stopped where any register state may be set.  The session goes on from
- * there (unmapping, restoring) as after any failed call.
+ * there (unmapping, restoring) as after any failed call.  0 once there.
  */
-static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
+static int give_up_at_futex(struct ma_session *s)
 {
-	const struct ma_mapping *m = ma_target_mapping_at(s->t, mutex);
 	struct user_regs_struct r;
 	int rc, status;
 
-	/* From here the thread's own lock is in the way: a failure restores it (the lock is its own). */
+	/* From here the lock is in the way: a failure restores the thread. */
 	s->skipping_self_deadlock = true;
 	if ((rc = ma_arch_get_regs(s->tid, &r)))
 		return rc;
@@ -268,6 +267,16 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 		}
 	}
 	s->at_marker = false;
+	return 0;
+}
+
+static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
+{
+	const struct ma_mapping *m = ma_target_mapping_at(s->t, mutex);
+	int rc;
+
+	if ((rc = give_up_at_futex(s)))
+		return rc;
 	/* What was seen, no guess at how: the thread took the lock before the stop. */
 	return ma_fail(MA_E_JEMALLOC,
 		       "the call in thread %d began to wait (futex) for the mutex at 0x%llx (in %s), "
@@ -276,6 +285,36 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 		       "up, the thread restored; run again (the thread lets go as it runs on)",
 		       s->tid, (unsigned long long)mutex,
 		       m && m->path ? m->path : m ? "anonymous memory" : "no mapping", s->tid);
+}
+
+/*
+ * Making a thread of memattach's own (ma_target's for_thread_create): is
+ * the syscall being entered a futex wait on a lock in the dynamic loader's
+ * data (glibc keeps its thread-stack lock there, in _rtld_global)?  That
+ * lock has no owner field: the borrowed thread may hold it itself (in a
+ * function the judge did not know, such as one a pthread_join jumps to),
+ * and pthread_create waits for it before it has allocated anything.
+ */
+static bool waits_on_loader_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
+{
+	const struct ma_mapping *lock, *ld;
+
+	if (!s->t->for_thread_create || !is_futex_wait(info) || !s->t->loader.hi)
+		return false;
+	lock = ma_target_mapping_at(s->t, info->entry.args[0]);
+	ld = ma_target_mapping_at(s->t, s->t->loader.lo);
+	return lock && ld && lock->path && ld->path && strcmp(lock->path, ld->path) == 0;
+}
+
+static int skip_loader_lock(struct ma_session *s)
+{
+	int rc;
+
+	if ((rc = give_up_at_futex(s)))
+		return rc;
+	return ma_fail(MA_E_NOSAFE, "making memattach's thread in thread %d had to wait for a lock "
+		       "of glibc's dynamic loader (the thread-stack lock), which that thread may hold "
+		       "itself: given up before anything was made, the thread restored", s->tid);
 }
 
 /* How long a call may go on once its process is stopped (SIGSTOP) under it. */
@@ -400,6 +439,9 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
 				return skip_self_deadlock(s, info.entry.args[0]);
+			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				   waits_on_loader_lock(s, &info)) {
+				return skip_loader_lock(s);
 			} else if (goal == GOAL_CALL && s->job_stop_seen &&
 				   info.op == PTRACE_SYSCALL_INFO_ENTRY && is_futex_wait(&info) &&
 				   ma_process_job_stopped(s->t->pid, s->tid)) {

@@ -266,4 +266,12 @@ struct ma_detour_plan {
 bool ma_arch_detour_plan(const uint8_t *code, size_t len, uint64_t entry, unsigned nargs, unsigned flags,
 			 uint64_t tramp, uint64_t wrapper, struct ma_detour_plan *p);
 
+/*
+ * The targets (up to MAX, into TO) of the jumps in the function CODE of
+ * LEN bytes at ADDR that leave it: a tail call, whose callee runs as part
+ * of it (glibc's pthread_join jumps to a hidden function that takes the
+ * thread-stack lock).  Their count.
+ */
+size_t ma_arch_jumps_out(const uint8_t *code, size_t len, uint64_t addr, uint64_t *to, size_t max);
+
 #endif

@@ -134,7 +134,7 @@ struct ma_target {
 		uint64_t create, attr_init, attr_setdetach, attr_setsigmask, attr_destroy, sleep;
 	} own_fns;
 	struct ma_range libc_code;
-#define MA_MAX_THREAD_FNS 10
+#define MA_MAX_THREAD_FNS 32
 	struct ma_range thread_fns[MA_MAX_THREAD_FNS];
 	size_t nthread_fns;
 	bool for_thread_create;
