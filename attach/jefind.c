@@ -18,8 +18,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <elfutils/libdw.h>
-
 #include "arch.h"
 #include "elfsyms.h"
 #include "ma_error.h"
@@ -597,49 +595,67 @@ static struct ma_range sym_range(const struct ma_elf_sym *s, uint64_t bias)
 	return (struct ma_range){ s->addr + bias, s->addr + bias + s->size };
 }
 
-/* Is R among T's thread-stack lock holders already? */
-static bool thread_fn_known(const struct ma_target *t, struct ma_range r)
+/* Is ADDR inside one of T's thread-stack lock holders already? */
+static bool thread_fn_covers(const struct ma_target *t, uint64_t addr)
 {
 	for (size_t k = 0; k < t->nthread_fns; k++)
-		if (t->thread_fns[k].lo == r.lo)
+		if (addr >= t->thread_fns[k].lo && addr < t->thread_fns[k].hi)
 			return true;
 	return false;
+}
+
+/*
+ * Where the hidden function at file address ADDR of E ends: at the next
+ * symbol (a hidden function has none of its own in .dynsym; what follows
+ * it up to the next one is covered too, which only refuses more).  0 if
+ * none follows within 64 KiB.
+ */
+static uint64_t hidden_fn_end(struct ma_elf *e, uint64_t addr)
+{
+	size_t lo = 0, hi;
+
+	if (ma_elf_load_syms(e) != 0) {
+		ma_err_clear();
+		return 0;
+	}
+	hi = e->nsyms;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (e->addrs[mid] <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < e->nsyms && e->addrs[lo] - addr <= 65536 ? e->addrs[lo] : 0;
 }
 
 /*
  * The functions libc function F (a holder of the thread-stack lock) ends
  * by jumping to are holders too: glibc 2.36's pthread_join is a jmp to
  * the hidden __pthread_clockjoin_ex, which takes the lock and is not in
- * the dynamic symbol table.  Each one's range comes from libc's unwind
- * table (.eh_frame, read with libdw), which covers hidden functions too.
+ * the dynamic symbol table.  A target inside another listed function
+ * adds nothing.
  */
 static void add_tail_callees(struct ma_target *t, struct ma_elf *e, uint64_t bias, struct ma_range f)
 {
 	uint8_t code[512];
-	uint64_t to[4];
+	uint64_t to[4], end;
 	size_t len = f.hi - f.lo, n;
-	Dwarf_CFI *cfi;
 
 	if (len > sizeof(code) || ma_mem_read(t->proc_pid, f.lo, code, len) != 0) {
 		ma_err_clear();
 		return;
 	}
-	if (!(n = ma_arch_jumps_out(code, len, f.lo, to, 4)) || !(cfi = dwarf_getcfi_elf(e->elf)))
-		return;
+	n = ma_arch_jumps_out(code, len, f.lo, to, 4);
 	for (size_t i = 0; i < n && t->nthread_fns < MA_MAX_THREAD_FNS; i++) {
-		Dwarf_Frame *frame = NULL;
-		Dwarf_Addr start, end;
-		struct ma_range r;
+		struct ma_range r = { to[i], 0 };
 
-		if (dwarf_cfi_addrframe(cfi, to[i] - bias, &frame) != 0)
+		if (thread_fn_covers(t, to[i]) || !(end = hidden_fn_end(e, to[i] - bias)))
 			continue;
-		dwarf_frame_info(frame, &start, &end, NULL);
-		free(frame);
-		r = (struct ma_range){ start + bias, end + bias };
-		if (r.lo <= to[i] && to[i] < r.hi && !thread_fn_known(t, r))
-			t->thread_fns[t->nthread_fns++] = r;
+		r.hi = end + bias;
+		t->thread_fns[t->nthread_fns++] = r;
 	}
-	dwarf_cfi_end(cfi);
 }
 
 /* pthread_create & co. for a thread of memattach's own: all functions, all found, or none. */

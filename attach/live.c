@@ -205,14 +205,16 @@ static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 	maker.data_size = 4096; /* on the thread's stack: the maker maps nothing */
 	maker.for_dlopen = true; /* pthread_create takes the loader's TLS lock */
 	maker.pass_setxid = true; /* ... and the thread-stack lock, which a setuid() holds */
+	/* Set through the call too: a wait there on a lock of the loader gives it up (session_run.c). */
 	l->t.for_thread_create = true;
-	rc = ma_live_borrow(l, &maker);
-	l->t.for_thread_create = false;
-	if (rc)
+	if ((rc = ma_live_borrow(l, &maker))) {
+		l->t.for_thread_create = false;
 		return rc;
+	}
 	/* pthread_create's syscalls (clone3, the new stack's mmap) are not judged against a filter. */
 	rc = ma_session_filtered(&l->s) ? ma_fail(MA_E_SECCOMP, "the thread runs under seccomp")
 					: ma_own_thread_make(&l->s, &l->own);
+	l->t.for_thread_create = false;
 	rc2 = ma_live_restore(l);
 	l->maker_hold_ns = l->s.stopped_ns;
 	l->maker_longest_ns = l->s.longest_stop_ns;

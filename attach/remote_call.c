@@ -641,6 +641,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	s->call_fpu = true;
 	s->ncalls++;
 	s->at_marker = s->skipping_self_deadlock = false;
+	s->call_syscalls = 0;
 	stops_test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {

@@ -289,17 +289,20 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 
 /*
  * Making a thread of memattach's own (ma_target's for_thread_create): is
- * the syscall being entered a futex wait on a lock in the dynamic loader's
+ * the call's first syscall a futex wait on a lock in the dynamic loader's
  * data (glibc keeps its thread-stack lock there, in _rtld_global)?  That
  * lock has no owner field: the borrowed thread may hold it itself (in a
- * function the judge did not know, such as one a pthread_join jumps to),
- * and pthread_create waits for it before it has allocated anything.
+ * function the judge did not know), and pthread_create takes it first of
+ * all, before it has a stack.  A later wait (the TLS lock, once a stack
+ * is taken and listed) is not given up: a thread half made would keep a
+ * setuid() waiting for ever.
  */
 static bool waits_on_loader_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
 {
 	const struct ma_mapping *lock, *ld;
 
-	if (!s->t->for_thread_create || !is_futex_wait(info) || !s->t->loader.hi)
+	if (!s->t->for_thread_create || s->call_syscalls != 1 || !is_futex_wait(info) ||
+	    !s->t->loader.hi)
 		return false;
 	lock = ma_target_mapping_at(s->t, info->entry.args[0]);
 	ld = ma_target_mapping_at(s->t, s->t->loader.lo);
@@ -428,6 +431,8 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 
 			if ((rc = syscall_stop_info(s->tid, &info)))
 				return rc;
+			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY)
+				s->call_syscalls++;
 			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
 				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				    info.entry.nr == MA_STUB_MARKER_NR) {

@@ -83,6 +83,7 @@ struct ma_session {
 	bool mapped; /* the scratch mapping (own[0]) exists */
 	bool abandoned; /* a call timed out or failed inside: the stub restores the thread */
 	bool skipping_self_deadlock; /* the call met a lock its thread held before the borrow */
+	unsigned call_syscalls; /* syscalls the current call has entered so far */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool call_fpu; /* the calls' floating-point control state is in (ma_arch_set_call_fpu) */
 	bool exec_seen; /* the process exec'd since its maps were read */
