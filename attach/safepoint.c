@@ -816,7 +816,12 @@ static void read_thread_info(pid_t pid, pid_t tid, struct ma_thread_info *ti,
 				ti->timed_wait = ma_arch_is_timed_wait(ti->syscall, a);
 				ti->arg0 = a[0];
 				ti->eintr_wait = ma_arch_stop_ends_with_eintr(ti->syscall);
-				ti->cuts_short = ti->state == 'S' && ma_arch_stop_cuts_short(ti->syscall, a);
+				/*
+				 * Not only state S: /proc's state and syscall are two reads,
+				 * and a writer woken between them (R) is still in its
+				 * transfer.  D alone is spared: a stop does not end it.
+				 */
+				ti->cuts_short = ti->state != 'D' && ma_arch_stop_cuts_short(ti->syscall, a);
 				if (!ti->eintr_wait && socket_wait_timed(pid, ti->syscall, a))
 					ti->eintr_wait = ti->timed_wait = true;
 			}

@@ -36,7 +36,7 @@ struct ma_thread_info {
 	uint64_t arg0; /* its first argument */
 	uint64_t pc; /* blocked in a syscall: the ip after its `syscall` instruction (0 unknown) */
 	bool eintr_wait; /* that syscall is one a ptrace stop ends with EINTR (ma_thread_stop_ends_with_eintr) */
-	bool cuts_short; /* blocked (state S) in a transfer a stop would cut short (ma_arch_stop_cuts_short) */
+	bool cuts_short; /* in a transfer a stop would cut short (ma_arch_stop_cuts_short), not in state D */
 	uint64_t wait_began_ns; /* CLOCK_MONOTONIC, for an epoll_wait with a timeout; 0 unknown */
 	uint64_t nvcsw; /* its voluntary context switches when wait_began_ns was read */
 	uint64_t idle_ns; /* blocked: how long since it last ran; 0 unknown or running */
