@@ -262,12 +262,14 @@ ma_subcommands() {
 }
 
 # harness CMD: send a build command to the running fragharness (FIX_PID,
-# FIX_FD, FIX_OUT), wait for its BUILT line; its TRUTH goes to $TMP/truth.json
+# FIX_FD, FIX_OUT), wait for its BUILT line (or its end: no time bound but
+# the test's own, a build at rate 1 on a loaded machine takes minutes);
+# its TRUTH goes to $TMP/truth.json
 harness() {
 	local n
 	n=$(grep -c '^BUILT' "$FIX_OUT")
 	echo "$1" >&"$FIX_FD"
-	for _ in $(seq 600); do
+	for _ in $(seq 6000); do
 		[ "$(grep -c '^BUILT' "$FIX_OUT")" -gt "$n" ] && break
 		kill -0 "$FIX_PID" 2>/dev/null || break
 		sleep 0.1
