@@ -481,6 +481,32 @@ const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name)
 	return NULL;
 }
 
+/* The index of the first of E's symbols in [LO, HI) that starts after VADDR (HI if none). */
+static size_t first_after(const struct ma_elf *e, size_t lo, size_t hi, uint64_t vaddr)
+{
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (e->addrs[mid] <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+uint64_t ma_elf_next_sym_addr(struct ma_elf *e, uint64_t vaddr)
+{
+	size_t i;
+
+	if (ma_elf_load_syms(e)) {
+		ma_err_clear();
+		return 0;
+	}
+	i = first_after(e, 0, e->nsyms, vaddr);
+	return i < e->nsyms ? e->addrs[i] : 0;
+}
+
 const struct ma_elf_sym *ma_elf_sym_at(struct ma_elf *e, uint64_t vaddr)
 {
 	size_t lo = 0, hi, best = SIZE_MAX;
@@ -500,14 +526,7 @@ const struct ma_elf_sym *ma_elf_sym_at(struct ma_elf *e, uint64_t vaddr)
 		}
 	}
 	/* The last symbol with addr <= vaddr... */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (e->addrs[mid] <= vaddr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	lo = first_after(e, lo, hi, vaddr);
 	/*
 	 * ...then back to the first that covers vaddr (a small symbol may be
 	 * nested after a larger one that covers it), and to the most preferred

@@ -612,22 +612,9 @@ static bool thread_fn_covers(const struct ma_target *t, uint64_t addr)
  */
 static uint64_t hidden_fn_end(struct ma_elf *e, uint64_t addr)
 {
-	size_t lo = 0, hi;
+	uint64_t next = ma_elf_next_sym_addr(e, addr);
 
-	if (ma_elf_load_syms(e) != 0) {
-		ma_err_clear();
-		return 0;
-	}
-	hi = e->nsyms;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (e->addrs[mid] <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < e->nsyms && e->addrs[lo] - addr <= 65536 ? e->addrs[lo] : 0;
+	return next && next - addr <= 65536 ? next : 0;
 }
 
 /*

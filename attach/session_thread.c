@@ -458,11 +458,12 @@ static bool frees_ignored_signal(struct ma_session *s, const struct ma_thread_in
  * Without leave to stop waits a stop ends with EINTR (--strict, not
  * named), any such wait; with it, one whose timeout could not be given
  * back (timed_wait_unresumable).  Else *BEGAN and *NVCSW: when the wait
- * began, for the time that remained.  Judged again whenever a look finds
+ * began, for the time that remained.  FRESH: TI was just read (not the
+ * listing's).  Judged again whenever a look finds
  * the thread somewhere new, up to the last one before the stop: a thread
  * seen running may have entered a wait since.
  */
-static bool refused_in_wait(struct ma_session *s, const struct ma_thread_info *ti,
+static bool refused_in_wait(struct ma_session *s, const struct ma_thread_info *ti, bool fresh,
 			    uint64_t *began, uint64_t *nvcsw, struct thread_verdict *v, char *why,
 			    size_t whylen)
 {
@@ -478,7 +479,8 @@ static bool refused_in_wait(struct ma_session *s, const struct ma_thread_info *t
 		*nvcsw = ti->nvcsw;
 		return false;
 	}
-	if (!in_eintr_wait(s, ti, &w, why, whylen))
+	/* FRESH: TI was just read; only the listing's reading is worth reading again. */
+	if ((fresh && !ma_thread_stop_ends_with_eintr(ti)) || !in_eintr_wait(s, ti, &w, why, whylen))
 		return false;
 	/* Not even named: say so rather than what --tid would do. */
 	if (timed_wait_unresumable(s->t, &w, why, whylen)) {
@@ -571,7 +573,7 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 	}
 	uint64_t began, nvcsw;
 
-	if (!s->stop_eintr_wait && refused_in_wait(s, ti, &began, &nvcsw, v, why, whylen))
+	if (!s->stop_eintr_wait && refused_in_wait(s, ti, false, &began, &nvcsw, v, why, whylen))
 		return true;
 	if (ma_run_deadline_passed()) {
 		*v = verdict_of(deadline_before_stop(ti->tid, why, whylen));
@@ -599,7 +601,7 @@ static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_in
 		ma_err_clear(); /* judged in the hold (a thread that cannot tell counts as having state) */
 	ma_unwind_rehearse(s->t, ti->tid); /* before the stop: the walk in the hold is then short */
 	ma_read_thread_info(s->t->pid, ti->tid, now);
-	return refused_in_wait(s, now, began, nvcsw, v, why, whylen);
+	return refused_in_wait(s, now, true, began, nvcsw, v, why, whylen);
 }
 
 /*
@@ -619,7 +621,7 @@ static bool refused_at_stop(struct ma_session *s, const struct ma_thread_info *t
 	if (nr < 0 ? now->syscall < 0 : nr == now->syscall)
 		return false;
 	ma_read_thread_info(s->t->pid, ti->tid, now);
-	if (refused_in_wait(s, now, began, nvcsw, v, why, whylen))
+	if (refused_in_wait(s, now, true, began, nvcsw, v, why, whylen))
 		return true;
 	if (refused_for_transfer(s, ti, now, false, why, whylen)) {
 		*v = verdict_of(MA_E_NOSAFE);
@@ -1009,7 +1011,7 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	if (refused_for_transfer(s, ti, &now, true, why, whylen))
 		return verdict_of(MA_E_NOSAFE);
 	/* The watch may have seen it enter a wait. */
-	if (refused_in_wait(s, &now, &began, &nvcsw, &v, why, whylen))
+	if (refused_in_wait(s, &now, true, &began, &nvcsw, &v, why, whylen))
 		return v;
 	/* Right before the stop: the thread may fork until then. */
 	if (s->guard_ignored && frees_ignored_signal(s, ti, why, whylen)) {

@@ -107,6 +107,8 @@ const struct ma_elf_sym *ma_elf_sym_by_name(struct ma_elf *e, const char *name);
  * a global before a local, a function before other types, the larger.
  */
 const struct ma_elf_sym *ma_elf_sym_at(struct ma_elf *e, uint64_t vaddr);
+/* Where E's first symbol after file address VADDR starts (0 if none, or no symbols). */
+uint64_t ma_elf_next_sym_addr(struct ma_elf *e, uint64_t vaddr);
 /*
  * OUT[i] = what ma_elf_sym_at(E, VADDRS[i]) gives (FOUND[i] false for
  * NULL), sizes filled in as it does; without loading the symbols if they
