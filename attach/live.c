@@ -51,12 +51,18 @@ static bool maps_moving(const struct ma_target *t)
 	return moved;
 }
 
-/* Has the process exec'd since T was read, or is a thread of it in execve? */
+/*
+ * Has the process exec'd since T was read, or is a thread of it in
+ * execve?  Maps not as read tell an exec only while no thread is going:
+ * a process being killed loses its maps too (its main thread exits first).
+ */
 static bool exec_seen(const struct ma_target *t)
 {
 	uint64_t mallctl = t->je.mallctl;
 
-	return ma_target_maps_unchanged(t, &mallctl, 1) != 0 || ma_process_in_exec(t->pid);
+	if (ma_process_in_exec(t->pid))
+		return true;
+	return !ma_process_going(t->pid) && ma_target_maps_unchanged(t, &mallctl, 1) != 0;
 }
 
 int ma_live_fail_if_exec(struct ma_live *l, int rc)
@@ -69,17 +75,24 @@ int ma_live_fail_if_exec(struct ma_live *l, int rc)
 	 * A failure while the process lives on (a thread gone, its maps not
 	 * as read): did it exec?  Then that is what to say.  A thread gone
 	 * may be the exec's doing before the exec shows: look a few times.
+	 * While threads are going (a kill, whose threads may wait for a CPU
+	 * on a busy machine), look for up to half a second: it ends as an
+	 * exit or as an exec.
 	 */
-	if (rc == 0 || rc == MA_E_USAGE || !l->t.je.mallctl || ma_process_exited(l->t.pid))
+	if (rc == 0 || rc == MA_E_USAGE || !l->t.je.mallctl)
 		return rc;
 	snprintf(why, sizeof(why), "%s", ma_errmsg());
-	for (int i = 0; !exec && i < (rc == MA_E_EXITED ? 5 : 1); i++) {
+	for (int i = 0; !exec && i < 50; i++) {
+		if (i && i >= (rc == MA_E_EXITED ? 5 : 1) && !ma_process_going(l->t.pid))
+			break;
 		if (i)
 			nanosleep(&pause, NULL);
+		if (ma_process_exited(l->t.pid))
+			return ma_fail_if_exited(l->t.pid, ma_fail(rc, "%s", why));
 		exec = exec_seen(&l->t);
 	}
 	if (!exec)
-		return ma_fail(rc, "%s", why); /* the looks leave no message of their own */
+		return ma_fail_if_exited(l->t.pid, ma_fail(rc, "%s", why));
 	ma_err_clear();
 	l->exec_seen = true;
 	return ma_fail(MA_E_EXITED, "process %d replaced its program (exec) while memattach attached; "

@@ -266,6 +266,13 @@ bool ma_process_exited(pid_t pid)
 	return exit_seen(pid, &some_going);
 }
 
+bool ma_process_going(pid_t pid)
+{
+	bool some_going;
+
+	return exit_seen(pid, &some_going) || some_going;
+}
+
 /*
  * A process being killed: each thread shows SIGKILL pending, then, once it
  * dequeued it, PF_EXITING; in between (microseconds, longer when it waits

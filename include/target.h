@@ -211,6 +211,12 @@ bool ma_process_job_stopped(pid_t pid, pid_t except);
  */
 bool ma_process_exited(pid_t pid);
 /*
+ * Is one of PID's threads going (exited, exiting, SIGKILL pending), or the
+ * process gone?  A process being killed, or one whose exec is killing its
+ * other threads.
+ */
+bool ma_process_going(pid_t pid);
+/*
  * A step of a run on PID failed with RC: if the process has exited
  * meanwhile, that is the reason, whatever the step saw (its maps empty,
  * ptrace refused, its code gone as if it had exec'd...): the message
