@@ -240,6 +240,8 @@ static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 {
 	struct ma_session_opts mine = *o;
+	/* The test build can compare with a borrowed thread doing the work (=0). */
+	const char *own = ma_test_env("OWN_THREAD");
 	int rc;
 
 	memset(&l->own, 0, sizeof(l->own));
@@ -247,14 +249,7 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 	l->own_why[0] = '\0';
 	l->maker_hold_ns = l->maker_longest_ns = 0;
 	l->maker_tid = 0;
-	/*
-	 * Not by default yet: an outside attack on this path left a target
-	 * deadlocked on the thread-stack lock (3 of 32 runs with setuid(),
-	 * thread churn and random kills) and crashed two.  The test build
-	 * tries it
-	 * (MEMATTACH_TEST_OWN_THREAD=1).
-	 */
-	if (!ma_test_env("OWN_THREAD"))
+	if (own && own[0] == '0')
 		return ma_live_borrow(l, o);
 	if (!o->tid && !ma_process_thread_room(l->t.pid, l->own_why, sizeof(l->own_why)))
 		return ma_live_borrow(l, o);
