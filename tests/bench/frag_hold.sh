@@ -39,7 +39,8 @@ row() {
 			"$MA" frag "$c" "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag $c: $(head -1 "$TMP/err")"
 			ms_of hold_max_ns "$TMP/a.json" >>"$TMP/$c.ms"
 			ms_of work_ns "$TMP/a.json" >>"$TMP/$c.work"
-			grep -q '"own_thread":true' "$TMP/a.json" && own=$((own + 1))
+			if grep -q '"own_thread":true' "$TMP/a.json"; then own=$((own + 1))
+			else grep -o "could not make a thread of its own: .*" "$TMP/err" >>"$TMP/whys"; fi
 		done
 	done
 	v=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" verdict)
@@ -52,6 +53,8 @@ row() {
 			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], w }'
 	done
 	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own)"
+	[ -s "$TMP/whys" ] && sort "$TMP/whys" | uniq -c | sed 's/^/(  /; s/$/)/'
+	rm -f "$TMP/whys"
 }
 
 echo "| target | command | runs | median ms | p90 ms | max ms | own thread's work, median ms |"
