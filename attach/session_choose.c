@@ -64,6 +64,8 @@ struct round_tally {
 	char wait_who[80], wait_in[40];
 	char last[400]; /* the last refusal, any kind */
 	char last_who[80], last_why[256];
+	bool last_gone; /* LAST is an exited thread's */
+	size_t tallied; /* refusals counted */
 	char last_busy[400]; /* the last refusal that waiting may end */
 };
 
@@ -71,9 +73,16 @@ struct round_tally {
 static void tally_refusal(struct round_tally *t, const struct thread_verdict *v,
 			  const struct ma_thread_info *ti, const char *why)
 {
-	snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
-	snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
-	snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+	/* An exited thread's refusal says least: it never hides another's (a tracer's). */
+	bool gone = v->gone || v->rc == MA_E_EXITED;
+
+	if (!gone || !t->tallied || t->last_gone) {
+		snprintf(t->last, sizeof(t->last), "thread %d (%s): %s", ti->tid, ti->name, why);
+		snprintf(t->last_who, sizeof(t->last_who), "thread %d (%s)", ti->tid, ti->name);
+		snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+		t->last_gone = gone;
+	}
+	t->tallied++;
 	t->hopeless += v->hopeless;
 	if (v->eintr_wait && !t->waits++) {
 		t->wait_tid = ti->tid;

@@ -87,6 +87,7 @@ struct thread_verdict {
 	bool fresh; /* it never called into jemalloc (borrowed only when named) */
 	bool eintr_wait; /* left alone: in a wait a stop ends with EINTR (--strict) */
 	long eintr_nr; /* ... that wait's syscall */
+	bool gone; /* it has exited: the least telling refusal (the others are named first) */
 };
 
 /*

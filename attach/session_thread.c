@@ -563,6 +563,7 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 		/* A main thread that called pthread_exit: the others run on. */
 		snprintf(why, whylen, "has exited (the process lives on in its other threads)");
 		*v = refused_for_good();
+		v->gone = true;
 		return true;
 	}
 	if (in_vfork(ti->tid, ti)) {
