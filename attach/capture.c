@@ -187,7 +187,7 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 	 */
 	rc = ma_take_target_memfd(s->t->proc_pid, (int)fd, MA_MEMFD_NAME, 0, &ours);
 	/* jemalloc creat()s this path: it reopens our memfd, nothing on disk. */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", (int)fd);
+	snprintf(path, sizeof(path), "/proc/thread-self/fd/%d", (int)fd);
 	if (!rc)
 		rc = ma_mallctl_write_cstr(s, "prof.dump", path, PROF_DUMP_TIMEOUT_MS);
 	if (!rc)

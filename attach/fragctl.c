@@ -297,7 +297,11 @@ static int check_dlopen_syscalls(struct ma_session *s)
 	return ma_session_check_syscalls(s, q, sizeof(q) / sizeof(q[0]));
 }
 
-/* dlopen the agent in the target (memfd, then /proc/self/fd/N), then close the memfd. */
+/*
+ * dlopen the agent in the target (memfd, then /proc/thread-self/fd/N: a
+ * process whose main thread has exited has no /proc/self/fd), then close
+ * the memfd.
+ */
 static int load_agent(struct ma_session *s)
 {
 	char path[48] = { 0 }, msg[256];
@@ -310,7 +314,7 @@ static int load_agent(struct ma_session *s)
 			       "pre-2.34 glibc): the frag agent cannot be loaded", s->t->pid);
 	if ((rc = check_dlopen_syscalls(s)) || (rc = write_agent_memfd(s, &fd)))
 		return rc;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", (int)fd);
+	snprintf(path, sizeof(path), "/proc/thread-self/fd/%d", (int)fd);
 	if (!(a_path = ma_session_alloc(s, sizeof(path))))
 		rc = ma_fail(MA_E_INTERNAL, "scratch area exhausted");
 	else if (!(rc = ma_mem_write(s->t->proc_pid, a_path, path, sizeof(path)))) {

@@ -15,7 +15,7 @@
 
 /*
  * Run prof.dump in the target into a memfd created there and named to
- * jemalloc as /proc/self/fd/N (no file on disk, no path the target or
+ * jemalloc as /proc/thread-self/fd/N (no file on disk, no path the target or
  * anyone else could predict or replace), copy it to OUT_FD, close the memfd.
  * ST must come from ma_collect_stats: without opt.prof this fails with
  * MA_E_JEMALLOC and a message naming the MALLOC_CONF to restart with.

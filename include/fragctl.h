@@ -4,7 +4,7 @@
  * attach/agent/agent.c; what both sides share is agent_abi.h.
  *
  * Loading: the agent library (embedded in memattach) is written into a
- * memfd created in the target and dlopen'ed there as /proc/self/fd/N by a
+ * memfd created in the target and dlopen'ed there as /proc/thread-self/fd/N by a
  * borrowed thread that has no frame in the dynamic loader or in a libc
  * function holding the loader's locks (target.h: for_dlopen).  Nothing is
  * left in the target's file system; it works across mount namespaces.  The

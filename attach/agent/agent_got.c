@@ -62,7 +62,8 @@ static char *read_maps_text(uint64_t *len, uint64_t *cap)
 
 		if (buf == MAP_FAILED)
 			return NULL;
-		fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+		/* thread-self: a process whose main thread has exited shows no maps under /proc/self */
+		fd = open("/proc/thread-self/maps", O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			munmap(buf, size);
 			return NULL;

@@ -97,12 +97,14 @@ PY
 )
 check "-o: DIR/ab.svg, one histogram per metric, allocated's title with B/A and 'significant' ($out)" [ $? -eq 0 ]
 "$MA" diff "$TMP/out/001-a" "$TMP/out/002-b" >"$TMP/diff.out" 2>&1
-check "memattach diff opens two of its snapshots ($(head -1 "$TMP/diff.out" | cut -c1-100))" [ $? -eq 0 ]
+rc=$?  # before the message's $(...) replaces $?
+check "memattach diff opens two of its snapshots ($(head -1 "$TMP/diff.out" | cut -c1-100))" [ "$rc" -eq 0 ]
 
 # --- --heap ---
 MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:12 "$MA" ab -a "$(side)" -b "$(side -x 2048)" \
 	--pid "$PIDCMD" --runs 4 --heap --json >"$TMP/heap.json" 2>"$TMP/heap.err"
-check "--heap: exit 0 ($(tail -1 "$TMP/heap.err" | cut -c1-120))" [ $? -eq 0 ]
+rc=$?  # before the message's $(...) replaces $?
+check "--heap: exit 0 ($(tail -1 "$TMP/heap.err" | cut -c1-120))" [ "$rc" -eq 0 ]
 out=$(jcheck '
 s = load(sys.argv[1])["sites"]
 assert s, "no site differs"
@@ -130,7 +132,8 @@ wside() {
 		"while [ ! -e $TMP/held ]; do sleep 0.01; done"
 }
 "$MA" ab -a "$(wside)" -b "$(wside -x 2048)" --pid "$PIDCMD" --runs 3 --heap --json >"$TMP/aheap.json" 2>"$TMP/aheap.err"
-check "--heap on a daemon without prof, profiled by the agent from its side command: exit 0 ($(tail -1 "$TMP/aheap.err" | cut -c1-160))" [ $? -eq 0 ]
+rc=$?  # before the message's $(...) replaces $?
+check "--heap on a daemon without prof, profiled by the agent from its side command: exit 0 ($(tail -1 "$TMP/aheap.err" | cut -c1-160))" [ "$rc" -eq 0 ]
 out=$(jcheck '
 s = load(sys.argv[1])["sites"]
 assert s, "no site differs"
@@ -161,7 +164,8 @@ verdicts_ok; check "A/A: $VERDICTS" [ "$VERDICTS" = "120 daemons, 0 damaged" ]
 "$MA" ab -a "$(side)" -b "$(side -x 1024)" --match '^abdaemon$' --runs 2 --warmup --order random --json \
 	--stop 'echo "$MEMATTACH_AB_SIDE $MEMATTACH_AB_PID" >>'"$TMP/stops"'; kill -TERM "$MEMATTACH_AB_PID"' \
 	>"$TMP/m.json" 2>"$TMP/m.err"
-check "--match '^abdaemon\$' --warmup --order random --stop CMD: exit 0 ($(tail -1 "$TMP/m.err" | cut -c1-120))" [ $? -eq 0 ]
+rc=$?  # before the message's $(...) replaces $?
+check "--match '^abdaemon\$' --warmup --order random --stop CMD: exit 0 ($(tail -1 "$TMP/m.err" | cut -c1-120))" [ "$rc" -eq 0 ]
 check "--stop CMD ran once per sample with MEMATTACH_AB_SIDE and MEMATTACH_AB_PID ($(tr '\n' ' ' <"$TMP/stops"))" \
 	eval '[ "$(grep -cE "^[ab] [0-9]+$" "$TMP/stops")" -eq 6 ]'
 check "--warmup: 6 samples taken, 2 kept a side" \
@@ -172,7 +176,8 @@ verdicts_ok; check "--match: $VERDICTS" [ "$VERDICTS" = "6 daemons, 0 damaged" ]
 $D -f "$TMP/rpid" -v "$TMP/rverdict" -m 1024 || fail "reuse daemon start"
 rp=$(cat "$TMP/rpid")
 "$MA" ab -a true -b true --pid "cat $TMP/rpid" --lifecycle reuse --runs 3 --json >"$TMP/r.json" 2>"$TMP/r.err"
-check "--lifecycle reuse: exit 0 ($(tail -1 "$TMP/r.err" | cut -c1-120))" [ $? -eq 0 ]
+rc=$?  # before the message's $(...) replaces $?
+check "--lifecycle reuse: exit 0 ($(tail -1 "$TMP/r.err" | cut -c1-120))" [ "$rc" -eq 0 ]
 check "--lifecycle reuse: the daemon still runs" kill -0 "$rp"
 out=$(jcheck 'm = load(sys.argv[1])["metrics"][1]; print(m["a"], m["b"]); assert not m["significant"]' "$TMP/r.json" 2>&1)
 check "--lifecycle reuse, same daemon both sides: allocated not significant ($out)" [ $? -eq 0 ]
@@ -211,7 +216,8 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
 	mkdir -p "$TMP/redis"
 	"$MA" ab -a "$RS $TMP/redis" -b "$RS $TMP/redis --hash-max-listpack-entries 0" \
 		--pid "cat $TMP/redis/redis.pid" --runs 3 --json >"$TMP/redis.json" 2>"$TMP/redis.err"
-	check "redis-server A/B: exit 0 ($(tail -1 "$TMP/redis.err" | cut -c1-120))" [ $? -eq 0 ]
+	rc=$?  # before the message's $(...) replaces $?
+	check "redis-server A/B: exit 0 ($(tail -1 "$TMP/redis.err" | cut -c1-120))" [ "$rc" -eq 0 ]
 	out=$(jcheck 'm = load(sys.argv[1])["metrics"][1]
 print("allocated B/A %.3f [%.3f, %.3f]" % (m["ratio"], m["ci_low"], m["ci_high"]))
 assert m["significant"] and m["ci_low"] > 1.2' "$TMP/redis.json" 2>&1)
@@ -219,7 +225,8 @@ assert m["significant"] and m["ci_low"] > 1.2' "$TMP/redis.json" 2>&1)
 	MALLOC_CONF=prof:true,prof_active:true,lg_prof_sample:14 "$MA" ab -a "$RS $TMP/redis" \
 		-b "$RS $TMP/redis --hash-max-listpack-entries 0" --pid "cat $TMP/redis/redis.pid" --runs 3 \
 		--heap --skip 'zmalloc|zcalloc|zrealloc|ztry' --json >"$TMP/rheap.json" 2>"$TMP/rheap.err"
-	check "redis-server --heap (prof:true): exit 0 ($(tail -1 "$TMP/rheap.err" | cut -c1-120))" [ $? -eq 0 ]
+	rc=$?  # before the message's $(...) replaces $?
+	check "redis-server --heap (prof:true): exit 0 ($(tail -1 "$TMP/rheap.err" | cut -c1-120))" [ "$rc" -eq 0 ]
 	out=$(jcheck 's = load(sys.argv[1])["sites"]
 print(", ".join("%s %+.0f KiB" % (x["name"], x["diff"] / 1024) for x in s[:5]))
 grew = [x for x in s[:3] if x["name"].startswith("dict") and x["diff"] > 0]

@@ -7,7 +7,7 @@
 # process as its own user.  (Zombie, no permission and a process traced as a
 # whole: tests/cli/errors.sh.)
 . "$(dirname "$0")/../lib/common.sh"
-plan 38
+plan 43
 
 # at_once NAME WANT_RC PATTERN CMD...: exit WANT_RC, stderr matching
 # PATTERN, well before the 600 s deadline the command was given.
@@ -65,7 +65,8 @@ fix_start daemon -t 2 -x || { fail "daemon -x: start"; exit 1; }
 for _ in $(seq 50); do grep -q '^State:.*Z' /proc/"$FIX_PID"/status && break; sleep 0.1; done
 check "main thread exited: /proc says the leader is a zombie" grep -q '^State:.*Z' /proc/"$FIX_PID"/status
 "$MA" stats "$FIX_PID" --json >"$TMP/x.json" 2>"$TMP/err"
-check "main thread exited: stats works ($(head -c 200 "$TMP/err"))" test $? -eq 0
+rc=$?  # before the message's $(...) replaces $?
+check "main thread exited: stats works ($(head -c 200 "$TMP/err"))" test "$rc" -eq 0
 check "... with the process's VmRSS (read through a live thread)" jcheck '
 d = json.load(open(sys.argv[1])); assert d["rss"] > 1 << 20 and d["allocated"] > 0, d' "$TMP/x.json"
 "$MA" threads "$FIX_PID" >"$TMP/xt.txt" 2>&1
@@ -78,6 +79,12 @@ check "main thread exited: snapshot names the executable" jcheck '
 m = json.load(open(sys.argv[1] + "/manifest.json")); assert m["exe"].endswith("/daemon"), m["exe"]' "$TMP/xsnap"
 at_once "main thread exited: stats --tid of it answers at once" 1 \
 	"thread $FIX_PID \([^)]*\) cannot be borrowed: has exited" "$MA" stats "$FIX_PID" --tid "$FIX_PID" --timeout 600000
+# frag and profile load their agent through a memfd taken from a live thread
+for c in "frag start" "frag report" "frag stop" "profile start" "profile stop"; do
+	$MA $c "$FIX_PID" >/dev/null 2>"$TMP/err"
+	rc=$?  # before the message's $(...) replaces $?
+	check "main thread exited: $c works ($(head -c 200 "$TMP/err"))" test "$rc" -eq 0
+done
 verdict_ok "main thread exited"
 fix_quit "$FIX_PID" "$FIX_FD"
 

@@ -27,7 +27,8 @@ check "fixture exits 0" test $? -eq 0
 
 # --- JSON: headline, bins, heap ---
 "$MA" diff "$A" "$B" --json --top 1000 >"$TMP/d.json" 2>"$TMP/d.err"
-check "diff A B --json exit 0 ($(head -c 200 "$TMP/d.err"))" test $? -eq 0
+rc=$?  # before the message's $(...) replaces $?
+check "diff A B --json exit 0 ($(head -c 200 "$TMP/d.err"))" test "$rc" -eq 0
 check "a/b name both snapshots" jcheck '
 d=json.load(open(sys.argv[1]))
 for s,dir in (("a",sys.argv[2]),("b",sys.argv[3])):
