@@ -10,7 +10,9 @@
  * pthread_attr_init, pthread_attr_setdetachstate (detached),
  * pthread_attr_setsigmask_np (every signal blocked but libc's own:
  * no handler of the program runs in it, and a setuid() is not kept
- * waiting for it), pthread_create with sleep() as its start routine and
+ * waiting for it), pthread_attr_setstacksize (MA_OWN_STACK_SIZE, a size
+ * glibc's cache keeps for our next run), pthread_create with sleep() as
+ * its start routine and
  * MA_OWN_SLEEP_S seconds as its argument, and pthread_attr_destroy.  The
  * borrowed thread goes back; the new thread, asleep in libc, is then
  * borrowed like any other and does the work; at the end memattach makes
@@ -30,6 +32,8 @@
 
 /* How long a thread of our own sleeps if memattach never ends its sleep (killed). */
 #define MA_OWN_SLEEP_S 10
+/* Its stack: enough for dlopen and a borrow (16 KiB free, a signal frame). */
+#define MA_OWN_STACK_SIZE (256 * 1024)
 
 struct ma_own_thread {
 	pid_t tid; /* 0: none made */

@@ -40,7 +40,7 @@ row() {
 			ms_of hold_max_ns "$TMP/a.json" >>"$TMP/$c.ms"
 			ms_of work_ns "$TMP/a.json" >>"$TMP/$c.work"
 			if grep -q '"own_thread":true' "$TMP/a.json"; then own=$((own + 1))
-			else grep -o "could not make a thread of its own: .*" "$TMP/err" >>"$TMP/whys"; fi
+			else tr -s '\n ' '  ' <"$TMP/err" | grep -o "could not make a thread of its own: .*" >>"$TMP/whys"; fi
 		done
 	done
 	v=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" verdict)
