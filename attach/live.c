@@ -254,11 +254,18 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 	if (!o->tid && !ma_process_thread_room(l->t.pid, l->own_why, sizeof(l->own_why)))
 		return ma_live_borrow(l, o);
 	/* Its stack may be new: the maps are read again for its judgement. */
-	if (o->tid || !ma_own_thread_possible(&l->t) || make_own_thread(l, o) ||
-	    ma_own_thread_wait_asleep(l->t.pid, &l->own, 2000) || ma_target_maps_refresh(&l->t)) {
+	const char *step = o->tid ? "--tid names the thread"
+			 : !ma_own_thread_possible(&l->t)
+			 ? "no pthread_create and its attribute setters found in the target's libc "
+			   "(glibc 2.34 or later has them)"
+			 : make_own_thread(l, o) ? "making it failed"
+			 : ma_own_thread_wait_asleep(l->t.pid, &l->own, 2000) ? "it did not fall asleep"
+			 : ma_target_maps_refresh(&l->t) ? "the maps could not be read again"
+			 : NULL;
+
+	if (step) {
 		snprintf(l->own_why, sizeof(l->own_why), "%s",
-			 o->tid ? "--tid names the thread" : ma_errmsg()[0] ? ma_errmsg()
-			 : "no pthread_create in the target's libc (glibc 2.34 or later has it)");
+			 !o->tid && ma_errmsg()[0] ? ma_errmsg() : step);
 		ma_err_clear();
 		ma_own_thread_end(l->t.pid, &l->own); /* if made and asleep; else it sleeps out its time */
 		return ma_live_borrow(l, o);
