@@ -213,6 +213,7 @@ int ma_live_borrow(struct ma_live *l, const struct ma_session_opts *o)
 static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 {
 	struct ma_session_opts maker = *o;
+	char why[512];
 	int rc, rc2;
 
 	maker.data_size = 4096; /* on the thread's stack: the maker maps nothing */
@@ -227,6 +228,7 @@ static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 	/* pthread_create's syscalls (clone3, the new stack's mmap) are not judged against a filter. */
 	rc = ma_session_filtered(&l->s) ? ma_fail(MA_E_SECCOMP, "the thread runs under seccomp")
 					: ma_own_thread_make(&l->s, &l->own);
+	snprintf(why, sizeof(why), "%s", rc ? ma_errmsg() : "");
 	l->t.for_thread_create = false;
 	rc2 = ma_live_restore(l);
 	l->maker_hold_ns = l->s.stopped_ns;
@@ -234,7 +236,11 @@ static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 	l->maker_tid = l->s.tid;
 	if (rc || rc2)
 		memset(&l->own, 0, sizeof(l->own)); /* one made sleeps out its time and exits */
-	return rc ? rc : rc2;
+	if (rc && why[0]) /* the call's reason, not what the give-back left */
+		return ma_fail(rc, "%s", why);
+	if (rc)
+		return ma_fail(rc, "its call failed without a reason (code %d)", rc);
+	return rc2;
 }
 
 int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)

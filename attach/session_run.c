@@ -316,8 +316,9 @@ static int skip_loader_lock(struct ma_session *s)
 	if ((rc = give_up_at_futex(s)))
 		return rc;
 	return ma_fail(MA_E_NOSAFE, "making memattach's thread in thread %d had to wait for a lock "
-		       "of glibc's dynamic loader (the thread-stack lock), which that thread may hold "
-		       "itself: given up before anything was made, the thread restored", s->tid);
+		       "kept in glibc's dynamic loader (the thread-stack or TLS lock; a dlopen elsewhere "
+		       "holds them too), which that thread might hold itself: given up before "
+		       "anything was made, the thread restored", s->tid);
 }
 
 /* How long a call may go on once its process is stopped (SIGSTOP) under it. */
