@@ -23,21 +23,28 @@ static int pidfd_of(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/* Is our descriptor FD the memfd NAME, sealable and unsealed, at most MAX bytes? */
-static int check_memfd(int fd, const char *name, size_t max)
+/* Is FD (ours, O_PATH allowed) a deleted regular file whose link names the memfd NAME?  *SB its stat. */
+static bool names_memfd(int fd, const char *name, struct stat *sb)
 {
 	char self[64], link[256], want[256];
-	struct stat sb;
 	ssize_t n;
-	int seals, flags = fcntl(fd, F_GETFL);
 
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
 	n = readlink(self, link, sizeof(link) - 1);
 	link[n > 0 ? n : 0] = '\0';
+	return fstat(fd, sb) == 0 && S_ISREG(sb->st_mode) && sb->st_nlink == 0 &&
+	       strcmp(link, want) == 0;
+}
+
+/* Is our descriptor FD the memfd NAME, sealable and unsealed, at most MAX bytes? */
+static int check_memfd(int fd, const char *name, size_t max)
+{
+	struct stat sb;
+	int seals, flags = fcntl(fd, F_GETFL);
+
 	/* O_PATH descriptors have no file operations: refuse before anything else. */
-	if (flags < 0 || (flags & O_PATH) || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
-	    sb.st_nlink != 0 || strcmp(link, want) != 0)
+	if (flags < 0 || (flags & O_PATH) || !names_memfd(fd, name, &sb))
 		return MA_E_PERM;
 	/* Another shmem file has F_SEAL_SEAL from birth; only MFD_ALLOW_SEALING clears it. */
 	seals = fcntl(fd, F_GET_SEALS);
@@ -59,9 +66,8 @@ static int check_memfd(int fd, const char *name, size_t max)
  */
 static int take_through_proc(pid_t tid, int target_fd, const char *name, int *fd)
 {
-	char path[64], link[256], want[256];
+	char path[64];
 	struct stat sb;
-	ssize_t n;
 	int opath;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", tid, target_fd);
@@ -70,15 +76,11 @@ static int take_through_proc(pid_t tid, int target_fd, const char *name, int *fd
 		     : ma_fail(errno == ESRCH ? MA_E_EXITED : MA_E_IO,
 			       "cannot take thread %d's descriptor %d: %s", tid, target_fd,
 			       strerror(errno));
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", opath);
-	snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
-	n = readlink(path, link, sizeof(link) - 1);
-	link[n > 0 ? n : 0] = '\0';
-	if (fstat(opath, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 0 ||
-	    strcmp(link, want) != 0) {
+	if (!names_memfd(opath, name, &sb)) {
 		close(opath);
 		return MA_E_PERM;
 	}
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", opath);
 	*fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	close(opath);
 	if (*fd < 0)
