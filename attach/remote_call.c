@@ -624,6 +624,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	/* A call is never started that the run's --timeout leaves no time to wait for. */
 	if ((cut_ms = ma_run_ms_left(timeout_ms)) == 0)
 		return ma_fail(MA_E_TIMEOUT, "the run's --timeout ran out before the call");
+	ma_step_mark("call");
 	rc = ma_mem_write(s->t->proc_pid, (s->stack_top & ~15ULL) - 8, &retaddr, 8);
 	if (rc)
 		return rc;
@@ -833,10 +834,10 @@ static int restore_stub_site(struct ma_session *s)
  */
 static int detach_through_signal_path(struct ma_session *s)
 {
-	int status, sig = 0;
+	int status, sig = 0, rc;
 
-	if (ma_arch_set_regs(s->tid, &s->saved.regs))
-		return MA_E_INTERNAL;
+	if ((rc = ma_arch_set_regs(s->tid, &s->saved.regs)))
+		return rc;
 	restore_stub_site(s);
 	if (ma_ptrace(PTRACE_CONT, s->tid, NULL, NULL) != 0)
 		return stops_ptrace_errno("PTRACE_CONT", s->tid);
@@ -980,8 +981,8 @@ static int restore_and_detach(struct ma_session *s)
 	 * from the thread's own registers, the window in which a memattach
 	 * killed leaves a signal's handler the trap's context.
 	 */
-	if (ma_arch_set_xstate(s->tid, &s->saved))
-		return MA_E_INTERNAL;
+	if ((rc = ma_arch_set_xstate(s->tid, &s->saved)))
+		return rc; /* MA_E_EXITED for a thread gone (an exec): the caller tells that apart */
 	through_signal_path = !s->nheld && ma_arch_in_restartable_syscall(&s->saved.regs);
 	/*
 	 * The interrupt is queued before the registers are set: should
@@ -999,8 +1000,7 @@ static int restore_and_detach(struct ma_session *s)
 		if (ma_arch_interrupted_eintr(&s->saved.regs) &&
 		    thread_signal_pending(s->t->pid, s->tid, s->sigmask))
 			regs = &s->saved.regs;
-		if (ma_arch_set_regs(s->tid, regs))
-			rc = MA_E_INTERNAL;
+		rc = ma_arch_set_regs(s->tid, regs);
 		restore_stub_site(s);
 		if (s->nheld)
 			redeliver_and_detach(s);
