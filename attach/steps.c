@@ -96,7 +96,14 @@ void ma_step_mark(const char *label)
 
 	if (!configured)
 		configure();
-	if (printing && nmarks < sizeof(marks) / sizeof(marks[0]))
+	/* A label met again (a mark in every call) keeps its latest step: one entry each. */
+	unsigned i = 0;
+
+	while (i < nmarks && strcmp(marks[i].label, label) != 0)
+		i++;
+	if (printing && i < nmarks)
+		marks[i].step = nsteps;
+	else if (printing && nmarks < sizeof(marks) / sizeof(marks[0]))
 		marks[nmarks++] = (struct step_mark){ label, nsteps };
 	/*
 	 * MEMATTACH_TEST_PAUSE_AT=LABEL: 300 ms there, so that a test's
