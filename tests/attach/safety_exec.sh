@@ -21,7 +21,7 @@
 # first loop met it in 1 of 14 runs of the binary before that fix.)
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 12
+plan 13
 need_fixtures execd
 GENS=${GENS:-100}
 
@@ -96,7 +96,10 @@ while [ "$(gens)" -le "$EXECS" ] && [ "$(now_us)" -lt "$deadline" ] && alive "$p
 done
 echo "# paused calls: $runs runs over $(( $(gens) - 1 )) execs, $named named the exec"
 check "exec mid-run: every failure was one line ($unclear of $runs were not)" [ "$unclear" -eq 0 ]
+lives=0; alive "$pid" && lives=1
 check "exec mid-run: the execs met runs ($named of $runs named the exec) and the pid lives" \
-	[ "$named" -gt 0 ] && alive "$pid"
-fix_quit "$pid" "$fd" >/dev/null 2>&1
+	[ "$named" -gt 0 -a "$lives" -eq 1 ]
+bsleep 0.2
+fix_quit "$pid" "$fd"; rc=$?
+check "exec mid-run: the last image exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 report_time
