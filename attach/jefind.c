@@ -565,7 +565,7 @@ static bool is_libc(const char *path)
 
 /* What find_libc_functions looks up in libc, in one pass. */
 enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_TID_DESC,
-       LF_CREATE, LF_ATTR_INIT, LF_ATTR_SETDETACH, LF_ATTR_SETSIGMASK, LF_ATTR_DESTROY,
+       LF_CREATE, LF_ATTR_INIT, LF_ATTR_SETDETACH, LF_ATTR_DESTROY,
        LF_ATTR_SETSTACKSIZE, LF_SLEEP,
        LF_LOCKED,
        LF_STACK_LOCKED = LF_LOCKED + 10 };
@@ -576,7 +576,7 @@ static const char *const libc_names[] = {
 	/* what a thread of memattach's own is made with (ownthread.h) */
 	[LF_CREATE] = "pthread_create", [LF_ATTR_INIT] = "pthread_attr_init",
 	[LF_ATTR_SETDETACH] = "pthread_attr_setdetachstate",
-	[LF_ATTR_SETSIGMASK] = "pthread_attr_setsigmask_np", [LF_ATTR_DESTROY] = "pthread_attr_destroy",
+	[LF_ATTR_DESTROY] = "pthread_attr_destroy",
 	[LF_ATTR_SETSTACKSIZE] = "pthread_attr_setstacksize", [LF_SLEEP] = "sleep",
 	/* the functions that hold the loader's locks (target.h) */
 	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
@@ -657,7 +657,7 @@ static void find_own_fns(struct ma_target *t, const struct ma_elf_sym *s, const 
 			return;
 		a[k - LF_CREATE] = s[k].addr + bias;
 	}
-	t->own_fns = (struct ma_own_fns){ a[0], a[1], a[2], a[3], a[4], a[5], a[6] };
+	t->own_fns = (struct ma_own_fns){ a[0], a[1], a[2], a[3], a[4], a[5] };
 }
 
 /* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait, the loader-lock holders, the tid's place. */

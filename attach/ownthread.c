@@ -25,7 +25,7 @@ bool ma_own_thread_possible(struct ma_target *t)
 	return t->own_fns.create && t->libc_code.hi && ma_target_tid_offset(t) > 0;
 }
 
-enum { E_ATTR_INIT, E_DETACHED, E_SIGMASK, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, N_ENTRIES };
+enum { E_ATTR_INIT, E_DETACHED, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, N_ENTRIES };
 
 /* The thread pointer the new thread got, and the tid its descriptor names. */
 static int read_new_thread(struct ma_session *s, uint64_t slot, struct ma_own_thread *h)
@@ -48,20 +48,20 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 {
 	const struct ma_own_fns *f = &s->t->own_fns;
 	uint64_t attr = ma_session_alloc(s, 128), slot = ma_session_alloc(s, 16);
-	uint64_t mask = ma_session_alloc(s, sizeof(sigset_t));
 	uint64_t table = ma_session_alloc(s, N_ENTRIES * sizeof(struct ma_batch_entry));
 	/*
-	 * Its own mask blocks every signal but libc's internal ones (the
-	 * attribute's setter leaves those out): no handler of the program
-	 * runs in it, and a setuid() of the program, which waits until every
-	 * thread has taken libc's SIGSETXID, is not kept waiting by it.
-	 * Inherited, it would be the borrowed thread's mask now: everything
-	 * but the faults blocked, SIGSETXID too.
+	 * Its mask is the one the borrowed thread has during the call, which
+	 * pthread_create passes on (less SIGCANCEL): every signal blocked but
+	 * the faults and glibc's SIGSETXID (maker.pass_setxid), so no handler
+	 * of the program runs in it and a setuid() is not kept waiting for it.
+	 * Not pthread_attr_setsigmask_np: it callocs, and a calloc through
+	 * the agent's wrappers may unwind and wait on the loader's lock before
+	 * the call's first syscall, a wait the maker gives up (session_run.c)
+	 * with a wrapper's in-flight count then never given back.
 	 */
 	struct ma_batch_entry e[N_ENTRIES] = {
 		[E_ATTR_INIT] = { f->attr_init, { attr } },
 		[E_DETACHED] = { f->attr_setdetach, { attr, PTHREAD_CREATE_DETACHED } },
-		[E_SIGMASK] = { f->attr_setsigmask, { attr, mask } },
 		/*
 		 * A stack size no program thread of the default size can take
 		 * from glibc's cache: once a run has made it, it waits there
@@ -74,16 +74,12 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 		[E_CREATE] = { f->create, { slot, attr, f->sleep, MA_OWN_SLEEP_S } },
 		[E_ATTR_DESTROY] = { f->attr_destroy, { attr } },
 	};
-	sigset_t all;
 	int rc;
 
 	memset(h, 0, sizeof(*h));
-	if (!f->create || !attr || !slot || !mask || !table)
+	if (!f->create || !attr || !slot || !table)
 		return ma_fail(MA_E_INTERNAL, "no room or no pthread_create for a thread of our own");
-	memset(&all, 0, sizeof(all)); /* sigfillset sets only the kernel's 64 bits */
-	sigfillset(&all);
-	if ((rc = ma_mem_write(s->t->proc_pid, mask, &all, sizeof(all))) ||
-	    (rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
+	if ((rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
 	    (rc = ma_session_call_batch(s, table, N_ENTRIES, 0)) ||
 	    (rc = ma_mem_read(s->t->proc_pid, table, e, sizeof(e))))
 		return rc;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <pthread.h>
 
 #include "ma_error.h"
 #include "holdprio.h"
@@ -288,6 +289,34 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
 }
 
 /*
+ * Is the futex at ADDR a recursive mutex (the loader's TLS and load locks
+ * are) that another live thread of the process holds?  Then the wait ends
+ * when that thread lets go, and giving it up would be wrong: code ran
+ * before it (a stack taken from glibc's cache is listed before the TLS
+ * lock is taken), so nothing proves the call has changed nothing.  The
+ * thread-stack lock, a plain int, is never taken for one.
+ */
+static bool held_by_another_thread(struct ma_session *s, uint64_t addr)
+{
+	struct {
+		int lock, count, owner, nusers, kind;
+	} m;
+	struct ma_proc_status st;
+
+	if (ma_mem_read(s->t->proc_pid, addr, &m, sizeof(m)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	if ((m.kind & 0x7f) != PTHREAD_MUTEX_RECURSIVE_NP || m.owner <= 0 || m.owner == s->tid)
+		return false;
+	if (ma_proc_read_status(s->t->pid, m.owner, &st) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return st.tgid == s->t->pid;
+}
+
+/*
  * Making a thread of memattach's own (ma_target's for_thread_create): is
  * the call's first syscall a futex wait on a lock in the dynamic loader's
  * data (glibc keeps its thread-stack lock there, in _rtld_global)?  That
@@ -306,7 +335,8 @@ static bool waits_on_loader_lock(struct ma_session *s, const struct __ptrace_sys
 		return false;
 	lock = ma_target_mapping_at(s->t, info->entry.args[0]);
 	ld = ma_target_mapping_at(s->t, s->t->loader.lo);
-	return lock && ld && lock->path && ld->path && strcmp(lock->path, ld->path) == 0;
+	return lock && ld && lock->path && ld->path && strcmp(lock->path, ld->path) == 0 &&
+	       !held_by_another_thread(s, info->entry.args[0]);
 }
 
 static int skip_loader_lock(struct ma_session *s)

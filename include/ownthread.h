@@ -8,12 +8,13 @@
  * in a borrowed thread of the program, that wait is the program's.  So
  * the borrowed thread only makes a thread: one injected call runs
  * pthread_attr_init, pthread_attr_setdetachstate (detached),
- * pthread_attr_setsigmask_np (every signal blocked but libc's own:
- * no handler of the program runs in it, and a setuid() is not kept
- * waiting for it), pthread_attr_setstacksize (MA_OWN_STACK_SIZE, a size
+ * pthread_attr_setstacksize (MA_OWN_STACK_SIZE, a size
  * glibc's cache keeps for our next run), pthread_create with sleep() as
  * its start routine and
- * MA_OWN_SLEEP_S seconds as its argument, and pthread_attr_destroy.  The
+ * MA_OWN_SLEEP_S seconds as its argument, and pthread_attr_destroy (the
+ * new thread inherits the call's mask: every signal blocked but the faults
+ * and glibc's SIGSETXID, so no handler of the program runs in it and a
+ * setuid() is not kept waiting for it).  The
  * borrowed thread goes back; the new thread, asleep in libc, is then
  * borrowed like any other and does the work; at the end memattach makes
  * its sleep return, and it exits as any detached thread does (its stack

@@ -131,7 +131,7 @@ struct ma_target {
 	 * pthread_create would wait for that lock, held by itself.
 	 */
 	struct ma_own_fns {
-		uint64_t create, attr_init, attr_setdetach, attr_setsigmask, attr_destroy,
+		uint64_t create, attr_init, attr_setdetach, attr_destroy,
 			attr_setstacksize, sleep;
 	} own_fns;
 	struct ma_range libc_code;
