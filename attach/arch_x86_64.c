@@ -145,6 +145,25 @@ bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 	       ax == -ERESTART_RESTARTBLOCK;
 }
 
+bool ma_arch_restart_block(const struct user_regs_struct *r, long *nr, uint64_t args[6],
+			   uint64_t *ip)
+{
+	if ((long)r->orig_rax < 0 || (long)r->rax != -ERESTART_RESTARTBLOCK)
+		return false;
+	*nr = NR_restart_syscall;
+	args[0] = r->rdi, args[1] = r->rsi, args[2] = r->rdx;
+	args[3] = r->r10, args[4] = r->r8, args[5] = r->r9;
+	*ip = r->rip; /* the syscall instruction is issued again: the same ip after it */
+	return true;
+}
+
+void ma_arch_restart_as_issued(struct user_regs_struct *r)
+{
+	/* As the kernel restarts -ERESTARTNOINTR: the same number, the same arguments. */
+	r->rax = r->orig_rax;
+	r->rip -= MA_SYSCALL_INSN_LEN;
+}
+
 /*
  * Syscalls that fail with EINTR (not -ERESTART*) when a stop or a ptrace
  * interrupt wakes them, though no signal handler ran (see signal(7)), and

@@ -987,6 +987,39 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 }
 
 /*
+ * A thread stopped in a timed sleep or wait (nanosleep, clock_nanosleep,
+ * poll, a futex wait with a timeout) goes on after any stop through the
+ * kernel's restart_syscall, whoever lets it go: memattach, or the kernel
+ * should memattach die.  A seccomp filter that lacks restart_syscall (an
+ * allow-list of the program's own syscalls) kills the process there.  So,
+ * first thing in the hold, under such a filter, the syscall is set to be
+ * issued again as the program made it: one register write, after which
+ * any release is safe.  The cost: its timeout counts again from the start.
+ */
+static int keep_restart_allowed(struct ma_session *s, pid_t tid)
+{
+	struct user_regs_struct r;
+	struct ma_sc_query q;
+	long nr;
+	int rc;
+
+	if (!ma_session_filtered(s))
+		return 0;
+	if ((rc = ma_arch_get_regs(tid, &r)))
+		return rc;
+	memset(&q, 0, sizeof(q));
+	if (!ma_arch_restart_block(&r, &nr, q.args, &q.ip) || !is_syscall_insn_at(s->t->proc_pid, &r))
+		return 0;
+	q.nr = (int)nr;
+	q.what = "restart_syscall (a timed wait going on after a stop)";
+	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+		return 0;
+	ma_err_clear();
+	ma_arch_restart_as_issued(&r);
+	return ma_arch_set_regs(tid, &r);
+}
+
+/*
  * Stop TI's thread and examine it (BTP, when given, gets its stack).
  * A thread stopped with a signal on its way in is let go with it at once:
  * a signal held across the whole session (SIGSTOP, say) could be
@@ -1038,6 +1071,10 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	s->t_stop_ns = ma_now_ns();
 	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)))
 		return verdict_of(rc);
+	if ((rc = keep_restart_allowed(s, ti->tid))) {
+		thread_release_untouched(s, 0);
+		return verdict_of(rc);
+	}
 	/* First thing in the hold: a child's exit must not find it stopped. */
 	if (s->chld_watch && ma_thread_has_children(s->t->pid, ti->tid)) {
 		snprintf(why, whylen, "forked a child just before its stop: stopped, the child's "

@@ -72,6 +72,15 @@ long ma_arch_restartable_syscall_nr(const struct user_regs_struct *r);
 /* True if the thread was stopped inside a syscall that will be restarted. */
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 /*
+ * Stopped inside a syscall the kernel restarts through restart_syscall (a
+ * timed sleep or wait: -ERESTART_RESTARTBLOCK)?  Then *NR, ARGS and *IP
+ * are that restart as a seccomp filter sees it.
+ */
+bool ma_arch_restart_block(const struct user_regs_struct *r, long *nr, uint64_t args[6],
+			   uint64_t *ip);
+/* Make such a syscall be issued again as the program made it, not through restart_syscall. */
+void ma_arch_restart_as_issued(struct user_regs_struct *r);
+/*
  * At an interrupt stop inside a syscall: make that syscall return VALUE
  * when the thread resumes, instead of being restarted.
  */

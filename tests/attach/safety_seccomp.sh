@@ -8,14 +8,15 @@
 # sigaltstack (131) (the last four only the self-restore of a killed
 # memattach would make, so memattach must not need them), and an allow-list of only what the fixture needs
 # (anything else kills the process).  stats, heap-dump and
-# bins --flush-tcache run against each, and stats killed in its call (the
-# borrowed thread then restores itself): the target must survive with its
+# bins --flush-tcache run against each, stats killed in its call (the
+# borrowed thread then restores itself), purge, and stats --tid of a
+# worker (stopped in its sleep, as a rule): the target must survive with its
 # verdict ok; memattach either succeeds (exit 0) or refuses (exit 1 with a
 # message that mentions seccomp).  The table of which succeeded and which
 # were refused is printed.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 49
+plan 51
 need_fixtures seccomp_daemon
 SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask rt_sigaction 127 15 131"}
 VARIANTS=()
@@ -23,14 +24,19 @@ for sc in $SYSCALLS; do VARIANTS+=("kill:$sc" "trap:$sc"); done
 # allowlist+: an allow-list with what memattach's calls need, so it goes
 # ahead; a call set up where the thread sat at a syscall's entry skipped
 # that syscall as nr -1, which such a filter kills.
-VARIANTS+=(allowlist allowlist+)
-CMDS=(stats heap-dump bins killed purge)
+# allowlist+norestart: the same without restart_syscall, as an allow-list
+# of only the program's own syscalls is: a thread stopped in a sleep
+# resumes through restart_syscall, which killed the process (an outside
+# attack: 3 of 3 stats runs).
+VARIANTS+=(allowlist allowlist+ allowlist+norestart)
+CMDS=(stats heap-dump bins killed purge tid)
 
 start_variant() { # start_variant VARIANT -> pid fd out; 1 if it fails
 	local v=$1 args
 	case $v in
 	allowlist) args=(-l) ;;
 	allowlist+) args=(-L) ;;
+	allowlist+norestart) args=(-L -R -n 16) ;; # short sweeps: the workers mostly sleep
 	*) args=(-a "${v%%:*}" -c "${v#*:}") ;;
 	esac
 	MALLOC_CONF=$PROF_CONF fix_start seccomp_daemon "${args[@]}" || return 1
@@ -59,6 +65,9 @@ cmd_args() {
 	heap-dump) A=(heap-dump "$pid" -o "$TMP/sc.heap") ;;
 	bins) A=(bins "$pid" --flush-tcache) ;;
 	purge) A=(purge "$pid") ;; # a syscall (its scratch mapping), then calls
+	# a worker, stopped (mostly) in its 5 ms nanosleep, which resumes
+	# through restart_syscall unless memattach issues it again itself
+	tid) A=(stats --tid "$(grep -l '^worker_0$' /proc/"$pid"/task/*/comm | cut -d/ -f5)" "$pid") ;;
 	esac
 }
 
@@ -115,7 +124,7 @@ for v in "${VARIANTS[@]}"; do
 done
 
 echo "# table (ok = succeeded, refused = exit 1 naming seccomp; anything else harmed the target or failed unclearly):"
-printf '#   %-22s %-10s %-10s %-10s %-10s %-10s\n' filter "${CMDS[@]}"
+printf '#   %-22s %-10s %-10s %-10s %-10s %-10s %-10s\n' filter "${CMDS[@]}"
 for v in "${VARIANTS[@]}"; do
 	row=$(printf '#   %-22s' "$v")
 	for c in "${CMDS[@]}"; do row+=$(printf ' %-10s' "$(cut -c1-10 <<<"${RESULT[$v,$c]:--}")"); done
