@@ -145,16 +145,10 @@ bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r)
 	       ax == -ERESTART_RESTARTBLOCK;
 }
 
-bool ma_arch_restart_block(const struct user_regs_struct *r, long *nr, uint64_t args[6],
-			   uint64_t *ip)
+long ma_arch_restart_block_nr(const struct user_regs_struct *r)
 {
-	if ((long)r->orig_rax < 0 || (long)r->rax != -ERESTART_RESTARTBLOCK)
-		return false;
-	*nr = NR_restart_syscall;
-	args[0] = r->rdi, args[1] = r->rsi, args[2] = r->rdx;
-	args[3] = r->r10, args[4] = r->r8, args[5] = r->r9;
-	*ip = r->rip; /* the syscall instruction is issued again: the same ip after it */
-	return true;
+	return (long)r->orig_rax >= 0 && (long)r->rax == -ERESTART_RESTARTBLOCK ? NR_restart_syscall
+										 : -1;
 }
 
 void ma_arch_restart_as_issued(struct user_regs_struct *r)
@@ -201,13 +195,12 @@ void ma_arch_resume_regs(const struct user_regs_struct *saved, bool reissue_eint
 	*out = *saved;
 	if (reissue_eintr && ma_arch_interrupted_eintr(saved)) {
 		/* Our interrupt caused the EINTR: issue the syscall again. */
-		out->rax = saved->orig_rax;
-		out->rip = saved->rip - 2;
+		ma_arch_restart_as_issued(out);
 	} else if (ma_arch_in_restartable_syscall(saved)) {
 		/* What the kernel's signal code does when no handler runs. */
-		out->rax = (long)saved->rax == -ERESTART_RESTARTBLOCK ? NR_restart_syscall
-								       : saved->orig_rax;
-		out->rip = saved->rip - 2;
+		ma_arch_restart_as_issued(out);
+		if ((long)saved->rax == -ERESTART_RESTARTBLOCK)
+			out->rax = NR_restart_syscall;
 	}
 	out->orig_rax = (unsigned long long)-1;
 }

@@ -208,6 +208,20 @@ static int on_signal_stop(struct ma_session *s, int sig, enum run_goal *goal, in
 
 static bool is_futex_wait(const struct __ptrace_syscall_info *info);
 
+/* The head of glibc's pthread_mutex_t (64-bit), what the judgements below read of a lock. */
+struct glibc_mutex {
+	int lock, count, owner, nusers, kind;
+};
+
+/* Read the mutex whose futex word is at ADDR; false if it cannot be read. */
+static bool read_mutex(struct ma_session *s, uint64_t addr, struct glibc_mutex *m)
+{
+	if (ma_mem_read(s->t->proc_pid, addr, m, sizeof(*m)) == 0)
+		return true;
+	ma_err_clear();
+	return false;
+}
+
 /*
  * Is the syscall being entered a futex wait on a pthread mutex whose owner
  * is this very thread (a lock it held before we borrowed it, e.g. inside
@@ -215,15 +229,9 @@ static bool is_futex_wait(const struct __ptrace_syscall_info *info);
  */
 static bool waits_on_own_lock(struct ma_session *s, const struct __ptrace_syscall_info *info)
 {
-	int owner = 0;
+	struct glibc_mutex m;
 
-	if (!is_futex_wait(info))
-		return false;
-	if (ma_mem_read(s->t->proc_pid, info->entry.args[0] + 8, &owner, sizeof(owner)) != 0) {
-		ma_err_clear();
-		return false;
-	}
-	return owner == s->tid;
+	return is_futex_wait(info) && read_mutex(s, info->entry.args[0], &m) && m.owner == s->tid;
 }
 
 /*
@@ -298,16 +306,11 @@ static int skip_self_deadlock(struct ma_session *s, uint64_t mutex)
  */
 static bool held_by_another_thread(struct ma_session *s, uint64_t addr)
 {
-	struct {
-		int lock, count, owner, nusers, kind;
-	} m;
+	struct glibc_mutex m;
 	struct ma_proc_status st;
 
-	if (ma_mem_read(s->t->proc_pid, addr, &m, sizeof(m)) != 0) {
-		ma_err_clear();
-		return false;
-	}
-	if ((m.kind & 0x7f) != PTHREAD_MUTEX_RECURSIVE_NP || m.owner <= 0 || m.owner == s->tid)
+	if (!read_mutex(s, addr, &m) || (m.kind & 0x7f) != PTHREAD_MUTEX_RECURSIVE_NP ||
+	    m.owner <= 0 || m.owner == s->tid)
 		return false;
 	if (ma_proc_read_status(s->t->pid, m.owner, &st) != 0) {
 		ma_err_clear();

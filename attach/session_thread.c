@@ -998,6 +998,7 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
  */
 static int keep_restart_allowed(struct ma_session *s, pid_t tid)
 {
+	struct __ptrace_syscall_info info;
 	struct user_regs_struct r;
 	struct ma_sc_query q;
 	long nr;
@@ -1007,10 +1008,13 @@ static int keep_restart_allowed(struct ma_session *s, pid_t tid)
 		return 0;
 	if ((rc = ma_arch_get_regs(tid, &r)))
 		return rc;
-	memset(&q, 0, sizeof(q));
-	if (!ma_arch_restart_block(&r, &nr, q.args, &q.ip) || !is_syscall_insn_at(s->t->proc_pid, &r))
+	if ((nr = ma_arch_restart_block_nr(&r)) < 0 || !is_syscall_insn_at(s->t->proc_pid, &r))
 		return 0;
+	ma_arch_syscall_info(&r, &info); /* the restart's arguments and ip are the stop's */
+	memset(&q, 0, sizeof(q));
 	q.nr = (int)nr;
+	memcpy(q.args, info.entry.args, sizeof(q.args));
+	q.ip = info.instruction_pointer;
 	q.what = "restart_syscall (a timed wait going on after a stop)";
 	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
 		return 0;
@@ -1075,7 +1079,7 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 		thread_release_untouched(s, 0);
 		return verdict_of(rc);
 	}
-	/* First thing in the hold: a child's exit must not find it stopped. */
+	/* Next in the hold: a child's exit must not find it stopped. */
 	if (s->chld_watch && ma_thread_has_children(s->t->pid, ti->tid)) {
 		snprintf(why, whylen, "forked a child just before its stop: stopped, the child's "
 			 "SIGCHLD, which the program ignores, would reach another thread and end a wait "

@@ -73,11 +73,11 @@ long ma_arch_restartable_syscall_nr(const struct user_regs_struct *r);
 bool ma_arch_in_restartable_syscall(const struct user_regs_struct *r);
 /*
  * Stopped inside a syscall the kernel restarts through restart_syscall (a
- * timed sleep or wait: -ERESTART_RESTARTBLOCK)?  Then *NR, ARGS and *IP
- * are that restart as a seccomp filter sees it.
+ * timed sleep or wait: -ERESTART_RESTARTBLOCK)?  Then restart_syscall's
+ * number (its arguments and ip, as a filter sees them, are R's:
+ * ma_arch_syscall_info); else -1.
  */
-bool ma_arch_restart_block(const struct user_regs_struct *r, long *nr, uint64_t args[6],
-			   uint64_t *ip);
+long ma_arch_restart_block_nr(const struct user_regs_struct *r);
 /* Make such a syscall be issued again as the program made it, not through restart_syscall. */
 void ma_arch_restart_as_issued(struct user_regs_struct *r);
 /*
