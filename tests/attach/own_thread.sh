@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # frag start and stop doing their work (the agent's load, its tables, the
-# GOT pages) in a thread of memattach's own (include/ownthread.h; the test
-# build with MEMATTACH_TEST_OWN_THREAD=1, not the default): a thread of the
-# program is held only for the call that makes it.  Checked:
+# GOT pages) in a thread of memattach's own (include/ownthread.h; the
+# default): a thread of the program is held only for the call that makes it.  Checked:
 #   - every start and stop says own_thread, on daemon and on fragchurn
 #     (threads made and ended without pause), and names the program's
 #     longest hold (hold_max_ns, no bound: this machine may be loaded);
@@ -23,9 +22,6 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 plan 17
-# Not the default (attach/README.md, Safety 11): the test build tries it.
-export MEMATTACH_TEST_OWN_THREAD=1
-MA=$MA_T
 need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-20}
 cd "$TMP" || exit 1

@@ -17,8 +17,8 @@ set -u
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 RUNS=${RUNS:-20}
-# OWN=1: the test build with a thread of memattach's own (not the default).
-if [ "${OWN:-0}" = 1 ]; then export MEMATTACH_TEST_OWN_THREAD=1; MA=$MA_T; fi
+# OWN=0: the test build with a borrowed thread of the program doing the work.
+if [ "${OWN:-1}" = 0 ]; then export MEMATTACH_TEST_OWN_THREAD=0; MA=$MA_T; fi
 SPAWNERS=${SPAWNERS:-3}
 die() { echo "frag_hold: $*" >&2; exit 1; }
 [ -x "$FIX/fragchurn" ] || die "build/fixtures/fragchurn missing (make fixtures)"
