@@ -348,6 +348,7 @@ static int skip_loader_lock(struct ma_session *s)
 
 	if ((rc = give_up_at_futex(s)))
 		return rc;
+	s->t->loader_lock_given_up = true;
 	return ma_fail(MA_E_NOSAFE, "making memattach's thread in thread %d had to wait for a lock "
 		       "kept in glibc's dynamic loader (the thread-stack or TLS lock; a dlopen elsewhere "
 		       "holds them too), which that thread might hold itself: given up before "

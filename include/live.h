@@ -50,6 +50,7 @@ struct ma_live {
 	char own_why[300]; /* why not, when ma_live_borrow_own fell back to a thread of the program */
 	uint64_t maker_hold_ns, maker_longest_ns;
 	pid_t maker_tid;
+	unsigned own_tries_given_up; /* makings given up at a loader lock (live.c: make_own_thread) */
 };
 /*
  * How long the program's threads were held in this visit (the maker's

@@ -139,6 +139,8 @@ struct ma_target {
 	struct ma_range thread_fns[MA_MAX_THREAD_FNS];
 	size_t nthread_fns;
 	bool for_thread_create;
+	/* ... and its call was given up at a wait on a loader lock (session_run.c): worth another try. */
+	bool loader_lock_given_up;
 	size_t nstub_sites;
 	bool je_pending; /* the program needs libjemalloc, not mapped yet (still loading) */
 };

@@ -345,6 +345,7 @@ struct frag_live {
 	uint64_t hold_max_ns; /* the longest hold of one thread of the program */
 	uint64_t work_ns; /* the work's thread's holds (a thread of our own when own_thread) */
 	bool own_thread; /* the work ran in a thread of memattach's own (ownthread.h) */
+	unsigned own_retries; /* makings of that thread given up at a loader lock, tried again */
 	struct ma_frag_data *d; /* report */
 	struct frag_timing *tm; /* report */
 };
@@ -393,6 +394,7 @@ static void emit_holds(struct ma_json *j, const struct frag_live *fl, bool with_
 		ma_json_u64(j, "pause_max_ns", fl->pause_max_ns);
 	ma_json_u64(j, "hold_max_ns", fl->hold_max_ns);
 	ma_json_bool(j, "own_thread", fl->own_thread);
+	ma_json_u64(j, "own_retries", fl->own_retries);
 	ma_json_u64(j, "work_ns", fl->work_ns);
 }
 
@@ -481,6 +483,7 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 		fl->hold_max_ns = longest;
 	fl->work_ns += l->s.stopped_ns;
 	fl->own_thread = l->own_used;
+	fl->own_retries += l->own_tries_given_up;
 	if (!l->own_used && l->own_why[0] && !fl->a->o.tid)
 		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms (memattach "
 			    "could not make a thread of its own: %s)", l->s.stopped_ns / 1e6, l->own_why);

@@ -31,13 +31,14 @@ row() {
 	local name=$1 p i
 	fix_start fragchurn -c "$2" || die "$name: fragchurn did not start"
 	p=$FIX_PID
-	own=0
+	own=0 retries=0
 	for c in start stop; do : >"$TMP/$c.ms"; : >"$TMP/$c.work"; done
 	for i in $(seq "$RUNS"); do
 		for c in start stop; do
 			"$MA" frag "$c" "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag $c: $(head -1 "$TMP/err")"
 			ms_of hold_max_ns "$TMP/a.json" >>"$TMP/$c.ms"
 			ms_of work_ns "$TMP/a.json" >>"$TMP/$c.work"
+			retries=$((retries + $(sed -n 's/.*"own_retries":\([0-9]*\).*/\1/p' "$TMP/a.json")))
 			if grep -q '"own_thread":true' "$TMP/a.json"; then own=$((own + 1))
 			else tr -s '\n ' '  ' <"$TMP/err" | grep -o "could not make a thread of its own: .*" >>"$TMP/whys"; fi
 		done
@@ -51,7 +52,8 @@ row() {
 			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f | %s |\n", n, c, NR,
 			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], w }'
 	done
-	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own)"
+	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own;" \
+		"$retries makings given up at a loader lock and tried again)"
 	[ -s "$TMP/whys" ] && sort "$TMP/whys" | uniq -c | sed 's/^/(  /; s/$/)/'
 	rm -f "$TMP/whys"
 }
