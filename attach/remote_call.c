@@ -76,6 +76,22 @@ void session_count_hold(struct ma_session *s)
 		s->longest_stop_ns = held;
 }
 
+static long thread_seccomp_state(const struct ma_session *s)
+{
+	char path[64];
+	long state;
+	int fd;
+
+	if (s->status_fd >= 0)
+		return ma_seccomp_state_of(s->status_fd);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)s->t->pid, (int)s->tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	state = ma_seccomp_state_of(fd);
+	close(fd);
+	return state;
+}
+
 bool ma_session_filtered(const struct ma_session *s)
 {
 	return thread_seccomp_mode(s) != 0;
@@ -209,6 +225,9 @@ int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 	if (mode < 0 || ma_arch_stopped_after_seccomp_change(&s->saved.regs))
 		mode = thread_seccomp_mode(s);
 	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = s->stub_reads_altstack = true;
+	/* What give-back compares with (judge_filters_again); read before the filters are. */
+	s->judged_filters = mode == 0 ? 0 : thread_seccomp_state(s);
+	s->filters_changed = false;
 	if (mode == 0)
 		return 0;
 	s->filtered = true;
@@ -892,6 +911,31 @@ static int unblock_through_trap(struct ma_session *s)
 }
 
 /*
+ * A filter another thread installs with TSYNC during the hold came after
+ * this thread's was judged, and may refuse what the give-back makes the
+ * thread do: the stub's self-restore (sigaltstack, rt_sigreturn...) or a
+ * timed wait's restart_syscall.  Its mode and filter count are read
+ * again (one pread); when they moved, the thread goes back through
+ * ptrace (stub_can_give_back), and a restart the new filter refuses is
+ * issued again as the program made it (keep_restart_allowed's rule).
+ * Left: a filter that arrives after this read, and the marker's getpid
+ * should the new filter refuse it.
+ */
+static void judge_filters_again(struct ma_session *s)
+{
+	long now = thread_seccomp_state(s);
+
+	if (now < 0 || s->judged_filters < 0 || now == s->judged_filters)
+		return;
+	s->judged_filters = now;
+	s->filters_changed = s->filtered = true;
+	if (thread_restart_refused(s, s->tid, &s->saved.regs)) {
+		ma_arch_restart_as_issued(&s->saved.regs);
+		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
+	}
+}
+
+/*
  * Is the thread where the stub's restore path begins, and may that path
  * give it back (rt_sigreturn: registers, xstate and mask in one step)?
  * Then letting it go is the whole way out: no trap, no window.  Not for
@@ -905,7 +949,7 @@ static bool stub_can_give_back(struct ma_session *s)
 	struct __ptrace_syscall_info info;
 	struct user_regs_struct r;
 
-	if (!s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
+	if (s->filters_changed || !s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
 	    !s->mask_blocked || ma_arch_stub_restore_pops(&s->saved, &s->resume) ||
 	    ma_arch_get_regs(s->tid, &r) != 0 ||
 	    ma_arch_ip(&r) != s->stub + MA_STUB_MARKER_END) {
@@ -962,6 +1006,7 @@ static int restore_and_detach(struct ma_session *s)
 	struct user_regs_struct r;
 
 	count_deferred_signals(s);
+	judge_filters_again(s);
 	if (stub_can_give_back(s)) {
 		s->at_marker = false;
 		if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)

@@ -499,6 +499,25 @@ int ma_seccomp_mode_of(int status_fd)
 	return mode;
 }
 
+long ma_seccomp_state_of(int status_fd)
+{
+	char buf[4096];
+	const char *line;
+	ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
+	int mode;
+	long filters = 0;
+
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	if (!(line = strstr(buf, "\nSeccomp:")) || sscanf(line + 9, "%d", &mode) != 1 || mode < 0 ||
+	    mode > 2)
+		return -1;
+	if ((line = strstr(buf, "\nSeccomp_filters:")) && sscanf(line + 17, "%ld", &filters) != 1)
+		filters = 0;
+	return (long)mode * 65536 + (filters & 0xffff);
+}
+
 int ma_seccomp_mode(pid_t pid, pid_t tid)
 {
 	char path[64];

@@ -71,6 +71,11 @@ int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
 
 /* session_thread.c */
 bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked);
+/*
+ * R (thread TID's registers) stopped in a timed wait that goes on through
+ * restart_syscall, which the thread's seccomp filter refuses?
+ */
+bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r);
 void thread_release_regs_eintr(pid_t pid, pid_t tid);
 void thread_release_untouched(struct ma_session *s, int sig);
 uint64_t thread_stack_bottom(const struct ma_session *s);

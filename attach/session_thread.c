@@ -996,29 +996,37 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
  * issued again as the program made it: one register write, after which
  * any release is safe.  The cost: its timeout counts again from the start.
  */
-static int keep_restart_allowed(struct ma_session *s, pid_t tid)
+bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
 {
 	struct __ptrace_syscall_info info;
-	struct user_regs_struct r;
 	struct ma_sc_query q;
 	long nr;
-	int rc;
 
-	if (!ma_session_filtered(s))
-		return 0;
-	if ((rc = ma_arch_get_regs(tid, &r)))
-		return rc;
-	if ((nr = ma_arch_restart_block_nr(&r)) < 0 || !is_syscall_insn_at(s->t->proc_pid, &r))
-		return 0;
-	ma_arch_syscall_info(&r, &info); /* the restart's arguments and ip are the stop's */
+	if ((nr = ma_arch_restart_block_nr(r)) < 0 || !is_syscall_insn_at(s->t->proc_pid, r))
+		return false;
+	ma_arch_syscall_info(r, &info); /* the restart's arguments and ip are the stop's */
 	memset(&q, 0, sizeof(q));
 	q.nr = (int)nr;
 	memcpy(q.args, info.entry.args, sizeof(q.args));
 	q.ip = info.instruction_pointer;
 	q.what = "restart_syscall (a timed wait going on after a stop)";
 	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
-		return 0;
+		return false;
 	ma_err_clear();
+	return true;
+}
+
+static int keep_restart_allowed(struct ma_session *s, pid_t tid)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if (!ma_session_filtered(s))
+		return 0;
+	if ((rc = ma_arch_get_regs(tid, &r)))
+		return rc;
+	if (!thread_restart_refused(s, tid, &r))
+		return 0;
 	ma_arch_restart_as_issued(&r);
 	return ma_arch_set_regs(tid, &r);
 }

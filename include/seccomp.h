@@ -39,6 +39,12 @@ struct ma_sc_query {
 int ma_seccomp_mode(pid_t pid, pid_t tid);
 /* The same, read (afresh) from an open /proc/PID/task/TID/status: one pread. */
 int ma_seccomp_mode_of(int status_fd);
+/*
+ * Mode and filter count of the thread whose status STATUS_FD is open
+ * ("Seccomp:" and "Seccomp_filters:", Linux 5.9+), as one number that
+ * moves when a filter is added: mode * 65536 + filters; -1 unreadable.
+ */
+long ma_seccomp_state_of(int status_fd);
 
 /*
  * TID is ptrace-seized by us and currently stopped (the caller guarantees it).

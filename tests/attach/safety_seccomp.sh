@@ -14,9 +14,19 @@
 # verdict ok; memattach either succeeds (exit 0) or refuses (exit 1 with a
 # message that mentions seccomp).  The table of which succeeded and which
 # were refused is printed.
+# Then a filter that arrives during the hold (LATE_RUNS runs): the fixture
+# starts unfiltered (-D) and its ctl thread installs the allow-list without
+# restart_syscall, on every thread (TSYNC), while worker_0 is held by a
+# stats or purge --tid (the test build pauses 300 ms before each call):
+# the give-back's own syscalls (the stub's self-restore: rt_sigpending,
+# sigaltstack...) and the sleep's restart_syscall are refused by it.  The
+# target must survive, its verdict ok, the command end 0 or name seccomp.
+# (An outside attack: 5 of 77 targets killed by sigaltstack, memattach
+# exit 0.)
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 51
+LATE_RUNS=${LATE_RUNS:-6}
+plan $((51 + LATE_RUNS))
 need_fixtures seccomp_daemon
 SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask rt_sigaction 127 15 131"}
 VARIANTS=()
@@ -130,5 +140,51 @@ for v in "${VARIANTS[@]}"; do
 	for c in "${CMDS[@]}"; do row+=$(printf ' %-10s' "$(cut -c1-10 <<<"${RESULT[$v,$c]:--}")"); done
 	echo "$row"
 done
+# late_ok HELD ANSWER VERDICT SECCOMP RC: the hold saw the filter come,
+# the target is whole, and the command ended 0 or named seccomp.
+late_ok() {
+	[ "$1" = yes ] && [ "$2" = FILTERED ] && verdict_ok "$3" && [ "$4" = 2 ] &&
+		{ [ "$5" -eq 0 ] || { [ "$5" -eq 1 ] && grep -qi seccomp "$TMP/late.err"; }; }
+}
+# wait_traced TID: until the thread is in a tracing stop (1 after 10 s).
+wait_traced() {
+	local i st
+	for ((i = 0; i < 1000; i++)); do
+		st=$(sed 's/.*) //' /proc/"$pid"/task/"$1"/stat 2>/dev/null | cut -d' ' -f1)
+		[ "$st" = t ] && return 0
+		bsleep 0.01
+	done
+	return 1
+}
+for ((r = 1; r <= LATE_RUNS; r++)); do
+	c=stats; [ $((r % 2)) -eq 0 ] && c=purge
+	if ! MALLOC_CONF=$PROF_CONF fix_start seccomp_daemon -L -R -n 16 -D; then
+		fail "filter during the hold, run $r: fixture did not start"
+		continue
+	fi
+	pid=$FIX_PID fd=$FIX_FD out=$FIX_OUT
+	w=$(tid_of "$pid" worker_0)
+	MEMATTACH_TEST_PAUSE_AT=call timeout -s KILL 60 "$MA_T" "$c" --tid "$w" "$pid" \
+		>/dev/null 2>"$TMP/late.err" &
+	mp=$!
+	held=no; wait_traced "$w" && held=yes
+	ans=$(fix_cmd "$pid" "$fd" "$out" filter)
+	wait "$mp"; rc=$?
+	bsleep 0.1
+	how="held=$held filter=$ans rc=$rc $(head -1 "$TMP/late.err" | cut -c1-120)"
+	if ! alive "$pid"; then
+		fixture_died "$pid" "$(dirname "$out")"
+		check "filter during the hold, run $r ($c): target alive ($how; ${DIED_WHY:0:120})" false
+		exec {fd}>&-
+		reap "$pid"
+		continue
+	fi
+	vv=$(fix_cmd "$pid" "$fd" "$out" verdict)
+	sc=$(sed -n 's/^Seccomp:[[:space:]]*//p' /proc/"$pid"/task/"$w"/status)
+	check "filter during the hold, run $r ($c): target alive, verdict ok, worker_0 filtered ($sc), ends 0 or names seccomp ($how)" \
+		late_ok "$held" "$ans" "$vv" "$sc" "$rc"
+	fix_quit "$pid" "$fd" >/dev/null
+done
+
 check "seccomp: $((n_ok + n_refused + n_bad)) runs: $n_ok succeeded, $n_refused refused naming seccomp, $n_bad harmed the target or failed unclearly" [ "$n_bad" -eq 0 ]
 report_time
