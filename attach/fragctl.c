@@ -519,6 +519,33 @@ static size_t detour_queries(const struct ma_target *t, struct ma_sc_query *q, u
 }
 
 /*
+ * The wrappers run in every thread of the program, and a stripe of the
+ * sample table grows there (mmap, munmap): the filter judged is the held
+ * thread's, so every other thread must have the same one.  A process
+ * filtered as a whole (TSYNC, or before its threads were made) has one
+ * mode and filter count in every thread; a thread with a filter of its
+ * own (an outside attack: KILL on munmap in one worker, the target killed
+ * 5 of 5 times a few seconds after start) shows another, and start
+ * refuses.  Each thread's count is one read of its status, no stop.
+ */
+static int check_filters_alike(struct ma_session *s)
+{
+	long mine = ma_seccomp_state(s->t->pid, s->tid), theirs = 0;
+	pid_t other;
+
+	if (mine < 0)
+		return 0; /* the held thread's status unread: its stop judged it */
+	if (!(other = ma_seccomp_thread_unlike(s->t->pid, mine, &theirs)))
+		return 0;
+	return ma_fail(MA_E_SECCOMP,
+		       "thread %d of process %d runs under %ld seccomp filter%s, thread %d (which "
+		       "memattach judged) under %ld: the agent's wrappers run in every thread and "
+		       "map memory there, which that thread's own filter was not judged for; not "
+		       "started", other, s->t->pid, theirs & 0xffff, (theirs & 0xffff) == 1 ? "" : "s",
+		       s->tid, mine & 0xffff);
+}
+
+/*
  * Everything the agent will ask of the kernel for MECHANISM, checked
  * against the thread's seccomp filter before the agent is loaded.  The
  * jumps' own pages are checked once planned (check_patch_pages).
@@ -528,10 +555,13 @@ static int check_agent_syscalls(struct ma_session *s, uint32_t mechanism)
 	struct ma_sc_query q[AGENT_QUERIES + 8];
 	uint64_t ip = s->stub + MA_STUB_MARKER_END;
 	size_t n = agent_queries(q, ip);
+	int rc;
 
 	if (mechanism == MA_AGENT_MECH_DETOUR)
 		n += detour_queries(s->t, q + n, ip);
-	return ma_session_check_syscalls(s, q, n);
+	if ((rc = ma_session_check_syscalls(s, q, n)))
+		return rc;
+	return check_filters_alike(s);
 }
 
 static int check_patch_pages(struct ma_session *s, const struct ma_agent_patch *list, uint64_t n)

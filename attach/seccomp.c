@@ -10,6 +10,7 @@
  * (KILL_THREAD) and a shift by X uses only its low five bits.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -516,6 +517,43 @@ long ma_seccomp_state_of(int status_fd)
 	if ((line = strstr(buf, "\nSeccomp_filters:")) && sscanf(line + 17, "%ld", &filters) != 1)
 		filters = 0;
 	return (long)mode * 65536 + (filters & 0xffff);
+}
+
+long ma_seccomp_state(pid_t pid, pid_t tid)
+{
+	char path[64];
+	long state;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	state = ma_seccomp_state_of(fd);
+	close(fd);
+	return state;
+}
+
+pid_t ma_seccomp_thread_unlike(pid_t pid, long state, long *theirs)
+{
+	char path[64];
+	struct dirent *d;
+	pid_t found = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (!(dir = opendir(path)))
+		return 0;
+	while (!found && (d = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(d->d_name);
+		long st = tid > 0 ? ma_seccomp_state(pid, tid) : -1;
+
+		if (st >= 0 && st != state) {
+			found = tid;
+			*theirs = st;
+		}
+	}
+	closedir(dir);
+	return found;
 }
 
 int ma_seccomp_mode(pid_t pid, pid_t tid)

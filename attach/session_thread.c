@@ -973,6 +973,9 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 			 STACK_ROOM >> 10);
 		return let_go(s, false, never);
 	}
+	/* Before the allocator state: a thread whose filter refuses us is not offered for --tid. */
+	if (refused_by_seccomp(s, why, whylen))
+		return let_go(s, false, true);
 	if (refused_for_je_state(s, ti, &v, why, whylen))
 		return v;
 	if (s->sites_had_stub && inside_leftover_stub(s)) {
@@ -980,8 +983,6 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 			 "was killed (its stub is restoring the thread's registers)");
 		return let_go(s, false, false);
 	}
-	if (refused_by_seccomp(s, why, whylen))
-		return let_go(s, false, true);
 	snprintf(s->why, sizeof(s->why), "thread %d (%s): %s", ti->tid, ti->name, why);
 	return verdict_of(0);
 }

@@ -45,6 +45,15 @@ int ma_seccomp_mode_of(int status_fd);
  * moves when a filter is added: mode * 65536 + filters; -1 unreadable.
  */
 long ma_seccomp_state_of(int status_fd);
+/* The same for thread TID of PID, opened and closed here. */
+long ma_seccomp_state(pid_t pid, pid_t tid);
+/*
+ * A thread of PID whose state (ma_seccomp_state) is not STATE: its tid,
+ * its state into *THEIRS; 0 when every thread's is (threads that end
+ * meanwhile are skipped).  Two filters installed one per thread with the
+ * same count look alike here: only a stop can tell them apart.
+ */
+pid_t ma_seccomp_thread_unlike(pid_t pid, long state, long *theirs);
 
 /*
  * TID is ptrace-seized by us and currently stopped (the caller guarantees it).

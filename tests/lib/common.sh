@@ -5,7 +5,7 @@ MA=${MA_BIN:-"$ROOT/build/memattach"}
 # The test build (the same code, plus the MEMATTACH_TEST_* hooks): for the
 # checks that need a hook; every other check runs the shipped binary.
 MA_T=${MA_TEST_BIN:-"$ROOT/build/memattach-test"}
-FIX="$ROOT/build/fixtures"
+FIX=${MA_FIX_DIR:-"$ROOT/build/fixtures"}
 TMP=$(mktemp -d /tmp/matest.XXXXXX)
 _children=()
 # Kill only processes that are still our children: a pid that exited may
