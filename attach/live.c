@@ -273,6 +273,30 @@ static int make_own_thread(struct ma_live *l, const struct ma_session_opts *o)
 	return rc;
 }
 
+/*
+ * Made, and asleep.  A signal whose handler runs in it (glibc's SIGSETXID,
+ * which every setuid() of the program sends to every thread) ends its
+ * sleep, and it exits: a second and third thread are tried.
+ */
+#define OWN_ENDED_TRIES 3
+
+static int make_asleep(struct ma_live *l, const struct ma_session_opts *o)
+{
+	int rc = 0;
+
+	for (int i = 0; i < OWN_ENDED_TRIES; i++) {
+		if ((rc = make_own_thread(l, o)))
+			return rc;
+		if ((rc = ma_own_thread_wait_asleep(l->t.pid, &l->own, 2000)) != MA_E_EXITED ||
+		    ma_run_deadline_passed())
+			return rc;
+		memset(&l->own, 0, sizeof(l->own)); /* it ended */
+		if (i + 1 < OWN_ENDED_TRIES)
+			ma_err_clear();
+	}
+	return rc;
+}
+
 int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 {
 	struct ma_session_opts mine = *o;
@@ -295,8 +319,7 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 			 : !ma_own_thread_possible(&l->t)
 			 ? "no pthread_create and its attribute setters found in the target's libc "
 			   "(glibc 2.34 or later has them)"
-			 : make_own_thread(l, o) ? "making it failed"
-			 : ma_own_thread_wait_asleep(l->t.pid, &l->own, 2000) ? "it did not fall asleep"
+			 : make_asleep(l, o) ? "making it failed"
 			 : ma_target_maps_refresh(&l->t) ? "the maps could not be read again"
 			 : NULL;
 
@@ -317,7 +340,12 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 		l->own_used = true;
 		return 0;
 	}
-	snprintf(l->own_why, sizeof(l->own_why), "%s", ma_errmsg());
+	if (ma_thread_going(l->t.pid, l->own.tid))
+		snprintf(l->own_why, sizeof(l->own_why), "memattach's thread %d ended before it could "
+			 "be used (a signal's handler, such as glibc's SIGSETXID that each setuid() sends, "
+			 "ends its sleep)", l->own.tid);
+	else
+		snprintf(l->own_why, sizeof(l->own_why), "%s", ma_errmsg());
 	ma_own_thread_end(l->t.pid, &l->own);
 	ma_err_clear();
 	return ma_live_borrow(l, o);

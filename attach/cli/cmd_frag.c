@@ -484,7 +484,12 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 	fl->work_ns += l->s.stopped_ns;
 	fl->own_thread = l->own_used;
 	fl->own_retries += l->own_tries_given_up;
-	if (!l->own_used && l->own_why[0] && !fl->a->o.tid)
+	if (!l->own_used && l->own_why[0] && !fl->a->o.tid && l->maker_hold_ns)
+		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms, after "
+			    "memattach's tries to make a thread of its own had held thread %d %.1f ms "
+			    "(the longest hold %.1f ms): %s", l->s.stopped_ns / 1e6, l->maker_tid,
+			    l->maker_hold_ns / 1e6, longest / 1e6, l->own_why);
+	else if (!l->own_used && l->own_why[0] && !fl->a->o.tid)
 		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms (memattach "
 			    "could not make a thread of its own: %s)", l->s.stopped_ns / 1e6, l->own_why);
 	if (ma_agent_mechanism_for(&l->t) == MA_AGENT_MECH_HOOKS)
