@@ -350,6 +350,16 @@ struct frag_live {
 	struct frag_timing *tm; /* report */
 };
 
+/* Does this start install jemalloc's hooks, or this stop remove them? */
+static bool hooks_in_play(struct ma_target *t, const struct frag_live *fl)
+{
+	uint32_t mech = ma_agent_mechanism_for(t);
+
+	if (fl->loading)
+		return mech == MA_AGENT_MECH_HOOKS || (mech == MA_AGENT_MECH_DETOUR && fl->a->hooks);
+	return fl->before.loaded && fl->before.ctl.mechanism == MA_AGENT_MECH_HOOKS;
+}
+
 /*
  * Before a session: (report) flush every tcache; wait until no call of a
  * killed memattach still runs in the agent (it would race ours over the
@@ -371,6 +381,15 @@ static int prepare(struct ma_target *t, void *ctx)
 		fl->tm->flush_ns = ma_now_ns() - t0;
 	if ((rc = ma_agent_wait_idle(t, 30000)) || (rc = ma_agent_find(t, &fl->before)))
 		return rc;
+	/*
+	 * Hooks installed or removed mark every thread "recompute" (settle_threads),
+	 * and a thread of memattach's own ends right after its work, leaving a
+	 * dangling entry in jemalloc's thread list (an outside attack: a thread
+	 * spinning in arena_stats_merge, then a deadlock, 3 of 3): with the
+	 * hooks the work stays in a borrowed thread of the program.
+	 */
+	if (hooks_in_play(t, fl))
+		fl->a->o.own_thread = false;
 	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
 			     (fl->loading || fl->before.ctl.state == MA_AGENT_RUNNING);
 	if ((fl->before.loaded || !fl->loading) && !fl->walks_link_map)
