@@ -929,6 +929,7 @@ static void judge_filters_again(struct ma_session *s)
 		return;
 	s->judged_filters = now;
 	s->filters_changed = s->filtered = true;
+	s->trap_ok = trap_allowed(s); /* unblock_through_trap's registers, should memattach die there */
 	if (thread_restart_refused(s, s->tid, &s->saved.regs)) {
 		ma_arch_restart_as_issued(&s->saved.regs);
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
