@@ -248,6 +248,27 @@ static int make_own_thread_once(struct ma_live *l, const struct ma_session_opts 
 }
 
 /*
+ * Our thread's first allocator call takes an arena, a new one where the
+ * program has fewer threads than jemalloc has arenas; with jemalloc's
+ * background threads on, jemalloc then starts one for that arena, and it
+ * stays (redis-server: jemalloc-bg-thread is its default).  Their name
+ * (jemalloc_bg_thd) shows them on: the work then stays in a program
+ * thread, which has its arena.
+ */
+static bool jemalloc_background_threads(pid_t pid, char *why, size_t whylen)
+{
+	int threads, bg, maps;
+
+	count_process(pid, &threads, &bg, &maps);
+	if (!bg)
+		return false;
+	snprintf(why, whylen, "jemalloc's background threads are on (%d running): a thread of "
+		 "memattach's own would get an arena of its own, and jemalloc would start a "
+		 "background thread for it, which would stay", bg);
+	return true;
+}
+
+/*
  * A program making threads without pause holds glibc's thread-stack lock
  * much of the time, and a maker whose first syscall waits for it gives
  * the call up (session_run.c: it cannot tell that lock's holder): a few
@@ -313,6 +334,8 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 	if (own && own[0] == '0')
 		return ma_live_borrow(l, o);
 	if (!o->tid && !ma_process_thread_room(l->t.pid, l->own_why, sizeof(l->own_why)))
+		return ma_live_borrow(l, o);
+	if (!o->tid && jemalloc_background_threads(l->t.pid, l->own_why, sizeof(l->own_why)))
 		return ma_live_borrow(l, o);
 	/* Its stack may be new: the maps are read again for its judgement. */
 	const char *step = o->tid ? "--tid names the thread"
