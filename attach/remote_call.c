@@ -78,18 +78,7 @@ void session_count_hold(struct ma_session *s)
 
 static long thread_seccomp_state(const struct ma_session *s)
 {
-	char path[64];
-	long state;
-	int fd;
-
-	if (s->status_fd >= 0)
-		return ma_seccomp_state_of(s->status_fd);
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)s->t->pid, (int)s->tid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return -1;
-	state = ma_seccomp_state_of(fd);
-	close(fd);
-	return state;
+	return s->status_fd >= 0 ? ma_seccomp_state_of(s->status_fd) : ma_seccomp_state(s->t->pid, s->tid);
 }
 
 bool ma_session_filtered(const struct ma_session *s)

@@ -484,22 +484,6 @@ static int check_queries(pid_t tid, const struct sc_filters *fs, const struct ma
 
 /* ---- public ---- */
 
-int ma_seccomp_mode_of(int status_fd)
-{
-	char buf[4096];
-	const char *line;
-	ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
-	int mode;
-
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	if (!(line = strstr(buf, "\nSeccomp:")) || sscanf(line + 9, "%d", &mode) != 1 || mode < 0 ||
-	    mode > 2)
-		return -1;
-	return mode;
-}
-
 long ma_seccomp_state_of(int status_fd)
 {
 	char buf[4096];
@@ -533,6 +517,13 @@ long ma_seccomp_state(pid_t pid, pid_t tid)
 	return state;
 }
 
+int ma_seccomp_mode_of(int status_fd)
+{
+	long state = ma_seccomp_state_of(status_fd);
+
+	return state < 0 ? -1 : (int)(state / 65536);
+}
+
 pid_t ma_seccomp_thread_unlike(pid_t pid, long state, long *theirs)
 {
 	char path[64];
@@ -558,15 +549,9 @@ pid_t ma_seccomp_thread_unlike(pid_t pid, long state, long *theirs)
 
 int ma_seccomp_mode(pid_t pid, pid_t tid)
 {
-	char path[64];
-	int fd, mode;
+	long state = ma_seccomp_state(pid, tid);
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return -1;
-	mode = ma_seccomp_mode_of(fd);
-	close(fd);
-	return mode;
+	return state < 0 ? -1 : (int)(state / 65536);
 }
 
 int ma_seccomp_check(pid_t pid, pid_t tid, const struct ma_sc_query *q, size_t n)
