@@ -346,6 +346,7 @@ struct frag_live {
 	uint64_t work_ns; /* the work's thread's holds (a thread of our own when own_thread) */
 	bool own_thread; /* the work ran in a thread of memattach's own (ownthread.h) */
 	unsigned own_retries; /* makings of that thread given up at a loader lock, tried again */
+	bool hooks_borrowed; /* jemalloc's hooks change: the work stays in a program thread */
 	struct ma_frag_data *d; /* report */
 	struct frag_timing *tm; /* report */
 };
@@ -388,6 +389,8 @@ static int prepare(struct ma_target *t, void *ctx)
 	 * spinning in arena_stats_merge, then a deadlock, 3 of 3): with the
 	 * hooks the work stays in a borrowed thread of the program.
 	 */
+	if (hooks_in_play(t, fl) && !fl->a->o.tid && fl->a->o.own_thread)
+		fl->hooks_borrowed = true;
 	if (hooks_in_play(t, fl))
 		fl->a->o.own_thread = false;
 	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
@@ -508,6 +511,11 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 			    "memattach's tries to make a thread of its own had held thread %d %.1f ms "
 			    "(the longest hold %.1f ms): %s", l->s.stopped_ns / 1e6, l->maker_tid,
 			    l->maker_hold_ns / 1e6, longest / 1e6, l->own_why);
+	else if (fl->hooks_borrowed)
+		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms (with "
+			    "jemalloc's hooks: a thread of memattach's own, ending right after the hook "
+			    "change, would leave a dangling entry in jemalloc's thread list)",
+			    l->s.stopped_ns / 1e6);
 	else if (!l->own_used && l->own_why[0] && !fl->a->o.tid)
 		ma_cmd_note(fl->cmd, "a thread of the program did the work, held %.1f ms (memattach "
 			    "could not make a thread of its own: %s)", l->s.stopped_ns / 1e6, l->own_why);
