@@ -157,15 +157,15 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 }
 
 /* PID's threads, those of them that are jemalloc's background threads, and its mappings. */
-static void count_process(pid_t pid, int *threads, int *bg, int *maps)
+/* PID's threads, and how many of them are jemalloc's background threads (by name). */
+static void count_threads(pid_t pid, int *threads, int *bg)
 {
 	char path[96], name[32];
 	struct dirent *d;
 	FILE *f;
 	DIR *dir;
-	int c;
 
-	*threads = *bg = *maps = 0;
+	*threads = *bg = 0;
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	if ((dir = opendir(path))) {
 		while ((d = readdir(dir))) {
@@ -182,6 +182,16 @@ static void count_process(pid_t pid, int *threads, int *bg, int *maps)
 		}
 		closedir(dir);
 	}
+}
+
+static void count_process(pid_t pid, int *threads, int *bg, int *maps)
+{
+	char path[64];
+	FILE *f;
+	int c;
+
+	count_threads(pid, threads, bg);
+	*maps = 0;
 	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
 	if ((f = fopen(path, "re"))) {
 		while ((c = getc(f)) != EOF)
@@ -257,9 +267,9 @@ static int make_own_thread_once(struct ma_live *l, const struct ma_session_opts 
  */
 static bool jemalloc_background_threads(pid_t pid, char *why, size_t whylen)
 {
-	int threads, bg, maps;
+	int threads, bg;
 
-	count_process(pid, &threads, &bg, &maps);
+	count_threads(pid, &threads, &bg); /* not the maps: one read of each thread's name */
 	if (!bg)
 		return false;
 	snprintf(why, whylen, "jemalloc's background threads are on (%d running): a thread of "

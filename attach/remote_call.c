@@ -62,10 +62,6 @@ static int write_stub_site(struct ma_session *s, size_t off, const void *buf, si
 	return ma_mem_write_fd(s->mem_fd, s->t->proc_pid, s->stub + off, buf, len);
 }
 
-static int thread_seccomp_mode(const struct ma_session *s)
-{
-	return s->status_fd >= 0 ? ma_seccomp_mode_of(s->status_fd) : ma_seccomp_mode(s->t->pid, s->tid);
-}
 
 void session_count_hold(struct ma_session *s)
 {
@@ -79,6 +75,14 @@ void session_count_hold(struct ma_session *s)
 static long thread_seccomp_state(const struct ma_session *s)
 {
 	return s->status_fd >= 0 ? ma_seccomp_state_of(s->status_fd) : ma_seccomp_state(s->t->pid, s->tid);
+}
+
+/* 0 none, 1 strict, 2 filter; -1 unreadable. */
+static int thread_seccomp_mode(const struct ma_session *s)
+{
+	long state = thread_seccomp_state(s);
+
+	return state < 0 ? -1 : (int)(state / 65536);
 }
 
 bool ma_session_filtered(const struct ma_session *s)

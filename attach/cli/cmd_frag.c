@@ -389,10 +389,10 @@ static int prepare(struct ma_target *t, void *ctx)
 	 * spinning in arena_stats_merge, then a deadlock, 3 of 3): with the
 	 * hooks the work stays in a borrowed thread of the program.
 	 */
-	if (hooks_in_play(t, fl) && !fl->a->o.tid && fl->a->o.own_thread)
-		fl->hooks_borrowed = true;
-	if (hooks_in_play(t, fl))
+	if (hooks_in_play(t, fl)) {
+		fl->hooks_borrowed |= !fl->a->o.tid && fl->a->o.own_thread;
 		fl->a->o.own_thread = false;
+	}
 	fl->walks_link_map = ma_agent_mechanism_for(t) == MA_AGENT_MECH_GOT &&
 			     (fl->loading || fl->before.ctl.state == MA_AGENT_RUNNING);
 	if ((fl->before.loaded || !fl->loading) && !fl->walks_link_map)
