@@ -245,8 +245,10 @@ static int make_own_thread_once(struct ma_live *l, const struct ma_session_opts 
 	l->t.for_thread_create = false;
 	rc2 = ma_live_restore(l);
 	l->maker_hold_ns += l->s.stopped_ns;
-	if (l->s.longest_stop_ns > l->maker_longest_ns)
+	if (l->s.longest_stop_ns > l->maker_longest_ns) {
 		l->maker_longest_ns = l->s.longest_stop_ns;
+		l->maker_longest_cpu_wait_ns = l->s.longest_stop_cpu_wait_ns;
+	}
 	l->maker_tid = l->s.tid;
 	if (rc || rc2)
 		memset(&l->own, 0, sizeof(l->own)); /* one made sleeps out its time and exits */
@@ -338,7 +340,7 @@ int ma_live_borrow_own(struct ma_live *l, const struct ma_session_opts *o)
 	memset(&l->own, 0, sizeof(l->own));
 	l->own_used = false;
 	l->own_why[0] = '\0';
-	l->maker_hold_ns = l->maker_longest_ns = 0;
+	l->maker_hold_ns = l->maker_longest_ns = l->maker_longest_cpu_wait_ns = 0;
 	l->maker_tid = 0;
 	l->own_tries_given_up = 0;
 	if (own && own[0] == '0')
@@ -443,4 +445,12 @@ uint64_t ma_live_program_longest_hold_ns(const struct ma_live *l)
 	uint64_t s = l->own_used ? 0 : l->s.longest_stop_ns;
 
 	return l->maker_longest_ns > s ? l->maker_longest_ns : s;
+}
+
+uint64_t ma_live_program_longest_hold_cpu_wait_ns(const struct ma_live *l)
+{
+	uint64_t s = l->own_used ? 0 : l->s.longest_stop_ns;
+
+	return l->maker_longest_ns > s ? l->maker_longest_cpu_wait_ns
+				       : l->own_used ? 0 : l->s.longest_stop_cpu_wait_ns;
 }

@@ -374,6 +374,23 @@ long ma_thread_syscall_nr(pid_t pid, pid_t tid)
 	return nr;
 }
 
+bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns)
+{
+	char path[96];
+	unsigned long long run, wait;
+	FILE *f;
+	bool ok;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return false;
+	ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+	fclose(f);
+	if (ok)
+		*ns = wait;
+	return ok;
+}
+
 bool ma_syscall_is_sleep(long nr)
 {
 	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;

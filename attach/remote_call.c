@@ -65,11 +65,19 @@ static int write_stub_site(struct ma_session *s, size_t off, const void *buf, si
 
 void session_count_hold(struct ma_session *s)
 {
-	uint64_t held = ma_now_ns() - s->t_stop_ns;
+	uint64_t held = ma_now_ns() - s->t_stop_ns, wait = 0;
 
 	s->stopped_ns += held;
-	if (held > s->longest_stop_ns)
-		s->longest_stop_ns = held;
+	if (held <= s->longest_stop_ns)
+		return;
+	s->longest_stop_ns = held;
+	/* Read after the release (not part of the hold). */
+	if (s->cpu_wait_known && ma_thread_cpu_wait_ns(s->t->proc_pid, s->tid, &wait) &&
+	    wait >= s->cpu_wait_at_seize_ns)
+		wait -= s->cpu_wait_at_seize_ns;
+	else
+		wait = 0;
+	s->longest_stop_cpu_wait_ns = wait < held ? wait : held;
 }
 
 static long thread_seccomp_state(const struct ma_session *s)

@@ -1074,6 +1074,8 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 		ma_hold_priority_drop();
 		return v;
 	}
+	/* Read before the hold: its CPU wait is told apart from ours (session_count_hold). */
+	s->cpu_wait_known = ma_thread_cpu_wait_ns(s->t->proc_pid, ti->tid, &s->cpu_wait_at_seize_ns);
 	if (ma_ptrace(PTRACE_SEIZE, ti->tid, NULL, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
 		int e = errno;
 

@@ -49,6 +49,7 @@ struct ma_live {
 	bool own_used; /* s holds (or held) a thread of our own */
 	char own_why[300]; /* why not, when ma_live_borrow_own fell back to a thread of the program */
 	uint64_t maker_hold_ns, maker_longest_ns;
+	uint64_t maker_longest_cpu_wait_ns; /* of that longest hold, the thread's wait for a CPU */
 	pid_t maker_tid;
 	unsigned own_tries_given_up; /* makings given up at a loader lock (live.c: make_own_thread) */
 };
@@ -59,6 +60,8 @@ struct ma_live {
  */
 uint64_t ma_live_program_hold_ns(const struct ma_live *l);
 uint64_t ma_live_program_longest_hold_ns(const struct ma_live *l);
+/* ... and how much of that longest hold its thread spent waiting for a CPU. */
+uint64_t ma_live_program_longest_hold_cpu_wait_ns(const struct ma_live *l);
 
 /* Work on the open target before a thread is borrowed: 0 or an MA_E_* (with ma_fail). */
 typedef int (*ma_live_prep_fn)(struct ma_target *t, void *ctx);

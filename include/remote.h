@@ -128,7 +128,14 @@ struct ma_session {
 	unsigned ncalls;
 	uint64_t stopped_ns; /* time the threads tried and the one borrowed were held by us */
 	uint64_t longest_stop_ns; /* the longest of those holds */
+	/*
+	 * ... and how much of it the thread spent waiting for a CPU (runnable
+	 * behind the machine's other threads: the scheduler's part of a hold).
+	 */
+	uint64_t longest_stop_cpu_wait_ns;
 	uint64_t t_stop_ns;
+	uint64_t cpu_wait_at_seize_ns; /* the thread's lifetime CPU wait at its seize */
+	bool cpu_wait_known;
 	char why[400]; /* why this thread was chosen */
 };
 

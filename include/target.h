@@ -170,6 +170,11 @@ bool ma_thread_going(pid_t pid, pid_t tid);
  * is in none.
  */
 long ma_thread_syscall_nr(pid_t pid, pid_t tid);
+/*
+ * The time thread TID has spent runnable but waiting for a CPU, all its
+ * life (/proc's schedstat, in ns).  false if the kernel does not say.
+ */
+bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns);
 /* Is NR a sleep (nanosleep, clock_nanosleep, or the restart of one)? */
 bool ma_syscall_is_sleep(long nr);
 /*

@@ -343,6 +343,7 @@ struct frag_live {
 	bool inflight; /* stop: wrappers were still recording; stop again */
 	uint64_t pause_ns, pause_max_ns; /* the program's threads' holds: their sum, the longest */
 	uint64_t hold_max_ns; /* the longest hold of one thread of the program */
+	uint64_t hold_max_cpu_wait_ns; /* ... of which it waited for a CPU (the scheduler's part) */
 	uint64_t work_ns; /* the work's thread's holds (a thread of our own when own_thread) */
 	bool own_thread; /* the work ran in a thread of memattach's own (ownthread.h) */
 	unsigned own_retries; /* makings of that thread given up at a loader lock, tried again */
@@ -415,6 +416,7 @@ static void emit_holds(struct ma_json *j, const struct frag_live *fl, bool with_
 	if (with_max)
 		ma_json_u64(j, "pause_max_ns", fl->pause_max_ns);
 	ma_json_u64(j, "hold_max_ns", fl->hold_max_ns);
+	ma_json_u64(j, "hold_max_cpu_wait_ns", fl->hold_max_cpu_wait_ns);
 	ma_json_bool(j, "own_thread", fl->own_thread);
 	ma_json_u64(j, "own_retries", fl->own_retries);
 	ma_json_u64(j, "work_ns", fl->work_ns);
@@ -501,8 +503,10 @@ static int settle_and_read(struct ma_live *l, void *ctx)
 	fl->pause_ns += held;
 	if (held > fl->pause_max_ns)
 		fl->pause_max_ns = held;
-	if (longest > fl->hold_max_ns)
+	if (longest > fl->hold_max_ns) {
 		fl->hold_max_ns = longest;
+		fl->hold_max_cpu_wait_ns = ma_live_program_longest_hold_cpu_wait_ns(l);
+	}
 	fl->work_ns += l->s.stopped_ns;
 	fl->own_thread = l->own_used;
 	fl->own_retries += l->own_tries_given_up;

@@ -14,14 +14,15 @@
 #   - memattach SIGKILLed at random instants of start and stop (RUNS
 #     each): the target survives, its verdict stays ok, setgid goes on,
 #     and within the thread's sleep (10 s) no thread of ours is left;
-#   - --tid: the named thread does the work (own_thread false);
+#   - --tid: the named thread does the work (own_thread false), and the
+#     hold's wait for a CPU it reports is within the kernel's count;
 #   - a daemon of a user of its own whose RLIMIT_NPROC leaves it one
 #     thread more: our thread would take it (the program's next
 #     pthread_create would fail), so a thread of the program does the work
 #     and the command says why; with room to spare, our thread does it.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 17
+plan 18
 need_fixtures daemon fragchurn safety_tool
 RUNS=${RUNS:-20}
 cd "$TMP" || exit 1
@@ -103,9 +104,18 @@ check "daemon: verdict ok after all ($v)" verdict_ok "$v"
 
 # --tid: the thread named does the work.
 tid=$(tid_of "$pid" worker_0)
+# ... and its hold's wait for a CPU (hold_max_cpu_wait_ns): within the
+# hold, and within what the kernel counted for that thread over the whole
+# command (the second field of its schedstat, read before and after).
+wait_of() { awk '{ print $2 }' "/proc/$pid/task/$1/schedstat" 2>/dev/null; }
+w0=$(wait_of "${tid:-0}")
 "$MA" frag start "$pid" --tid "${tid:-0}" --json >tid.json 2>tid.err
+w1=$(wait_of "${tid:-0}")
 check "--tid: the named thread does the work (own_thread $(jkey own_thread tid.json); $(head -1 tid.err))" \
 	[ "$(jkey own_thread tid.json)" = false ]
+cw=$(jkey hold_max_cpu_wait_ns tid.json) hold=$(jkey hold_max_ns tid.json)
+check "--tid: the hold's wait for a CPU (${cw:-none} ns) is within the hold (${hold:-none} ns) and the thread's own count over the command ($((${w1:-0} - ${w0:-0})) ns)" \
+	eval '[ -n "$cw" ] && [ -n "$w0" ] && [ -n "$w1" ] && [ "$cw" -le "$hold" ] && [ "$cw" -le $((w1 - w0)) ]'
 "$MA" frag stop "$pid" >/dev/null 2>&1
 fix_quit "$pid" "$fd"; rc=$?
 check "daemon exits cleanly (status $rc)" [ "$rc" -eq 0 ]

@@ -8,7 +8,10 @@
 #   workers   its two allocating workers only (-c 0): both cores busy
 #   churn     plus SPAWNERS threads creating detached threads without
 #             pause (-c SPAWNERS, default 3: over 5,000 threads a second)
-# RUNS start/stop pairs each (default 20); each row: median, p90 and max.
+# RUNS start/stop pairs each (default 20); each row: median, p90 and max,
+# of the hold and of the hold less the time its thread spent waiting for
+# a CPU (hold_max_cpu_wait_ns: runnable behind the machine's other
+# threads, the scheduler's part of it; /proc's schedstat).
 # Any failed command, or a fixture that dies or fails its verdict, exits 1.
 # No peer row: the tools that load code into a live process (heaptrack -p,
 # gdb) stop every thread for the whole injection (loaded_hold.sh measures
@@ -32,11 +35,13 @@ row() {
 	fix_start fragchurn -c "$2" || die "$name: fragchurn did not start"
 	p=$FIX_PID
 	own=0 retries=0
-	for c in start stop; do : >"$TMP/$c.ms"; : >"$TMP/$c.work"; done
+	for c in start stop; do : >"$TMP/$c.ms"; : >"$TMP/$c.net"; : >"$TMP/$c.work"; done
 	for i in $(seq "$RUNS"); do
 		for c in start stop; do
 			"$MA" frag "$c" "$p" --json >"$TMP/a.json" 2>"$TMP/err" || die "$name: frag $c: $(head -1 "$TMP/err")"
 			ms_of hold_max_ns "$TMP/a.json" >>"$TMP/$c.ms"
+			paste <(ms_of hold_max_ns "$TMP/a.json") <(ms_of hold_max_cpu_wait_ns "$TMP/a.json") |
+				awk '{ printf "%.3f\n", $1 - $2 }' >>"$TMP/$c.net"
 			ms_of work_ns "$TMP/a.json" >>"$TMP/$c.work"
 			retries=$((retries + $(sed -n 's/.*"own_retries":\([0-9]*\).*/\1/p' "$TMP/a.json")))
 			if grep -q '"own_thread":true' "$TMP/a.json"; then own=$((own + 1))
@@ -48,9 +53,11 @@ row() {
 	fix_quit "$p" "$FIX_FD" || die "$name: fixture did not exit cleanly"
 	for c in start stop; do
 		w=$(sort -n "$TMP/$c.work" | awk '{ a[NR] = $1 } END { printf "%.1f", a[int((NR + 1) / 2)] }')
-		sort -n "$TMP/$c.ms" | awk -v n="$name" -v c="$c" -v w="$w" '{ a[NR] = $1 }
-			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f | %s |\n", n, c, NR,
-			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], w }'
+		net=$(sort -n "$TMP/$c.net" | awk '{ a[NR] = $1 }
+			END { printf "%.1f | %.1f | %.1f", a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR] }')
+		sort -n "$TMP/$c.ms" | awk -v n="$name" -v c="$c" -v w="$w" -v net="$net" '{ a[NR] = $1 }
+			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f | %s | %s |\n", n, c, NR,
+			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], net, w }'
 	done
 	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own;" \
 		"$retries makings given up at a loader lock and tried again)"
@@ -58,7 +65,7 @@ row() {
 	rm -f "$TMP/whys"
 }
 
-echo "| target | command | runs | median ms | p90 ms | max ms | own thread's work, median ms |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| target | command | runs | median ms | p90 ms | max ms | less CPU wait: median | p90 | max | own thread's work, median ms |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 row workers 0
 row "churn ($SPAWNERS spawners)" "$SPAWNERS"
