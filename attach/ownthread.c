@@ -18,6 +18,7 @@
 #include "ownthread.h"
 #include "runclock.h"
 #include "safepoint.h"
+#include "seccomp.h"
 #include "steps.h"
 
 bool ma_own_thread_possible(struct ma_target *t)
@@ -162,9 +163,12 @@ void ma_own_thread_end(pid_t pid, struct ma_own_thread *h)
 		return;
 	/*
 	 * Given back, it goes through its restore into its sleep again.  Not
-	 * asleep after a while, or gone: left to sleep out its time.
+	 * asleep after a while, or gone: left to sleep out its time.  So is a
+	 * thread under a seccomp filter (one synced from another thread):
+	 * interrupted, its sleep would go on through restart_syscall should
+	 * memattach die before ending it, which the filter may refuse.
 	 */
-	if (ma_own_thread_wait_asleep(pid, h, 1000) ||
+	if (ma_seccomp_mode(pid, h->tid) != 0 || ma_own_thread_wait_asleep(pid, h, 1000) ||
 	    ma_ptrace(PTRACE_SEIZE, h->tid, NULL, NULL) != 0) {
 		ma_err_clear();
 		h->tid = 0;

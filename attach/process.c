@@ -391,6 +391,41 @@ bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns)
 	return ok;
 }
 
+const char *ma_thread_restart_block_wait(pid_t pid, pid_t tid, long *nr_out)
+{
+	char path[96], buf[256] = "";
+	long nr = -1;
+	uint64_t a[6] = { 0 };
+	FILE *f;
+	int op;
+
+	*nr_out = -1;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return NULL;
+	if (!fgets(buf, sizeof(buf), f) || buf[0] < '0' || buf[0] > '9' ||
+	    sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &nr, &a[0], &a[1], &a[2],
+		   &a[3]) != 5)
+		nr = -1;
+	fclose(f);
+	*nr_out = nr;
+	op = (int)a[1] & 0x7f; /* futex: FUTEX_WAIT 0, FUTEX_WAIT_BITSET 9 */
+	switch (nr) {
+	case SYS_nanosleep:
+		return "nanosleep";
+	case SYS_clock_nanosleep: /* TIMER_ABSTIME (1) restarts as issued */
+		return a[1] & 1 ? NULL : "clock_nanosleep";
+	case SYS_futex:
+		return (op == 0 || op == 9) && a[3] ? "a futex wait with a timeout" : NULL;
+	case SYS_poll:
+		return (int)a[2] >= 0 ? "poll with a timeout" : NULL;
+	case SYS_restart_syscall:
+		return "restart_syscall";
+	default:
+		return NULL;
+	}
+}
+
 bool ma_syscall_is_sleep(long nr)
 {
 	return nr == SYS_clock_nanosleep || nr == SYS_nanosleep || nr == SYS_restart_syscall;

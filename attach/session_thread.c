@@ -613,11 +613,49 @@ static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_in
  * since, which the stop would end.  Left: the microseconds from this
  * read to PTRACE_INTERRUPT.
  */
+/*
+ * A thread under a seccomp filter: a stop of one asleep in a timed wait
+ * (ma_thread_restart_block_wait) goes on through restart_syscall, and a
+ * filter without it (an allow-list of the program's own syscalls) kills
+ * the process should memattach die before it has set the wait to be
+ * issued again (keep_restart_allowed) -- a window that opens at the
+ * interrupt, before the stop.  A thread running or ready to run may enter
+ * such a wait before the interrupt reaches it.  So until a stopped thread
+ * has shown the filter to allow restart_syscall (learn_restart_allowed),
+ * only a thread asleep in another syscall is stopped: it goes on by
+ * issuing that syscall again, which the filter let it make.
+ */
+static bool refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen)
+{
+	long state = ma_seccomp_state(s->t->pid, tid), nr;
+	const char *wait;
+
+	if (state < 65536 || state == s->t->restart_ok_state)
+		return false;
+	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)))
+		snprintf(why, whylen, "asleep in %s under a seccomp filter not known to allow "
+			 "restart_syscall, which that wait goes on with after a stop: not stopped",
+			 wait);
+	else if (nr < 0)
+		snprintf(why, whylen, "running under a seccomp filter not known to allow "
+			 "restart_syscall: a timed wait it entered before its stop would go on with "
+			 "it after; not stopped");
+	else
+		return false;
+	return true;
+}
+
 static bool refused_at_stop(struct ma_session *s, const struct ma_thread_info *ti,
 			    uint64_t *began, uint64_t *nvcsw, struct ma_thread_info *now,
 			    struct thread_verdict *v, char *why, size_t whylen)
 {
-	long nr = ma_thread_syscall_nr(s->t->pid, ti->tid);
+	long nr;
+
+	if (refused_for_restart(s, ti->tid, why, whylen)) {
+		*v = verdict_of(MA_E_NOSAFE);
+		return true;
+	}
+	nr = ma_thread_syscall_nr(s->t->pid, ti->tid);
 
 	if (nr < 0 ? now->syscall < 0 : nr == now->syscall)
 		return false;
@@ -1017,6 +1055,29 @@ bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_r
 	return true;
 }
 
+/*
+ * Does the filter of TID (stopped, filtered) allow restart_syscall?  Asked
+ * once per seccomp state, remembered in the target (refused_for_restart).
+ * The state is read first: a filter added meanwhile is in what is judged,
+ * and a judgement of more filters holds for fewer.
+ */
+static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
+{
+	long state = ma_seccomp_state(s->t->pid, tid);
+	struct ma_sc_query q;
+
+	if (state < 65536 || state == s->t->restart_ok_state)
+		return;
+	memset(&q, 0, sizeof(q));
+	q.nr = SYS_restart_syscall;
+	q.ip = ma_arch_ip(r);
+	q.what = "restart_syscall (a timed wait going on after a stop)";
+	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+		s->t->restart_ok_state = state;
+	else
+		ma_err_clear();
+}
+
 static int keep_restart_allowed(struct ma_session *s, pid_t tid)
 {
 	struct user_regs_struct r;
@@ -1026,6 +1087,7 @@ static int keep_restart_allowed(struct ma_session *s, pid_t tid)
 		return 0;
 	if ((rc = ma_arch_get_regs(tid, &r)))
 		return rc;
+	learn_restart_allowed(s, tid, &r);
 	if (!thread_restart_refused(s, tid, &r))
 		return 0;
 	ma_arch_restart_as_issued(&r);

@@ -96,6 +96,13 @@ struct ma_target {
 	 * is then empty and its memory unreachable; /proc/TID/ has them all).
 	 */
 	pid_t proc_pid;
+	/*
+	 * A seccomp state (ma_seccomp_state: mode and filter count) whose
+	 * filter a stopped thread showed to allow restart_syscall (0: none
+	 * known): threads asleep in a timed wait under it may be stopped
+	 * (session_thread.c: refused_for_restart).
+	 */
+	long restart_ok_state;
 	struct ma_mapping *maps;
 	size_t nmaps;
 	struct ma_jemalloc je;
@@ -170,6 +177,14 @@ bool ma_thread_going(pid_t pid, pid_t tid);
  * is in none.
  */
 long ma_thread_syscall_nr(pid_t pid, pid_t tid);
+/*
+ * Is thread TID asleep in a wait that the kernel goes on with through
+ * restart_syscall after any stop (nanosleep, a relative clock_nanosleep,
+ * a futex wait or poll with a timeout, restart_syscall itself)?  Its
+ * name, or NULL (another syscall, running, or unreadable).  *NR: the
+ * syscall it sleeps in, from the same read (-1: running, or unreadable).
+ */
+const char *ma_thread_restart_block_wait(pid_t pid, pid_t tid, long *nr);
 /*
  * The time thread TID has spent runnable but waiting for a CPU, all its
  * life (/proc's schedstat, in ns).  false if the kernel does not say.
