@@ -69,13 +69,21 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms, struct u
 int run_set_trap_regs(struct ma_session *s);
 int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r);
 
-/* session_thread.c */
-bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked);
+/* session_restart.c */
+/* Did the thread stopped with R enter its syscall through the 64-bit `syscall` instruction? */
+bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r);
 /*
  * R (thread TID's registers) stopped in a timed wait that goes on through
  * restart_syscall, which the thread's seccomp filter refuses?
  */
 bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r);
+/* Before the stop: may TID be stopped, given its filter and restart_syscall?  If not, WHY says so. */
+bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen);
+/* First thing in TID's hold: a wait its filter would refuse to restart is issued again.  0 or MA_E_*. */
+int thread_keep_restart_allowed(struct ma_session *s, pid_t tid);
+
+/* session_thread.c */
+bool thread_signal_pending(pid_t pid, pid_t tid, uint64_t blocked);
 void thread_release_regs_eintr(pid_t pid, pid_t tid);
 void thread_release_untouched(struct ma_session *s, int sig);
 uint64_t thread_stack_bottom(const struct ma_session *s);

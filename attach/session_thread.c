@@ -63,18 +63,6 @@ static bool fault_signal_waits(pid_t pid, pid_t tid)
 	return (st.sig_pending & run_fault_signals()) != 0;
 }
 
-/* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
-static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
-{
-	unsigned char insn[MA_SYSCALL_INSN_LEN];
-
-	if (ma_mem_read(pid, ma_arch_ip(r) - MA_SYSCALL_INSN_LEN, insn, sizeof(insn)) != 0) {
-		ma_err_clear();
-		return false;
-	}
-	return ma_arch_is_syscall_insn(insn);
-}
-
 /*
  * May the EINTR our stop caused be undone by issuing the syscall again?
  * Only if no real signal waits (then the EINTR is its due) and the thread
@@ -83,7 +71,7 @@ static bool is_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
 static bool may_reissue(pid_t pid, pid_t tid, const struct user_regs_struct *r, uint64_t blocked)
 {
 	/* Memory through the thread: the main thread may have exited. */
-	return is_syscall_insn_at(tid, r) && !thread_signal_pending(pid, tid, blocked);
+	return thread_syscall_insn_at(tid, r) && !thread_signal_pending(pid, tid, blocked);
 }
 
 static uint64_t read_sigmask(pid_t tid)
@@ -613,45 +601,13 @@ static bool refused_at_last_look(struct ma_session *s, const struct ma_thread_in
  * since, which the stop would end.  Left: the microseconds from this
  * read to PTRACE_INTERRUPT.
  */
-/*
- * A thread under a seccomp filter: a stop of one asleep in a timed wait
- * (ma_thread_restart_block_wait) goes on through restart_syscall, and a
- * filter without it (an allow-list of the program's own syscalls) kills
- * the process should memattach die before it has set the wait to be
- * issued again (keep_restart_allowed) -- a window that opens at the
- * interrupt, before the stop.  A thread running or ready to run may enter
- * such a wait before the interrupt reaches it.  So until a stopped thread
- * has shown the filter to allow restart_syscall (learn_restart_allowed),
- * only a thread asleep in another syscall is stopped: it goes on by
- * issuing that syscall again, which the filter let it make.
- */
-static bool refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen)
-{
-	long state = ma_seccomp_state(s->t->pid, tid), nr;
-	const char *wait;
-
-	if (state < 65536 || state == s->t->restart_ok_state)
-		return false;
-	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)))
-		snprintf(why, whylen, "asleep in %s under a seccomp filter not known to allow "
-			 "restart_syscall, which that wait goes on with after a stop: not stopped",
-			 wait);
-	else if (nr < 0)
-		snprintf(why, whylen, "running under a seccomp filter not known to allow "
-			 "restart_syscall: a timed wait it entered before its stop would go on with "
-			 "it after; not stopped");
-	else
-		return false;
-	return true;
-}
-
 static bool refused_at_stop(struct ma_session *s, const struct ma_thread_info *ti,
 			    uint64_t *began, uint64_t *nvcsw, struct ma_thread_info *now,
 			    struct thread_verdict *v, char *why, size_t whylen)
 {
 	long nr;
 
-	if (refused_for_restart(s, ti->tid, why, whylen)) {
+	if (thread_refused_for_restart(s, ti->tid, why, whylen)) {
 		*v = verdict_of(MA_E_NOSAFE);
 		return true;
 	}
@@ -837,7 +793,7 @@ static int save_state(struct ma_session *s, const struct ma_thread_info *ti, uin
 		return rc;
 	}
 	first = s->saved.regs;
-	if (ma_arch_interrupted_eintr(&s->saved.regs) && is_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
+	if (ma_arch_interrupted_eintr(&s->saved.regs) && thread_syscall_insn_at(s->t->proc_pid, &s->saved.regs)) {
 		ma_arch_resume_regs(&s->saved.regs, true, &s->resume);
 		if (began && ma_now_ns() > began && in_libc_epoll(s->t, &first) && same_wait(s, nvcsw))
 			ma_arch_shorten_wait(&s->resume, (ma_now_ns() - began) / 1000000ULL);
@@ -1026,75 +982,6 @@ static struct thread_verdict judge_held(struct ma_session *s, const struct ma_th
 }
 
 /*
- * A thread stopped in a timed sleep or wait (nanosleep, clock_nanosleep,
- * poll, a futex wait with a timeout) goes on after any stop through the
- * kernel's restart_syscall, whoever lets it go: memattach, or the kernel
- * should memattach die.  A seccomp filter that lacks restart_syscall (an
- * allow-list of the program's own syscalls) kills the process there.  So,
- * first thing in the hold, under such a filter, the syscall is set to be
- * issued again as the program made it: one register write, after which
- * any release is safe.  The cost: its timeout counts again from the start.
- */
-bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
-{
-	struct __ptrace_syscall_info info;
-	struct ma_sc_query q;
-	long nr;
-
-	if ((nr = ma_arch_restart_block_nr(r)) < 0 || !is_syscall_insn_at(s->t->proc_pid, r))
-		return false;
-	ma_arch_syscall_info(r, &info); /* the restart's arguments and ip are the stop's */
-	memset(&q, 0, sizeof(q));
-	q.nr = (int)nr;
-	memcpy(q.args, info.entry.args, sizeof(q.args));
-	q.ip = info.instruction_pointer;
-	q.what = "restart_syscall (a timed wait going on after a stop)";
-	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
-		return false;
-	ma_err_clear();
-	return true;
-}
-
-/*
- * Does the filter of TID (stopped, filtered) allow restart_syscall?  Asked
- * once per seccomp state, remembered in the target (refused_for_restart).
- * The state is read first: a filter added meanwhile is in what is judged,
- * and a judgement of more filters holds for fewer.
- */
-static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
-{
-	long state = ma_seccomp_state(s->t->pid, tid);
-	struct ma_sc_query q;
-
-	if (state < 65536 || state == s->t->restart_ok_state)
-		return;
-	memset(&q, 0, sizeof(q));
-	q.nr = SYS_restart_syscall;
-	q.ip = ma_arch_ip(r);
-	q.what = "restart_syscall (a timed wait going on after a stop)";
-	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
-		s->t->restart_ok_state = state;
-	else
-		ma_err_clear();
-}
-
-static int keep_restart_allowed(struct ma_session *s, pid_t tid)
-{
-	struct user_regs_struct r;
-	int rc;
-
-	if (!ma_session_filtered(s))
-		return 0;
-	if ((rc = ma_arch_get_regs(tid, &r)))
-		return rc;
-	learn_restart_allowed(s, tid, &r);
-	if (!thread_restart_refused(s, tid, &r))
-		return 0;
-	ma_arch_restart_as_issued(&r);
-	return ma_arch_set_regs(tid, &r);
-}
-
-/*
  * Stop TI's thread and examine it (BTP, when given, gets its stack).
  * A thread stopped with a signal on its way in is let go with it at once:
  * a signal held across the whole session (SIGSTOP, say) could be
@@ -1148,7 +1035,7 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	s->t_stop_ns = ma_now_ns();
 	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)))
 		return verdict_of(rc);
-	if ((rc = keep_restart_allowed(s, ti->tid))) {
+	if ((rc = thread_keep_restart_allowed(s, ti->tid))) {
 		thread_release_untouched(s, 0);
 		return verdict_of(rc);
 	}

@@ -1,0 +1,134 @@
+/*
+ * session_restart.c - a stop and the kernel's restart_syscall: a thread
+ * stopped in a timed wait goes on through it, which a seccomp allow-list
+ * of the program's own syscalls may refuse and kill the process for.
+ * Which threads may be stopped at all (before the stop), what the filter
+ * answers (learned once per seccomp state), and the wait set to be issued
+ * again where it refuses (first thing in the hold).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+
+#include "arch.h"
+#include "ma_error.h"
+#include "remote.h"
+#include "seccomp.h"
+#include "target.h"
+#include "session_int.h"
+
+/* Did the thread enter its syscall through the 64-bit `syscall` instruction (the numbers are for)? */
+bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
+{
+	unsigned char insn[MA_SYSCALL_INSN_LEN];
+
+	if (ma_mem_read(pid, ma_arch_ip(r) - MA_SYSCALL_INSN_LEN, insn, sizeof(insn)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return ma_arch_is_syscall_insn(insn);
+}
+
+/*
+ * A thread under a seccomp filter: a stop of one asleep in a timed wait
+ * (ma_thread_restart_block_wait) goes on through restart_syscall, and a
+ * filter without it (an allow-list of the program's own syscalls) kills
+ * the process should memattach die before it has set the wait to be
+ * issued again (thread_keep_restart_allowed) -- a window that opens at the
+ * interrupt, before the stop.  A thread running or ready to run may enter
+ * such a wait before the interrupt reaches it.  So until a stopped thread
+ * has shown the filter to allow restart_syscall (learn_restart_allowed),
+ * only a thread asleep in another syscall is stopped: it goes on by
+ * issuing that syscall again, which the filter let it make.
+ */
+bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen)
+{
+	long state = ma_seccomp_state(s->t->pid, tid), nr;
+	const char *wait;
+
+	if (state < 65536 || state == s->t->restart_ok_state)
+		return false;
+	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)))
+		snprintf(why, whylen, "asleep in %s under a seccomp filter not known to allow "
+			 "restart_syscall, which that wait goes on with after a stop: not stopped",
+			 wait);
+	else if (nr < 0)
+		snprintf(why, whylen, "running under a seccomp filter not known to allow "
+			 "restart_syscall: a timed wait it entered before its stop would go on with "
+			 "it after; not stopped");
+	else
+		return false;
+	return true;
+}
+
+/*
+ * A thread stopped in a timed sleep or wait (nanosleep, clock_nanosleep,
+ * poll, a futex wait with a timeout) goes on after any stop through the
+ * kernel's restart_syscall, whoever lets it go: memattach, or the kernel
+ * should memattach die.  A seccomp filter that lacks restart_syscall (an
+ * allow-list of the program's own syscalls) kills the process there.  So,
+ * first thing in the hold, under such a filter, the syscall is set to be
+ * issued again as the program made it: one register write, after which
+ * any release is safe.  The cost: its timeout counts again from the start.
+ */
+bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
+{
+	struct __ptrace_syscall_info info;
+	struct ma_sc_query q;
+	long nr;
+
+	if ((nr = ma_arch_restart_block_nr(r)) < 0 || !thread_syscall_insn_at(s->t->proc_pid, r))
+		return false;
+	ma_arch_syscall_info(r, &info); /* the restart's arguments and ip are the stop's */
+	memset(&q, 0, sizeof(q));
+	q.nr = (int)nr;
+	memcpy(q.args, info.entry.args, sizeof(q.args));
+	q.ip = info.instruction_pointer;
+	q.what = "restart_syscall (a timed wait going on after a stop)";
+	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+		return false;
+	ma_err_clear();
+	return true;
+}
+
+/*
+ * Does the filter of TID (stopped, filtered) allow restart_syscall?  Asked
+ * once per seccomp state, remembered in the target (thread_refused_for_restart).
+ * The state is read first: a filter added meanwhile is in what is judged,
+ * and a judgement of more filters holds for fewer.
+ */
+static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
+{
+	long state = ma_seccomp_state(s->t->pid, tid);
+	struct ma_sc_query q;
+
+	if (state < 65536 || state == s->t->restart_ok_state)
+		return;
+	memset(&q, 0, sizeof(q));
+	q.nr = SYS_restart_syscall;
+	q.ip = ma_arch_ip(r);
+	q.what = "restart_syscall (a timed wait going on after a stop)";
+	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+		s->t->restart_ok_state = state;
+	else
+		ma_err_clear();
+}
+
+int thread_keep_restart_allowed(struct ma_session *s, pid_t tid)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if (!ma_session_filtered(s))
+		return 0;
+	if ((rc = ma_arch_get_regs(tid, &r)))
+		return rc;
+	learn_restart_allowed(s, tid, &r);
+	if (!thread_restart_refused(s, tid, &r))
+		return 0;
+	ma_arch_restart_as_issued(&r);
+	return ma_arch_set_regs(tid, &r);
+}
+
