@@ -79,6 +79,8 @@ bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r);
 bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r);
 /* Before the stop: may TID be stopped, given its filter and restart_syscall?  If not, WHY says so. */
 bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen);
+/* Before a stopped thread is let go as it was: the same, against its filter as it is now. */
+void thread_restart_as_filter_now_allows(struct ma_session *s);
 /* First thing in TID's hold: a wait its filter would refuse to restart is issued again.  0 or MA_E_*. */
 int thread_keep_restart_allowed(struct ma_session *s, pid_t tid);
 

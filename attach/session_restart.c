@@ -116,6 +116,31 @@ static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct 
 		ma_err_clear();
 }
 
+/*
+ * Right before a thread is let go as stopped (a candidate refused): a
+ * filter installed with TSYNC by another thread since its stop is judged
+ * now, and a timed wait it would refuse to restart is issued again.  Only
+ * a filtered thread with a restart pending pays for it (a status read,
+ * the filter's).  Left: a filter arriving after this, before the detach.
+ */
+void thread_restart_as_filter_now_allows(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	long state = s->status_fd >= 0 ? ma_seccomp_state_of(s->status_fd) : ma_seccomp_state(s->t->pid, s->tid);
+
+	if (!s->seized || state < 65536 || state == s->t->restart_ok_state)
+		return;
+	if (ma_arch_get_regs(s->tid, &r) != 0) {
+		ma_err_clear();
+		return;
+	}
+	if (ma_arch_restart_block_nr(&r) < 0 || !thread_restart_refused(s, s->tid, &r))
+		return;
+	ma_arch_restart_as_issued(&r);
+	if (ma_arch_set_regs(s->tid, &r))
+		ma_err_clear();
+}
+
 int thread_keep_restart_allowed(struct ma_session *s, pid_t tid)
 {
 	struct user_regs_struct r;

@@ -180,6 +180,8 @@ static void open_status_fd(struct ma_session *s, pid_t tid)
 /* Let a thread we only looked at go (its EINTR re-issue is already set). */
 void thread_release_untouched(struct ma_session *s, int sig)
 {
+	if (!sig)
+		thread_restart_as_filter_now_allows(s);
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
 	s->seized = false;
 	ma_hold_priority_drop();
