@@ -269,6 +269,8 @@ static int choose_thread_loop(struct ma_session *s, const struct ma_session_opts
 		if (o->tid && fresh)
 			return ma_fail(MA_E_NOSTATE, "%s has never called into jemalloc (it has no "
 				       "allocator state)", t.last_who);
+		if (o->tid && !seen && ma_process_exited(s->t->pid))
+			return ma_fail(MA_E_EXITED, "process %d exited", s->t->pid);
 		if (o->tid && !seen)
 			return ma_fail(MA_E_NOPROC, "thread %d is not a thread of process %d", o->tid,
 				       s->t->pid);
