@@ -156,7 +156,6 @@ int ma_live_open(struct ma_live *l, pid_t pid)
 	return ma_fail_if_exited(pid, rc);
 }
 
-/* PID's threads, those of them that are jemalloc's background threads, and its mappings. */
 /* PID's threads, and how many of them are jemalloc's background threads (by name). */
 static void count_threads(pid_t pid, int *threads, int *bg)
 {
@@ -184,6 +183,7 @@ static void count_threads(pid_t pid, int *threads, int *bg)
 	}
 }
 
+/* PID's threads, those of them that are jemalloc's background threads, and its mappings. */
 static void count_process(pid_t pid, int *threads, int *bg, int *maps)
 {
 	char path[64];

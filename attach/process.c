@@ -359,19 +359,34 @@ static bool any_thread(pid_t pid, int limit, bool (*test)(pid_t pid, pid_t tid, 
 	return found;
 }
 
-long ma_thread_syscall_nr(pid_t pid, pid_t tid)
+/*
+ * The syscall TID sleeps in and its first four arguments, from
+ * /proc/PID/task/TID/syscall: -1 when it runs ("running"), is in user
+ * code ("-1 ..."), or the file cannot be read.
+ */
+static long read_thread_syscall(pid_t pid, pid_t tid, uint64_t a[4])
 {
-	char path[96], buf[32] = "";
+	char path[96], buf[256] = "";
 	long nr = -1;
 	FILE *f;
 
+	a[0] = a[1] = a[2] = a[3] = 0;
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	if ((f = fopen(path, "re"))) {
-		if (fgets(buf, sizeof(buf), f) && buf[0] >= '0' && buf[0] <= '9')
-			nr = strtol(buf, NULL, 10);
-		fclose(f);
-	}
+	if (!(f = fopen(path, "re")))
+		return -1;
+	if (!fgets(buf, sizeof(buf), f) || buf[0] < '0' || buf[0] > '9' ||
+	    sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &nr, &a[0], &a[1], &a[2],
+		   &a[3]) < 1)
+		nr = -1;
+	fclose(f);
 	return nr;
+}
+
+long ma_thread_syscall_nr(pid_t pid, pid_t tid)
+{
+	uint64_t a[4];
+
+	return read_thread_syscall(pid, tid, a);
 }
 
 bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns)
@@ -393,23 +408,11 @@ bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns)
 
 const char *ma_thread_restart_block_wait(pid_t pid, pid_t tid, long *nr_out)
 {
-	char path[96], buf[256] = "";
-	long nr = -1;
-	uint64_t a[6] = { 0 };
-	FILE *f;
-	int op;
+	uint64_t a[4];
+	long nr = read_thread_syscall(pid, tid, a);
+	int op = (int)a[1] & 0x7f; /* futex: FUTEX_WAIT 0, FUTEX_WAIT_BITSET 9 */
 
-	*nr_out = -1;
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	if (!(f = fopen(path, "re")))
-		return NULL;
-	if (!fgets(buf, sizeof(buf), f) || buf[0] < '0' || buf[0] > '9' ||
-	    sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &nr, &a[0], &a[1], &a[2],
-		   &a[3]) != 5)
-		nr = -1;
-	fclose(f);
 	*nr_out = nr;
-	op = (int)a[1] & 0x7f; /* futex: FUTEX_WAIT 0, FUTEX_WAIT_BITSET 9 */
 	switch (nr) {
 	case SYS_nanosleep:
 		return "nanosleep";

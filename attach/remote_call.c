@@ -80,7 +80,7 @@ void session_count_hold(struct ma_session *s)
 	s->longest_stop_cpu_wait_ns = wait < held ? wait : held;
 }
 
-static long thread_seccomp_state(const struct ma_session *s)
+long session_seccomp_state(const struct ma_session *s)
 {
 	return s->status_fd >= 0 ? ma_seccomp_state_of(s->status_fd) : ma_seccomp_state(s->t->pid, s->tid);
 }
@@ -88,7 +88,7 @@ static long thread_seccomp_state(const struct ma_session *s)
 /* 0 none, 1 strict, 2 filter; -1 unreadable. */
 static int thread_seccomp_mode(const struct ma_session *s)
 {
-	long state = thread_seccomp_state(s);
+	long state = session_seccomp_state(s);
 
 	return state < 0 ? -1 : (int)(state / 65536);
 }
@@ -227,7 +227,7 @@ int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack)
 		mode = thread_seccomp_mode(s);
 	s->stub_asks_signals = s->trap_ok = s->stub_sigreturns = s->stub_reads_altstack = true;
 	/* What give-back compares with (judge_filters_again); read before the filters are. */
-	s->judged_filters = mode == 0 ? 0 : thread_seccomp_state(s);
+	s->judged_filters = mode == 0 ? 0 : session_seccomp_state(s);
 	s->filters_changed = false;
 	if (mode == 0)
 		return 0;
@@ -924,7 +924,7 @@ static int unblock_through_trap(struct ma_session *s)
  */
 static void judge_filters_again(struct ma_session *s)
 {
-	long now = thread_seccomp_state(s);
+	long now = session_seccomp_state(s);
 
 	if (now < 0 || s->judged_filters < 0 || now == s->judged_filters)
 		return;

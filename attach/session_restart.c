@@ -32,6 +32,35 @@ bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
 }
 
 /*
+ * Is STATE (ma_seccomp_state) a filter's (strict mode or filters: mode 1
+ * or 2, so 65536 and up), not yet shown to allow restart_syscall?
+ */
+static bool restart_unknown(const struct ma_session *s, long state)
+{
+	return state >= 65536 && state != s->t->restart_ok_state;
+}
+
+/*
+ * Would TID's filter (TID stopped) let it make restart_syscall at IP with
+ * ARGS (the stop's)?  Not judged (no filter can be read): no.
+ */
+static bool restart_allowed(struct ma_session *s, pid_t tid, uint64_t ip, const uint64_t *args)
+{
+	struct ma_sc_query q;
+
+	memset(&q, 0, sizeof(q));
+	q.nr = SYS_restart_syscall;
+	if (args)
+		memcpy(q.args, args, sizeof(q.args));
+	q.ip = ip;
+	q.what = "restart_syscall (a timed wait going on after a stop)";
+	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+		return true;
+	ma_err_clear();
+	return false;
+}
+
+/*
  * A thread under a seccomp filter: a stop of one asleep in a timed wait
  * (ma_thread_restart_block_wait) goes on through restart_syscall, and a
  * filter without it (an allow-list of the program's own syscalls) kills
@@ -45,10 +74,10 @@ bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r)
  */
 bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen)
 {
-	long state = ma_seccomp_state(s->t->pid, tid), nr;
+	long nr;
 	const char *wait;
 
-	if (state < 65536 || state == s->t->restart_ok_state)
+	if (!restart_unknown(s, ma_seccomp_state(s->t->pid, tid)))
 		return false;
 	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)))
 		snprintf(why, whylen, "asleep in %s under a seccomp filter not known to allow "
@@ -76,21 +105,11 @@ bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size
 bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
 {
 	struct __ptrace_syscall_info info;
-	struct ma_sc_query q;
-	long nr;
 
-	if ((nr = ma_arch_restart_block_nr(r)) < 0 || !thread_syscall_insn_at(s->t->proc_pid, r))
+	if (ma_arch_restart_block_nr(r) < 0 || !thread_syscall_insn_at(s->t->proc_pid, r))
 		return false;
 	ma_arch_syscall_info(r, &info); /* the restart's arguments and ip are the stop's */
-	memset(&q, 0, sizeof(q));
-	q.nr = (int)nr;
-	memcpy(q.args, info.entry.args, sizeof(q.args));
-	q.ip = info.instruction_pointer;
-	q.what = "restart_syscall (a timed wait going on after a stop)";
-	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
-		return false;
-	ma_err_clear();
-	return true;
+	return !restart_allowed(s, tid, info.instruction_pointer, info.entry.args);
 }
 
 /*
@@ -99,21 +118,12 @@ bool thread_restart_refused(struct ma_session *s, pid_t tid, const struct user_r
  * The state is read first: a filter added meanwhile is in what is judged,
  * and a judgement of more filters holds for fewer.
  */
-static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct user_regs_struct *r)
+static void learn_restart_allowed(struct ma_session *s, const struct user_regs_struct *r)
 {
-	long state = ma_seccomp_state(s->t->pid, tid);
-	struct ma_sc_query q;
+	long state = session_seccomp_state(s);
 
-	if (state < 65536 || state == s->t->restart_ok_state)
-		return;
-	memset(&q, 0, sizeof(q));
-	q.nr = SYS_restart_syscall;
-	q.ip = ma_arch_ip(r);
-	q.what = "restart_syscall (a timed wait going on after a stop)";
-	if (ma_seccomp_check(s->t->pid, tid, &q, 1) == 0)
+	if (restart_unknown(s, state) && restart_allowed(s, s->tid, ma_arch_ip(r), NULL))
 		s->t->restart_ok_state = state;
-	else
-		ma_err_clear();
 }
 
 /*
@@ -126,9 +136,8 @@ static void learn_restart_allowed(struct ma_session *s, pid_t tid, const struct 
 void thread_restart_as_filter_now_allows(struct ma_session *s)
 {
 	struct user_regs_struct r;
-	long state = s->status_fd >= 0 ? ma_seccomp_state_of(s->status_fd) : ma_seccomp_state(s->t->pid, s->tid);
 
-	if (!s->seized || state < 65536 || state == s->t->restart_ok_state)
+	if (!s->seized || !restart_unknown(s, session_seccomp_state(s)))
 		return;
 	if (ma_arch_get_regs(s->tid, &r) != 0) {
 		ma_err_clear();
@@ -150,10 +159,9 @@ int thread_keep_restart_allowed(struct ma_session *s, pid_t tid)
 		return 0;
 	if ((rc = ma_arch_get_regs(tid, &r)))
 		return rc;
-	learn_restart_allowed(s, tid, &r);
+	learn_restart_allowed(s, &r);
 	if (!thread_restart_refused(s, tid, &r))
 		return 0;
 	ma_arch_restart_as_issued(&r);
 	return ma_arch_set_regs(tid, &r);
 }
-

@@ -100,7 +100,7 @@ struct ma_target {
 	 * A seccomp state (ma_seccomp_state: mode and filter count) whose
 	 * filter a stopped thread showed to allow restart_syscall (0: none
 	 * known): threads asleep in a timed wait under it may be stopped
-	 * (session_thread.c: refused_for_restart).
+	 * (session_restart.c: thread_refused_for_restart).
 	 */
 	long restart_ok_state;
 	struct ma_mapping *maps;
