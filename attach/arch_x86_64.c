@@ -515,7 +515,7 @@ static void patch_rel8(unsigned char *code, size_t at, size_t target)
 
 /* Where the two endings start (their syscalls: MA_STUB_*_SYSCALL_END). */
 #define STUB_SIGRETURN_ENDING (MA_STUB_ALTSTACK_SYSCALL_END - 14)
-#define STUB_POP_ENDING (MA_STUB_RESTORE_SYSCALL_END - 28)
+#define STUB_POP_ENDING (MA_STUB_RESTORE_SYSCALL_END - 24)
 
 /* A disp32 operand for a state-area offset. */
 #define D32(x) (unsigned char)((x) & 0xff), (unsigned char)(((x) >> 8) & 0xff), 0x00, 0x00
@@ -562,7 +562,7 @@ static void emit_sigreturn_ending(unsigned char *code, size_t *n, bool read_alts
 		0x31, 0xff, /* xor %edi,%edi: read only */
 		0x48, 0x8d, 0x74, 0x24, MA_AREA_UC_STACK, /* lea UC_STACK(%rsp),%rsi */
 		0x0f, 0x05, /* syscall */
-		0xb8, 0x0f, 0x00, 0x00, 0x00, /* mov $15,%eax (rt_sigreturn) */
+		0x6a, 0x0f, 0x58, /* push $15; pop %rax (rt_sigreturn) */
 		0x0f, 0x05, /* syscall: does not return here */
 	};
 	size_t at = *n;
@@ -588,8 +588,8 @@ static void emit_sigreturn_ending(unsigned char *code, size_t *n, bool read_alts
 static void emit_pop_ending(unsigned char *code, size_t *n, uint64_t stub_addr, uint64_t mask)
 {
 	static const unsigned char setmask[] = {
-		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
-		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
+		0x6a, 0x0e, 0x58, /* push $14; pop %rax (rt_sigprocmask) */
+		0x6a, 0x02, 0x5f, /* push $2; pop %rdi (SIG_SETMASK) */
 		0x48, 0x8d, 0xb4, 0x24, D32(AREA_SIGMASK), /* lea SIGMASK(%rsp),%rsi */
 		0x31, 0xd2, /* xor %edx,%edx */
 		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
@@ -649,23 +649,30 @@ static const unsigned char insn_trap[] = {
 };
 /*
  * The thread's nice value back (memattach raised it for the hold), the
- * first thing on every way out of the stub: setpriority(PRIO_PROCESS, 0:
- * this thread, NICE).  Skipped by a jump when there is nothing to put
- * back, or (MA_STUB_MARKER_JMP) once memattach has put it back itself.
+ * first thing on every way out of the stub: if getpriority says the
+ * thread still has the raised value (20 - nice: 40 for -20), that is, no
+ * one changed it meanwhile, setpriority(PRIO_PROCESS, 0: this thread,
+ * NICE).  Skipped by a jump when there is nothing to put back, or
+ * (MA_STUB_MARKER_JMP) once memattach has put it back itself.
  */
 static const unsigned char insn_nice[] = {
-	0xb8, 0x8d, 0x00, 0x00, 0x00, /* mov $141,%eax (setpriority) */
+	0xb8, 0x8c, 0x00, 0x00, 0x00, /* mov $140,%eax (getpriority) */
 	0x31, 0xff, /* xor %edi,%edi: PRIO_PROCESS */
 	0x31, 0xf6, /* xor %esi,%esi: this thread */
+	0x0f, 0x05, /* syscall */
+	0x83, 0xf8, 20 - MA_STUB_RAISED_NICE, /* cmp $(20 - raised),%eax */
+	0x75, 0x09, /* jne past the setpriority */
+	0xb0, 0x8d, /* mov $141,%al: eax is 40 (setpriority) */
 	0xba, 0x00, 0x00, 0x00, 0x00, /* mov $NICE,%edx (patched) */
 	0x0f, 0x05, /* syscall */
 };
+#define NICE_IMM 19 /* the offset of NICE in insn_nice */
 _Static_assert(MA_STUB_NICE_BLOCK + sizeof(insn_nice) == MA_STUB_NICE_SYSCALL_END, "the nice block's size");
 static const unsigned char insn_cmp_eintr[] = { 0x48, 0x83, 0xfb, 0xfc }; /* cmp $-4,%rbx */
 static const unsigned char insn_movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
 static const unsigned char insn_cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
 static const unsigned char insn_pending[] = {
-	0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
+	0x6a, 0x7f, 0x58, /* push $127; pop %rax (rt_sigpending; its 8 bytes below the area are free) */
 	0x48, 0x8d, 0xbc, 0x24, D32(AREA_PENDING), /* lea PENDING(%rsp),%rdi */
 	0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
 	0x0f, 0x05, /* syscall */
@@ -728,7 +735,7 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	patch_rel8(code, MA_STUB_MARKER_JMP - 1, n);
 	emit(code, &n, insn_nice, sizeof(insn_nice));
 	if (o->set_nice)
-		put32(code + MA_STUB_NICE_BLOCK + 10, (int32_t)o->nice);
+		put32(code + MA_STUB_NICE_BLOCK + NICE_IMM, (int32_t)o->nice);
 	else
 		emit_jmp8_at(code, MA_STUB_NICE_BLOCK, MA_STUB_NICE_SYSCALL_END);
 	emit(code, &n, insn_movabs_rsp, sizeof(insn_movabs_rsp));

@@ -46,7 +46,7 @@ static void offsets(void)
 	      is_syscall(code, MA_STUB_ALTSTACK_SYSCALL_END) &&
 		      is_syscall(code, MA_STUB_SIGRETURN_SYSCALL_END) && is_syscall(code, MA_STUB_TRAP_END) &&
 		      code[MA_STUB_ALTSTACK_SYSCALL_END - 14] == 0xb8 && code[MA_STUB_ALTSTACK_SYSCALL_END - 13] == 131 &&
-		      code[MA_STUB_SIGRETURN_SYSCALL_END - 7] == 0xb8 && code[MA_STUB_SIGRETURN_SYSCALL_END - 6] == 15);
+		      code[MA_STUB_SIGRETURN_SYSCALL_END - 5] == 0x6a && code[MA_STUB_SIGRETURN_SYSCALL_END - 4] == 15);
 	CHECK("stub: header, batch runner and append callback fit between the slots and the region's end",
 	      MA_STUB_HEADER + 168 <= MA_STUB_BATCH && MA_STUB_BATCH - MA_STUB_HEADER >= 168 &&
 		      MA_STUB_BATCH + ma_arch_build_batch(code + MA_STUB_BATCH) <= MA_STUB_APPEND &&
@@ -63,10 +63,12 @@ static void offsets(void)
 	      MA_STUB_MARKER_JMP + 1 + ma_arch_stub_marker_skips_nice() == MA_STUB_NICE_SYSCALL_END);
 	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs,
 			       &(struct ma_stub_opts){ true, true, true, true, 5 });
-	CHECK("stub (nice armed): setpriority(PRIO_PROCESS, 0, 5) ending at MA_STUB_NICE_SYSCALL_END",
+	CHECK("stub (nice armed): getpriority, then setpriority(PRIO_PROCESS, 0, 5) ending at "
+	      "MA_STUB_NICE_SYSCALL_END",
 	      n <= MA_STUB_SLOT_RSP && is_syscall(code, MA_STUB_NICE_SYSCALL_END) &&
-		      code[MA_STUB_NICE_BLOCK] == 0xb8 && code[MA_STUB_NICE_BLOCK + 1] == 141 &&
-		      *(int32_t *)(code + MA_STUB_NICE_BLOCK + 10) == 5 && is_syscall(code, MA_STUB_TRAP_END));
+		      code[MA_STUB_NICE_BLOCK] == 0xb8 && code[MA_STUB_NICE_BLOCK + 1] == 140 &&
+		      code[MA_STUB_NICE_SYSCALL_END - 9] == 0xb0 && code[MA_STUB_NICE_SYSCALL_END - 8] == 141 &&
+		      *(int32_t *)(code + MA_STUB_NICE_SYSCALL_END - 6) == 5 && is_syscall(code, MA_STUB_TRAP_END));
 	CHECK("stub: syscall at MA_STUB_SYSCALL",
 	      code[MA_STUB_SYSCALL] == 0x0f && code[MA_STUB_SYSCALL + 1] == 0x05);
 	CHECK("stub: marker end follows it", MA_STUB_MARKER_END == MA_STUB_SYSCALL + 2);
@@ -245,12 +247,15 @@ static void avx_image(struct ma_cpu_state *xs)
 /* The stub built for a thread stopped as SC says, run for real in a child. */
 /*
  * The nice block: NICE_OFF not armed; NICE_ARMED armed with one more than
- * the child's nice (what memattach raised is put back: the child must end
- * with it); NICE_SKIPPED armed, then the skip byte written (memattach put
- * it back itself): the marker's way out leaves the nice alone, the trap's
- * still runs the block.
+ * the child's nice, the child raised to -20 as memattach leaves a held
+ * thread (the child must end with the armed value); NICE_CHANGED the
+ * same, but the child's nice changed meanwhile to two more than its own
+ * (the program's change: the block must leave it); NICE_SKIPPED armed,
+ * then the skip byte written (memattach put the nice back itself): the
+ * child ends with its own.
  */
-enum nice_mode { NICE_OFF, NICE_ARMED, NICE_SKIPPED };
+enum nice_mode { NICE_OFF, NICE_ARMED, NICE_CHANGED, NICE_SKIPPED };
+static int child_nice_set; /* what the child sets before it enters the stub; 99: nothing */
 
 static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read_altstack,
 			 enum nice_mode nm)
@@ -317,8 +322,11 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 						   want_nice < 19 ? want_nice + 1 : want_nice });
 	if (nm == NICE_SKIPPED)
 		stub[MA_STUB_MARKER_JMP] = ma_arch_stub_marker_skips_nice();
-	if (nm == NICE_ARMED || (nm == NICE_SKIPPED && sc->trap_rax))
+	child_nice_set = nm == NICE_ARMED ? -20 : nm == NICE_CHANGED ? want_nice + 2 : 99;
+	if (nm == NICE_ARMED)
 		want_nice = want_nice < 19 ? want_nice + 1 : want_nice;
+	else if (nm == NICE_CHANGED)
+		want_nice += 2;
 	mprotect(stub, 4096, PROT_READ | PROT_EXEC);
 	/* In a child, signals pending and blocked, other registers: run the restore path. */
 	child = fork();
@@ -346,6 +354,8 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 			kill(getpid(), sc->sigs[i].sig);
 		}
 		sigemptyset(&none);
+		if (child_nice_set != 99 && setpriority(PRIO_PROCESS, 0, child_nice_set) != 0)
+			_exit(2);
 		/* Not what the stub must restore: */
 		__asm__ volatile("vpcmpeqd %%ymm0, %%ymm0, %%ymm0" ::: "xmm0");
 		if (sc->trap_rax)
@@ -359,7 +369,8 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 	snprintf(name, sizeof(name), "self-restore (%s ending%s), %s: registers, flags, stack pointer, "
 		 "mask, ymm0, alternate stack%s, %s",
 		 by_sigreturn ? (read_altstack ? "rt_sigreturn" : "rt_sigreturn, altstack unread") : "pop",
-		 nm == NICE_ARMED ? ", nice put back" : nm == NICE_SKIPPED ? ", nice put back, then skipped" : "",
+		 nm == NICE_ARMED ? ", nice put back" : nm == NICE_CHANGED ? ", nice changed in the hold kept" :
+		 nm == NICE_SKIPPED ? ", nice put back by memattach, block skipped" : "",
 		 sc->name,
 		 by_sigreturn ? ", handlers given the thread's own context" : "",
 		 !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
@@ -437,6 +448,7 @@ int main(void)
 		self_restore(&scenarios[i], true, true, NICE_ARMED);
 		self_restore(&scenarios[i], false, true, NICE_ARMED);
 		self_restore(&scenarios[i], true, true, NICE_SKIPPED);
+		self_restore(&scenarios[i], false, true, NICE_CHANGED);
 	}
 	CHECK_DONE();
 }
