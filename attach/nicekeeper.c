@@ -10,7 +10,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nicekeeper.h"
@@ -22,6 +24,7 @@ struct keeper_record {
 };
 
 static int keeper_fd = -1;
+static pid_t keeper_pid;
 
 /* Does process PID hold CAP_SYS_NICE in its effective set (its status file's CapEff)? */
 static bool may_renice_any(pid_t pid)
@@ -118,6 +121,25 @@ static void become_keeper(int fd)
 	keep(3);
 }
 
+/*
+ * At memattach's exit: its end closed, the keeper ends at once and is
+ * reaped here (a killed memattach leaves that to init).
+ */
+static void keeper_stop(void)
+{
+	if (keeper_fd < 0)
+		return;
+	close(keeper_fd);
+	keeper_fd = -1;
+	for (int i = 0; i < 200; i++) {
+		pid_t r = waitpid(keeper_pid, NULL, WNOHANG);
+
+		if (r == keeper_pid || (r < 0 && errno != EINTR))
+			return;
+		usleep(500);
+	}
+}
+
 bool ma_nice_keeper_start(void)
 {
 	int sv[2];
@@ -138,6 +160,8 @@ bool ma_nice_keeper_start(void)
 		return false;
 	}
 	keeper_fd = sv[0];
+	keeper_pid = child;
+	atexit(keeper_stop);
 	return true;
 }
 
