@@ -12,7 +12,6 @@
 #include "runclock.h"
 #include "testhooks.h"
 #include "ma_error.h"
-#include "nicekeeper.h"
 #include "safepoint.h"
 #include "stubsite.h"
 
@@ -394,7 +393,6 @@ int ma_live_begin(struct ma_live *l, pid_t pid, const struct ma_session_opts *o,
 
 	ma_run_deadline_set(o->run_ms); /* the run starts here */
 	ma_run_priority_raise();
-	ma_nice_keeper_start(); /* before the run's buffers: nicekeeper.h */
 	if ((rc = ma_live_fail_if_exec(l, ma_live_open(l, pid))) ||
 	    (prep && (rc = ma_live_fail_if_exec(l, ma_fail_if_exited(pid, prep(&l->t, ctx))))) ||
 	    (rc = o->own_thread ? ma_live_borrow_own(l, o) : ma_live_borrow(l, o)))

@@ -71,17 +71,10 @@ int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
 
 /* session_nice.c: the held thread's nice value for the hold */
 #define MA_HOLD_NICE MA_STUB_RAISED_NICE
-/* Before the seize of TID (outside the hold): may its nice be raised for the wait to its stop? */
-void nice_before_seize(struct ma_session *s, pid_t tid);
-/* Seized, not yet interrupted: raise it (the keeper armed first). */
-void nice_raise_before_stop(struct ma_session *s);
-/*
- * Before the stub is built: will the stub put the thread's nice back
- * (nice_planned, nice_saved)?  Raised already and the stub may not: put back now.
- */
+/* Before the stub is built: will the stub put the thread's nice back (nice_planned, nice_saved)? */
 void nice_plan(struct ma_session *s);
 void nice_raise(struct ma_session *s);
-/* memattach puts it back (the stub's block stays armed: the same value again, if it runs). */
+/* memattach puts it back (session_nice.c's rule; the stub's block then finds no -20). */
 void nice_restore(struct ma_session *s);
 void nice_at_syscall_stop(struct ma_session *s, bool entry, long nr);
 

@@ -182,7 +182,6 @@ void thread_release_untouched(struct ma_session *s, int sig)
 {
 	if (!sig)
 		thread_restart_as_filter_now_allows(s);
-	nice_restore(s);
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);
 	s->seized = false;
 	ma_hold_priority_drop();
@@ -700,18 +699,14 @@ static int stop_seized(struct ma_session *s, const struct ma_thread_info *ti, in
 	if (rc == 0)
 		rc = stops_wait(ti->tid, &status, 1000);
 	if (rc == MA_E_TIMEOUT) {
-		nice_restore(s); /* still seized, not stopped: at its own nice while others are tried */
 		snprintf(why, whylen, "did not stop within %s", stop_ms < 1000 ? "the run's --timeout"
 										 : "1 s");
 		return MA_E_TIMEOUT; /* still seized; the caller keeps trying others */
 	}
-	if (rc) {
-		nice_restore(s);
+	if (rc)
 		return rc;
-	}
 	if (WIFEXITED(status) || WIFSIGNALED(status)) {
 		s->seized = false;
-		nice_restore(s);
 		return ma_fail(MA_E_EXITED, "thread %d exited", ti->tid);
 	}
 	sig = WSTOPSIG(status);
@@ -1024,7 +1019,6 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	stop_ms = ma_run_ms_left(1000);
 	if (stop_ms == 0)
 		return verdict_of(deadline_before_stop(ti->tid, why, whylen));
-	nice_before_seize(s, ti->tid);
 	/* From here to the release, memattach must not wait for a CPU (holdprio.h). */
 	ma_hold_priority_raise();
 	if (refused_at_stop(s, ti, &began, &nvcsw, &now, &v, why, whylen)) {
@@ -1041,7 +1035,6 @@ struct thread_verdict thread_try(struct ma_session *s, const struct ma_thread_in
 	}
 	s->seized = true;
 	s->t_stop_ns = ma_now_ns();
-	nice_raise_before_stop(s);
 	if ((rc = stop_seized(s, ti, stop_ms, why, whylen)))
 		return verdict_of(rc);
 	if ((rc = thread_keep_restart_allowed(s, ti->tid))) {

@@ -143,11 +143,7 @@ struct ma_session {
 	bool nice_planned; /* the stub's block is armed with nice_saved */
 	bool nice_raised; /* the thread runs at MA_HOLD_NICE now */
 	bool nice_dropped_for_clone; /* put back while a clone the call makes runs */
-	bool nice_kept; /* the keeper's record is armed (nicekeeper.h) */
 	int nice_saved;
-	/* Read before the stop: the thread's nice and start time (-1: not to be raised before it). */
-	int nice_before;
-	long long start_ticks_before;
 	char why[400]; /* why this thread was chosen */
 };
 
