@@ -515,7 +515,7 @@ static void patch_rel8(unsigned char *code, size_t at, size_t target)
 
 /* Where the two endings start (their syscalls: MA_STUB_*_SYSCALL_END). */
 #define STUB_SIGRETURN_ENDING (MA_STUB_ALTSTACK_SYSCALL_END - 14)
-#define STUB_POP_ENDING (MA_STUB_RESTORE_SYSCALL_END - 24)
+#define STUB_POP_ENDING (MA_STUB_RESTORE_SYSCALL_END - 28)
 
 /* A disp32 operand for a state-area offset. */
 #define D32(x) (unsigned char)((x) & 0xff), (unsigned char)(((x) >> 8) & 0xff), 0x00, 0x00
@@ -526,26 +526,6 @@ static void emit_jmp32(unsigned char *code, size_t *n, size_t target)
 	code[(*n)++] = 0xe9;
 	put32(code + *n, (int32_t)((long)target - (long)(*n + 4)));
 	*n += 4;
-}
-
-/* A rel8 jump (EB) at *N to TARGET, which must be within reach. */
-static void emit_jmp8(unsigned char *code, size_t *n, size_t target)
-{
-	long rel = (long)target - (long)(*n + 2);
-
-	assert(rel >= -128 && rel <= 127);
-	code[(*n)++] = 0xeb;
-	code[(*n)++] = (unsigned char)(int8_t)rel;
-}
-
-static void emit_jmp8_at(unsigned char *code, size_t at, size_t target)
-{
-	emit_jmp8(code, &at, target);
-}
-
-unsigned char ma_arch_stub_marker_skips_nice(void)
-{
-	return (unsigned char)(MA_STUB_NICE_SYSCALL_END - (MA_STUB_MARKER_JMP + 1));
 }
 
 /*
@@ -562,7 +542,7 @@ static void emit_sigreturn_ending(unsigned char *code, size_t *n, bool read_alts
 		0x31, 0xff, /* xor %edi,%edi: read only */
 		0x48, 0x8d, 0x74, 0x24, MA_AREA_UC_STACK, /* lea UC_STACK(%rsp),%rsi */
 		0x0f, 0x05, /* syscall */
-		0x6a, 0x0f, 0x58, /* push $15; pop %rax (rt_sigreturn) */
+		0xb8, 0x0f, 0x00, 0x00, 0x00, /* mov $15,%eax (rt_sigreturn) */
 		0x0f, 0x05, /* syscall: does not return here */
 	};
 	size_t at = *n;
@@ -588,8 +568,8 @@ static void emit_sigreturn_ending(unsigned char *code, size_t *n, bool read_alts
 static void emit_pop_ending(unsigned char *code, size_t *n, uint64_t stub_addr, uint64_t mask)
 {
 	static const unsigned char setmask[] = {
-		0x6a, 0x0e, 0x58, /* push $14; pop %rax (rt_sigprocmask) */
-		0x6a, 0x02, 0x5f, /* push $2; pop %rdi (SIG_SETMASK) */
+		0xb8, 0x0e, 0x00, 0x00, 0x00, /* mov $14,%eax (rt_sigprocmask) */
+		0xbf, 0x02, 0x00, 0x00, 0x00, /* mov $2,%edi (SIG_SETMASK) */
 		0x48, 0x8d, 0xb4, 0x24, D32(AREA_SIGMASK), /* lea SIGMASK(%rsp),%rsi */
 		0x31, 0xd2, /* xor %edx,%edx */
 		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, /* mov $8,%r10d */
@@ -640,39 +620,17 @@ static const unsigned char insn_marker[] = {
 	0x48, 0x89, 0xc7, /* mov %rax,%rdi      (calls return here) */
 	0xb8, 0x27, 0x00, 0x00, 0x00, /* mov $39,%eax (getpid) */
 	0x0f, 0x05, /* syscall  <- the tracer stops here */
-	0x31, 0xdb, /* xor %ebx,%ebx: not the trap's EINTR */
 	0xeb, 0x00, /* jmp the restore path, past the trap (patched) */
 };
 static const unsigned char insn_trap[] = {
 	0x0f, 0x05, /* syscall: what the kernel restarts into */
-	0x48, 0x89, 0xc3, /* mov %rax,%rbx: -4 if a handler ended it with EINTR */
+	0x48, 0x83, 0xf8, 0xfc, /* cmp $-4,%rax */
+	0x75, 0x00, /* jne the restore path (patched) */
 };
-/*
- * The thread's nice value back (memattach raised it for the hold), the
- * first thing on every way out of the stub: if getpriority says the
- * thread still has the raised value (20 - nice: 40 for -20), that is, no
- * one changed it meanwhile, setpriority(PRIO_PROCESS, 0: this thread,
- * NICE).  Skipped by a jump when there is nothing to put back, or
- * (MA_STUB_MARKER_JMP) once memattach has put it back itself.
- */
-static const unsigned char insn_nice[] = {
-	0xb8, 0x8c, 0x00, 0x00, 0x00, /* mov $140,%eax (getpriority) */
-	0x31, 0xff, /* xor %edi,%edi: PRIO_PROCESS */
-	0x31, 0xf6, /* xor %esi,%esi: this thread */
-	0x0f, 0x05, /* syscall */
-	0x83, 0xf8, 20 - MA_STUB_RAISED_NICE, /* cmp $(20 - raised),%eax */
-	0x75, 0x09, /* jne past the setpriority */
-	0xb0, 0x8d, /* mov $141,%al: eax is 40 (setpriority) */
-	0xba, 0x00, 0x00, 0x00, 0x00, /* mov $NICE,%edx (patched) */
-	0x0f, 0x05, /* syscall */
-};
-#define NICE_IMM 19 /* the offset of NICE in insn_nice */
-_Static_assert(MA_STUB_NICE_BLOCK + sizeof(insn_nice) == MA_STUB_NICE_SYSCALL_END, "the nice block's size");
-static const unsigned char insn_cmp_eintr[] = { 0x48, 0x83, 0xfb, 0xfc }; /* cmp $-4,%rbx */
 static const unsigned char insn_movabs_rsp[] = { 0x48, 0xbc }; /* movabs $imm64,%rsp */
 static const unsigned char insn_cmp_watch[] = { 0x48, 0x83, 0x3d }; /* cmpq $imm8,d(%rip) */
 static const unsigned char insn_pending[] = {
-	0x6a, 0x7f, 0x58, /* push $127; pop %rax (rt_sigpending; its 8 bytes below the area are free) */
+	0xb8, 0x7f, 0x00, 0x00, 0x00, /* mov $127,%eax (rt_sigpending) */
 	0x48, 0x8d, 0xbc, 0x24, D32(AREA_PENDING), /* lea PENDING(%rsp),%rdi */
 	0xbe, 0x08, 0x00, 0x00, 0x00, /* mov $8,%esi */
 	0x0f, 0x05, /* syscall */
@@ -714,7 +672,7 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 {
 	uint64_t rip_slot = resume->rsp - RED_ZONE - 8;
 	uint64_t rip = resume->rip, rip_eintr = resume->rip + MA_SYSCALL_INSN_LEN, watch, restart;
-	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, eintr_at;
+	size_t n = 0, j_skip, j_done, loop, j_err, j_dfl, j_restart, keep, entry, j_trap, eintr_at;
 	bool by_sigreturn = o->by_sigreturn;
 	bool keep_sigreturns = by_sigreturn && !ma_arch_stub_restore_pops(xs, resume);
 	/* The pop ending's `ret` takes the ip from below the red zone; rt_sigreturn from the frame. */
@@ -727,22 +685,20 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	 * The insn_trap (ma_arch_trap_regs): the kernel's signal code either ran
 	 * a handler and ended the syscall with EINTR (then here, rax -EINTR),
 	 * or restarted it as our rt_sigprocmask(SIG_BLOCK) (then here, rax 0,
-	 * signals blocked): the restore path, as after the insn_marker (rbx 0).
+	 * signals blocked): the restore path, as after the insn_marker.
 	 */
 	emit(code, &n, insn_trap, sizeof(insn_trap));
-	/* The restore path, from the insn_marker or the insn_trap. */
-	assert(n == MA_STUB_NICE_BLOCK);
-	patch_rel8(code, MA_STUB_MARKER_JMP - 1, n);
-	emit(code, &n, insn_nice, sizeof(insn_nice));
-	if (o->set_nice)
-		put32(code + MA_STUB_NICE_BLOCK + NICE_IMM, (int32_t)o->nice);
-	else
-		emit_jmp8_at(code, MA_STUB_NICE_BLOCK, MA_STUB_NICE_SYSCALL_END);
+	j_trap = n - 2;
 	emit(code, &n, insn_movabs_rsp, sizeof(insn_movabs_rsp));
 	emit(code, &n, (const unsigned char *)&area_addr, 8);
-	emit(code, &n, insn_cmp_eintr, sizeof(insn_cmp_eintr));
-	eintr_at = n; /* je32 to the EINTR branch, patched below */
-	emit(code, &n, insn_je32, sizeof(insn_je32));
+	eintr_at = n; /* jmp32 to the EINTR branch, patched below */
+	n += 5;
+	/* The restore path, from the insn_marker or the insn_trap. */
+	entry = n;
+	patch_rel8(code, MA_STUB_MARKER_END, entry);
+	patch_rel8(code, j_trap, entry);
+	emit(code, &n, insn_movabs_rsp, sizeof(insn_movabs_rsp));
+	emit(code, &n, (const unsigned char *)&area_addr, 8);
 	/*
 	 * The thread was stopped in a syscall the stub restarts: a signal
 	 * that waits for it now would have ended the syscall with EINTR if
@@ -764,20 +720,24 @@ size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area
 	j_restart = n;
 	emit(code, &n, insn_jnz8, sizeof(insn_jnz8));
 	/* EINTR: rax -EINTR and the ip after the syscall, then the ending. */
-	put32(code + eintr_at + 2, (int32_t)((long)n - (long)(eintr_at + sizeof(insn_je32))));
+	{
+		size_t at = eintr_at;
+
+		emit_jmp32(code, &at, n);
+	}
 	emit(code, &n, insn_eintr, sizeof(insn_eintr));
 	emit_riprel(code, &n, stub_addr, insn_mov_rax, sizeof(insn_mov_rax), stub_addr + MA_STUB_SLOT_RIP_EINTR, 0);
 	emit(code, &n, insn_store_rip, sizeof(insn_store_rip));
 	put32(code + n, by_sigreturn ? MC_RIP : pop_rip);
 	n += 4;
-	emit_jmp8(code, &n, by_sigreturn ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
+	emit_jmp32(code, &n, by_sigreturn ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
 	/* Keep: resume as RESUME says (a restart, or no syscall at all). */
 	keep = n;
 	emit_riprel(code, &n, stub_addr, insn_mov_rax, sizeof(insn_mov_rax), stub_addr + MA_STUB_SLOT_RIP, 0);
 	emit(code, &n, insn_store_rip, sizeof(insn_store_rip));
 	put32(code + n, keep_sigreturns ? MC_RIP : pop_rip);
 	n += 4;
-	emit_jmp8(code, &n, keep_sigreturns ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
+	emit_jmp32(code, &n, keep_sigreturns ? STUB_SIGRETURN_ENDING : STUB_POP_ENDING);
 	put32(code + j_skip + 2, (int32_t)((long)keep - (long)(j_skip + sizeof(insn_je32))));
 	patch_rel8(code, j_done, keep);
 	patch_rel8(code, j_err, loop);

@@ -337,10 +337,9 @@ static int write_stub(struct ma_session *s)
 	ma_arch_build_area(area, s->area, &s->resume, &s->saved, s->sigmask, run_borrowed_mask());
 	if ((rc = ma_mem_write(s->t->proc_pid, s->area, area, s->area_len)))
 		return rc;
-	nice_plan(s);
 	ma_arch_build_stub(stub, s->stub, s->area, &s->resume, &s->saved,
 			   &(struct ma_stub_opts){ s->stub_asks_signals, s->stub_sigreturns,
-						   s->stub_reads_altstack, s->nice_planned, s->nice_saved });
+						   s->stub_reads_altstack });
 	ma_arch_build_batch(stub + MA_STUB_BATCH);
 	ma_arch_build_append_cb(stub + MA_STUB_APPEND, MA_APPEND_CB_MAX);
 	s->batch_fn = s->stub + MA_STUB_BATCH;
@@ -939,21 +938,6 @@ static void judge_filters_again(struct ma_session *s)
 }
 
 /*
- * The thread's nice is back (nice_restore): the marker's jump
- * then skips the stub's setpriority, so the usual way out makes no
- * syscall the program never made.  Written only while the thread is
- * stopped at the marker, before it is let go; should the write fail, the
- * block sets the same value again.
- */
-static void hold_nice_skip_in_stub(struct ma_session *s)
-{
-	unsigned char skip = ma_arch_stub_marker_skips_nice();
-
-	if (s->nice_planned && !s->nice_raised && write_stub_site(s, MA_STUB_MARKER_JMP, &skip, 1))
-		ma_err_clear();
-}
-
-/*
  * Is the thread where the stub's restore path begins, and may that path
  * give it back (rt_sigreturn: registers, xstate and mask in one step)?
  * Then letting it go is the whole way out: no trap, no window.  Not for
@@ -1025,9 +1009,7 @@ static int restore_and_detach(struct ma_session *s)
 
 	count_deferred_signals(s);
 	judge_filters_again(s);
-	nice_restore(s); /* first: the stub's block stays armed should memattach die now */
 	if (stub_can_give_back(s)) {
-		hold_nice_skip_in_stub(s);
 		s->at_marker = false;
 		if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)
 			return stops_ptrace_errno("PTRACE_DETACH", s->tid);
@@ -1084,7 +1066,6 @@ static void let_go_abandoned(struct ma_session *s)
 {
 	int sig = stop_for_detach(s);
 
-	nice_restore(s); /* the call finishes at the thread's own priority */
 	if (s->mask_blocked)
 		run_set_sigmask(s, s->sigmask);
 	ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)sig);

@@ -69,15 +69,6 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms, struct u
 int run_set_trap_regs(struct ma_session *s);
 int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r);
 
-/* session_nice.c: the held thread's nice value for the hold */
-#define MA_HOLD_NICE MA_STUB_RAISED_NICE
-/* Before the stub is built: will the stub put the thread's nice back (nice_planned, nice_saved)? */
-void nice_plan(struct ma_session *s);
-void nice_raise(struct ma_session *s);
-/* memattach puts it back (session_nice.c's rule; the stub's block then finds no -20). */
-void nice_restore(struct ma_session *s);
-void nice_at_syscall_stop(struct ma_session *s, bool entry, long nr);
-
 /* session_restart.c */
 /* Did the thread stopped with R enter its syscall through the 64-bit `syscall` instruction? */
 bool thread_syscall_insn_at(pid_t pid, const struct user_regs_struct *r);

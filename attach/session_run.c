@@ -468,7 +468,6 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 				return rc;
 			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY)
 				s->call_syscalls++;
-			nice_at_syscall_stop(s, info.op == PTRACE_SYSCALL_INFO_ENTRY, (long)info.entry.nr);
 			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
 				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				    info.entry.nr == MA_STUB_MARKER_NR) {
@@ -586,7 +585,6 @@ int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
 	if ((rc = ma_arch_set_regs(s->tid, r)))
 		return rc;
 	s->changed = true;
-	nice_raise(s); /* the registers are the stub's: its block puts the nice back */
 	return s->mask_blocked ? 0 : block_signals(s);
 }
 

@@ -183,13 +183,10 @@ void ma_arch_trap_regs(const struct ma_cpu_state *xs, const struct user_regs_str
  * MAY_ASK, ask which signals wait and their handlers (else the restart
  * stays as RESUME has it); BY_SIGRETURN, end in rt_sigreturn (else pop);
  * READ_ALTSTACK, read the alternate stack into the frame first (else
- * rt_sigreturn leaves it as it is); SET_NICE, first set the thread's nice
- * value to NICE (setpriority: memattach raises it for the hold), else
- * skip that block.
+ * rt_sigreturn leaves it as it is).
  */
 struct ma_stub_opts {
-	bool may_ask, by_sigreturn, read_altstack, set_nice;
-	int nice;
+	bool may_ask, by_sigreturn, read_altstack;
 };
 /*
  * Build the stub (MA_STUB_REGION bytes, for address STUB_ADDR, restoring
@@ -200,12 +197,6 @@ struct ma_stub_opts {
 size_t ma_arch_build_stub(unsigned char *code, uint64_t stub_addr, uint64_t area_addr,
 			  const struct user_regs_struct *resume, const struct ma_cpu_state *xs,
 			  const struct ma_stub_opts *o);
-/*
- * The byte to write at MA_STUB_MARKER_JMP once memattach has put the
- * thread's nice back itself: the restore path then skips the stub's
- * setpriority (no syscall the program never made, on the usual way out).
- */
-unsigned char ma_arch_stub_marker_skips_nice(void);
 /*
  * Does the stub's restart of RESUME pop rather than rt_sigreturn (a
  * restart through restart_syscall, whose block rt_sigreturn discards)?

@@ -62,17 +62,13 @@ static inline _Bool ma_x86_cas16(uint64_t *block, uint64_t olo, uint64_t ohi, ui
 #define MA_STUB_SYSCALL 8 /* offset of the stub's `syscall` instruction */
 #define MA_STUB_MARKER_END 10 /* offset of the instruction after `syscall` */
 #define MA_STUB_MARKER_NR 39 /* __NR_getpid */
-#define MA_STUB_MARKER_JMP 13 /* the rel8 of the marker's jump to the restore path */
-#define MA_STUB_TRAP_END 16 /* after the trap's `syscall` (ma_arch_trap_regs) */
-#define MA_STUB_NICE_BLOCK 19 /* the restore path's first: the thread's nice back (25 bytes) */
-#define MA_STUB_NICE_SYSCALL_END 44 /* after its setpriority */
-#define MA_STUB_RAISED_NICE (-20) /* what the block expects to find (the hold's nice) */
-#define MA_STUB_PENDING_SYSCALL_END 96 /* after the restore path's rt_sigpending */
-#define MA_STUB_ACTION_SYSCALL_END 163 /* after the restore path's rt_sigaction */
+#define MA_STUB_TRAP_END 14 /* after the trap's `syscall` (ma_arch_trap_regs) */
+#define MA_STUB_PENDING_SYSCALL_END 79 /* after the restore path's rt_sigpending */
+#define MA_STUB_ACTION_SYSCALL_END 146 /* after the restore path's rt_sigaction */
 /* The two endings of the restore path (ma_arch_build_stub's BY_SIGRETURN): */
-#define MA_STUB_ALTSTACK_SYSCALL_END 255 /* after sigaltstack (read the alternate stack) */
-#define MA_STUB_SIGRETURN_SYSCALL_END 260 /* after rt_sigreturn */
-#define MA_STUB_RESTORE_SYSCALL_END 289 /* after the pop ending's rt_sigprocmask */
+#define MA_STUB_ALTSTACK_SYSCALL_END 244 /* after sigaltstack (read the alternate stack) */
+#define MA_STUB_SIGRETURN_SYSCALL_END 251 /* after rt_sigreturn */
+#define MA_STUB_RESTORE_SYSCALL_END 284 /* after the pop ending's rt_sigprocmask */
 #define MA_STUB_SLOT_RSP 352 /* the stack pointer the pop ending's `ret` starts from */
 #define MA_STUB_SLOT_RIP 360 /* the resume ip */
 #define MA_STUB_SLOT_RIP_EINTR 368 /* the ip when the syscall ends with EINTR */

@@ -7,8 +7,7 @@
  * memattach's thread runs SCHED_FIFO at priority 1 (the lowest real-time
  * one: it still yields to every other real-time thread), or where that is
  * not permitted at the lowest nice value RLIMIT_NICE allows; the previous
- * policy is put back at once after.  (The held thread's own nice value
- * is raised for the hold too, and put back: session_nice.c.)
+ * policy is put back at once after.  Nothing of the target's is changed.
  * The hold is mostly waits (memattach sleeps while the target runs the
  * call), so the real-time time used is the hold's own CPU work.
  */

@@ -136,14 +136,6 @@ struct ma_session {
 	uint64_t t_stop_ns;
 	uint64_t cpu_wait_at_seize_ns; /* the thread's lifetime CPU wait at its seize */
 	bool cpu_wait_known;
-	/*
-	 * The thread's nice value, raised for the hold (run_hold_nice_*): the
-	 * stub puts NICE_SAVED back on its way out unless memattach did.
-	 */
-	bool nice_planned; /* the stub's block is armed with nice_saved */
-	bool nice_raised; /* the thread runs at MA_HOLD_NICE now */
-	bool nice_dropped_for_clone; /* put back while a clone the call makes runs */
-	int nice_saved;
 	char why[400]; /* why this thread was chosen */
 };
 

@@ -98,8 +98,7 @@ int ma_opt_allow_eintr(const struct ma_opt *o, const char *value);
 	"when no better thread exists: its wait is issued again at once; only a memattach "    \
 	"killed within microseconds of that stop leaves it an EINTR, as a SIGSTOP would), "   \
 	"nor the main thread or one with children while a signal the program ignores could " \
-	"then wake such a wait; and leave the held thread's nice value alone (by default it " \
-	"is -20 for the hold, then its own again)"
+	"then wake such a wait"
 
 /*
  * The options of a command that borrows a thread, into the session options

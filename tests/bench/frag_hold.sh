@@ -22,9 +22,6 @@ set -u
 RUNS=${RUNS:-20}
 # OWN=0: the test build with a borrowed thread of the program doing the work.
 if [ "${OWN:-1}" = 0 ]; then export MEMATTACH_TEST_OWN_THREAD=0; MA=$MA_T; fi
-# HOLD_NICE=0: the test build with the held thread at its own nice (the
-# hold as before attach/session_nice.c); =stub: raised from the stub on only.
-if [ -n "${HOLD_NICE:-}" ]; then export MEMATTACH_TEST_HOLD_NICE=$HOLD_NICE; MA=$MA_T; fi
 SPAWNERS=${SPAWNERS:-3}
 die() { echo "frag_hold: $*" >&2; exit 1; }
 [ -x "$FIX/fragchurn" ] || die "build/fixtures/fragchurn missing (make fixtures)"

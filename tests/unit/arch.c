@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -39,36 +38,21 @@ static void offsets(void)
 	memset(&r, 0, sizeof(r));
 	r.rsp = 0x7fff00001000;
 	r.rip = 0x401000;
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, true, true, false, 0 });
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, true, true });
 	CHECK("stub (rt_sigreturn ending): code ends before the slots", n <= MA_STUB_SLOT_RSP);
 	CHECK("stub (rt_sigreturn ending): sigaltstack, rt_sigreturn and the trap's syscall end at "
 	      "MA_STUB_{ALTSTACK,SIGRETURN}_SYSCALL_END, MA_STUB_TRAP_END",
 	      is_syscall(code, MA_STUB_ALTSTACK_SYSCALL_END) &&
 		      is_syscall(code, MA_STUB_SIGRETURN_SYSCALL_END) && is_syscall(code, MA_STUB_TRAP_END) &&
 		      code[MA_STUB_ALTSTACK_SYSCALL_END - 14] == 0xb8 && code[MA_STUB_ALTSTACK_SYSCALL_END - 13] == 131 &&
-		      code[MA_STUB_SIGRETURN_SYSCALL_END - 5] == 0x6a && code[MA_STUB_SIGRETURN_SYSCALL_END - 4] == 15);
+		      code[MA_STUB_SIGRETURN_SYSCALL_END - 7] == 0xb8 && code[MA_STUB_SIGRETURN_SYSCALL_END - 6] == 15);
 	CHECK("stub: header, batch runner and append callback fit between the slots and the region's end",
 	      MA_STUB_HEADER + 168 <= MA_STUB_BATCH && MA_STUB_BATCH - MA_STUB_HEADER >= 168 &&
 		      MA_STUB_BATCH + ma_arch_build_batch(code + MA_STUB_BATCH) <= MA_STUB_APPEND &&
 		      ma_arch_build_append_cb(code + MA_STUB_APPEND, MA_APPEND_CB_MAX) > 0);
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, false, true, false, 0 });
+	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs, &(struct ma_stub_opts){ true, false, true });
 	CHECK("stub (pop ending): code ends before the slots, trap's syscall at MA_STUB_TRAP_END",
 	      n <= MA_STUB_SLOT_RSP && is_syscall(code, MA_STUB_TRAP_END));
-	CHECK("stub: the marker's jump lands on the nice block, which jumps over itself when not armed",
-	      code[MA_STUB_MARKER_JMP - 1] == 0xeb &&
-		      MA_STUB_MARKER_JMP + 1 + code[MA_STUB_MARKER_JMP] == MA_STUB_NICE_BLOCK &&
-		      code[MA_STUB_NICE_BLOCK] == 0xeb &&
-		      MA_STUB_NICE_BLOCK + 2 + code[MA_STUB_NICE_BLOCK + 1] == MA_STUB_NICE_SYSCALL_END);
-	CHECK("stub: the skip byte takes the marker's jump past the nice block",
-	      MA_STUB_MARKER_JMP + 1 + ma_arch_stub_marker_skips_nice() == MA_STUB_NICE_SYSCALL_END);
-	n = ma_arch_build_stub(code, 0x10000, 0x7ffe00000000, &r, &xs,
-			       &(struct ma_stub_opts){ true, true, true, true, 5 });
-	CHECK("stub (nice armed): getpriority, then setpriority(PRIO_PROCESS, 0, 5) ending at "
-	      "MA_STUB_NICE_SYSCALL_END",
-	      n <= MA_STUB_SLOT_RSP && is_syscall(code, MA_STUB_NICE_SYSCALL_END) &&
-		      code[MA_STUB_NICE_BLOCK] == 0xb8 && code[MA_STUB_NICE_BLOCK + 1] == 140 &&
-		      code[MA_STUB_NICE_SYSCALL_END - 9] == 0xb0 && code[MA_STUB_NICE_SYSCALL_END - 8] == 141 &&
-		      *(int32_t *)(code + MA_STUB_NICE_SYSCALL_END - 6) == 5 && is_syscall(code, MA_STUB_TRAP_END));
 	CHECK("stub: syscall at MA_STUB_SYSCALL",
 	      code[MA_STUB_SYSCALL] == 0x0f && code[MA_STUB_SYSCALL + 1] == 0x05);
 	CHECK("stub: marker end follows it", MA_STUB_MARKER_END == MA_STUB_SYSCALL + 2);
@@ -96,7 +80,6 @@ static unsigned char want_ymm0[32];
 static stack_t want_altstack;
 /* A handler saw a context (registers, ip, stack pointer, xmm0) that is not the thread's own. */
 static volatile int context_bad;
-static int want_nice; /* the child's nice value once the stub gave it back */
 static bool check_context;
 static uint64_t want[17];
 static uint64_t want_mask;
@@ -164,9 +147,6 @@ void check_landed(void)
 	}
 	if (context_bad)
 		_exit(4);
-	errno = 0;
-	if (getpriority(PRIO_PROCESS, 0) != want_nice || errno)
-		_exit(3);
 	_exit(0);
 }
 
@@ -245,20 +225,7 @@ static void avx_image(struct ma_cpu_state *xs)
 }
 
 /* The stub built for a thread stopped as SC says, run for real in a child. */
-/*
- * The nice block: NICE_OFF not armed; NICE_ARMED armed with one more than
- * the child's nice, the child raised to -20 as memattach leaves a held
- * thread (the child must end with the armed value); NICE_CHANGED the
- * same, but the child's nice changed meanwhile to two more than its own
- * (the program's change: the block must leave it); NICE_SKIPPED armed,
- * then the skip byte written (memattach put the nice back itself): the
- * child ends with its own.
- */
-enum nice_mode { NICE_OFF, NICE_ARMED, NICE_CHANGED, NICE_SKIPPED };
-static int child_nice_set; /* what the child sets before it enters the stub; 99: nothing */
-
-static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read_altstack,
-			 enum nice_mode nm)
+static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read_altstack)
 {
 	unsigned char *stub = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	size_t stack_len = 1 << 16;
@@ -315,18 +282,8 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 	memcpy((void *)area, img, ma_arch_state_area_size(xs.xstate_len));
 	/* Below the red zone: what the ip slot held before must not matter. */
 	*(uint64_t *)(r.rsp - 136) = 0xdeadbeef;
-	errno = 0;
-	want_nice = getpriority(PRIO_PROCESS, 0);
 	ma_arch_build_stub(stub, (uint64_t)stub, area, &r, &xs,
-			   &(struct ma_stub_opts){ sc->may_ask, by_sigreturn, read_altstack, nm != NICE_OFF,
-						   want_nice < 19 ? want_nice + 1 : want_nice });
-	if (nm == NICE_SKIPPED)
-		stub[MA_STUB_MARKER_JMP] = ma_arch_stub_marker_skips_nice();
-	child_nice_set = nm == NICE_ARMED ? -20 : nm == NICE_CHANGED ? want_nice + 2 : 99;
-	if (nm == NICE_ARMED)
-		want_nice = want_nice < 19 ? want_nice + 1 : want_nice;
-	else if (nm == NICE_CHANGED)
-		want_nice += 2;
+			   &(struct ma_stub_opts){ sc->may_ask, by_sigreturn, read_altstack });
 	mprotect(stub, 4096, PROT_READ | PROT_EXEC);
 	/* In a child, signals pending and blocked, other registers: run the restore path. */
 	child = fork();
@@ -354,8 +311,6 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 			kill(getpid(), sc->sigs[i].sig);
 		}
 		sigemptyset(&none);
-		if (child_nice_set != 99 && setpriority(PRIO_PROCESS, 0, child_nice_set) != 0)
-			_exit(2);
 		/* Not what the stub must restore: */
 		__asm__ volatile("vpcmpeqd %%ymm0, %%ymm0, %%ymm0" ::: "xmm0");
 		if (sc->trap_rax)
@@ -366,18 +321,16 @@ static void self_restore(const struct scenario *sc, bool by_sigreturn, bool read
 		_exit(99);
 	}
 	waitpid(child, &status, 0);
-	snprintf(name, sizeof(name), "self-restore (%s ending%s), %s: registers, flags, stack pointer, "
+	snprintf(name, sizeof(name), "self-restore (%s ending), %s: registers, flags, stack pointer, "
 		 "mask, ymm0, alternate stack%s, %s",
 		 by_sigreturn ? (read_altstack ? "rt_sigreturn" : "rt_sigreturn, altstack unread") : "pop",
-		 nm == NICE_ARMED ? ", nice put back" : nm == NICE_CHANGED ? ", nice changed in the hold kept" :
-		 nm == NICE_SKIPPED ? ", nice put back by memattach, block skipped" : "",
 		 sc->name,
 		 by_sigreturn ? ", handlers given the thread's own context" : "",
 		 !sc->stopped_ax ? "ip at resume" : sc->want_eintr ? "EINTR" : "restart");
 	CHECK(name, WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		printf("# child status 0x%x (exit 10+i: register i differs, 9: mask, 8: restart/EINTR, "
-		       "7: handlers run, 6: ymm0, 5: alternate stack, 4: a handler's context, 3: nice)\n", status);
+		       "7: handlers run, 6: ymm0, 5: alternate stack, 4: a handler's context)\n", status);
 	ma_arch_state_free(&xs);
 	free(img);
 	munmap(stub, 4096);
@@ -442,13 +395,9 @@ int main(void)
 	offsets();
 	timed_waits();
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-		self_restore(&scenarios[i], true, true, NICE_OFF);
-		self_restore(&scenarios[i], true, false, NICE_OFF);
-		self_restore(&scenarios[i], false, true, NICE_OFF);
-		self_restore(&scenarios[i], true, true, NICE_ARMED);
-		self_restore(&scenarios[i], false, true, NICE_ARMED);
-		self_restore(&scenarios[i], true, true, NICE_SKIPPED);
-		self_restore(&scenarios[i], false, true, NICE_CHANGED);
+		self_restore(&scenarios[i], true, true);
+		self_restore(&scenarios[i], true, false);
+		self_restore(&scenarios[i], false, true);
 	}
 	CHECK_DONE();
 }
