@@ -11,7 +11,9 @@
 # RUNS start/stop pairs each (default 20); each row: median, p90 and max,
 # of the hold and of the hold less the time its thread spent waiting for
 # a CPU (hold_max_cpu_wait_ns: runnable behind the machine's other
-# threads, the scheduler's part of it; /proc's schedstat).
+# threads, the scheduler's part of it; /proc's schedstat).  Beside each
+# row, the same run's wake-ups of a thread of the program's own (-w:
+# "waker", asleep 1 ms at a time): how late the machine let them run.
 # Any failed command, or a fixture that dies or fails its verdict, exits 1.
 # No peer row: the tools that load code into a live process (heaptrack -p,
 # gdb) stop every thread for the whole injection (loaded_hold.sh measures
@@ -32,8 +34,9 @@ ms_of() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2" | awk '{ printf "%.3f\n", $
 # row NAME SPAWNERS: RUNS start/stop pairs on a fresh fragchurn.
 row() {
 	local name=$1 p i
-	fix_start fragchurn -c "$2" || die "$name: fragchurn did not start"
+	fix_start fragchurn -c "$2" -w || die "$name: fragchurn did not start"
 	p=$FIX_PID
+	fix_cmd "$p" "$FIX_FD" "$FIX_OUT" "wake reset" >/dev/null || die "$name: no answer to wake reset"
 	own=0 retries=0
 	for c in start stop; do : >"$TMP/$c.ms"; : >"$TMP/$c.net"; : >"$TMP/$c.work"; done
 	for i in $(seq "$RUNS"); do
@@ -48,6 +51,7 @@ row() {
 			else tr -s '\n ' '  ' <"$TMP/err" | grep -o "could not make a thread of its own: .*" >>"$TMP/whys"; fi
 		done
 	done
+	wake=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" wake) || die "$name: no answer to wake"
 	v=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" verdict)
 	verdict_ok "$v" || die "$name: fixture verdict: $v"
 	fix_quit "$p" "$FIX_FD" || die "$name: fixture did not exit cleanly"
@@ -59,6 +63,7 @@ row() {
 			END { printf "| %s | frag %s | %d | %.1f | %.1f | %.1f | %s | %s |\n", n, c, NR,
 			      a[int((NR + 1) / 2)], a[int(NR * 0.9 + 0.5)], a[NR], net, w }'
 	done
+	echo "$wake" | awk -v n="$name" '{ printf "(%s: the program'"'"'s own 1 ms sleeps in the same run, %d wake-ups, late by: median %.1f ms, p90 %.1f, p99 %.1f, max %.1f)\n", n, $2, $3 / 1000, $4 / 1000, $5 / 1000, $6 / 1000 }'
 	echo "($name: $own of $((2 * RUNS)) commands worked in a thread of memattach's own;" \
 		"$retries makings given up at a loader lock and tried again)"
 	[ -s "$TMP/whys" ] && sort "$TMP/whys" | uniq -c | sed 's/^/(  /; s/$/)/'
