@@ -944,14 +944,17 @@ static void judge_filters_again(struct ma_session *s)
  * held signals (redelivered by memattach), a restart through
  * restart_syscall (whose block rt_sigreturn would discard), or a stub a
  * seccomp filter keeps from asking which signals wait (the kernel's own
- * signal path must then decide EINTR or restart).
+ * signal path must then decide EINTR or restart).  Nor with --strict:
+ * the restore path's syscalls (sigaltstack, rt_sigreturn) run after the
+ * release, where no check sees a filter the program installs meanwhile
+ * (TSYNC) that refuses them.
  */
 static bool stub_can_give_back(struct ma_session *s)
 {
 	struct __ptrace_syscall_info info;
 	struct user_regs_struct r;
 
-	if (s->filters_changed || !s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
+	if (s->filters_changed || s->strict || !s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
 	    !s->mask_blocked || ma_arch_stub_restore_pops(&s->saved, &s->resume) ||
 	    ma_arch_get_regs(s->tid, &r) != 0 ||
 	    ma_arch_ip(&r) != s->stub + MA_STUB_MARKER_END) {

@@ -61,7 +61,12 @@ static bool restart_allowed(struct ma_session *s, pid_t tid, uint64_t ip, const 
 }
 
 /*
- * A thread under a seccomp filter: a stop of one asleep in a timed wait
+ * With --strict, no thread asleep in a timed wait is stopped, filtered or
+ * not: a filter the program installs (TSYNC) while memattach works, or the
+ * moment a thread shows a tracer, can lack restart_syscall, and no check
+ * made before the thread's release can see one that arrives after it.
+ * Without --strict:
+ * a thread under a seccomp filter: a stop of one asleep in a timed wait
  * (ma_thread_restart_block_wait) goes on through restart_syscall, and a
  * filter without it (an allow-list of the program's own syscalls) kills
  * the process should memattach die before it has set the wait to be
@@ -77,9 +82,16 @@ bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size
 	long nr;
 	const char *wait;
 
-	if (!restart_unknown(s, ma_seccomp_state(s->t->pid, tid)))
+	if (!s->strict && !restart_unknown(s, ma_seccomp_state(s->t->pid, tid)))
 		return false;
-	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)))
+	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)) && s->strict)
+		snprintf(why, whylen, "asleep in %s, which goes on after a stop through the kernel's "
+			 "restart_syscall, and a seccomp filter the program installed meanwhile could "
+			 "refuse that (killing it): not stopped with --strict",
+			 wait);
+	else if (s->strict)
+		return false; /* a running thread: --strict refuses it anyway (refused_for_transfer) */
+	else if (wait)
 		snprintf(why, whylen, "asleep in %s under a seccomp filter not known to allow "
 			 "restart_syscall, which that wait goes on with after a stop: not stopped",
 			 wait);
@@ -155,10 +167,22 @@ int thread_keep_restart_allowed(struct ma_session *s, pid_t tid)
 	struct user_regs_struct r;
 	int rc;
 
-	if (!ma_session_filtered(s))
+	if (!ma_session_filtered(s) && !s->strict)
 		return 0;
 	if ((rc = ma_arch_get_regs(tid, &r)))
 		return rc;
+	/*
+	 * --strict stops no thread asleep in a timed wait, but one can enter
+	 * such a wait between its last look and the interrupt: it is issued
+	 * again as made, so no filter that arrives later (TSYNC, from the
+	 * program) meets a restart_syscall.  Its timeout counts again.
+	 */
+	if (s->strict && ma_arch_restart_block_nr(&r) >= 0 && thread_syscall_insn_at(s->t->proc_pid, &r)) {
+		ma_arch_restart_as_issued(&r);
+		return ma_arch_set_regs(tid, &r);
+	}
+	if (!ma_session_filtered(s))
+		return 0;
 	learn_restart_allowed(s, &r);
 	if (!thread_restart_refused(s, tid, &r))
 		return 0;

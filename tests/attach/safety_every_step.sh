@@ -31,7 +31,7 @@
 # restarts are slow; the check names say where it stopped).
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 103
+plan 111
 need_fixtures daemon regs sysc sigs
 STEP_CAP=${STEP_CAP:-250}
 MAX_DEATHS=${MAX_DEATHS:-5}
@@ -236,6 +236,8 @@ check "sysc: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 T_NAME=sigs T_CONF= T_ARGS=(-n -i 1000) PROGRESS=received
 start_target || { fail "sigs: start"; exit 1; }
 sweep "sigs -n: stats --tid sig_rx" "stats @PID@ --tid @TID:sig_rx@"
+# --strict gives the thread back through ptrace, never the stub's own restore
+sweep "sigs -n: stats --strict --tid sig_rx" "stats @PID@ --strict --tid @TID:sig_rx@"
 stop_target; rc=$?
 check "sigs -n: exits cleanly (status $rc)" [ "$rc" -eq 0 ]
 

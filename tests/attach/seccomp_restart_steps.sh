@@ -9,7 +9,8 @@
 # restart_syscall, memattach stops no thread asleep in a timed wait and no
 # running thread (it could enter one before its stop).  Checked: memattach
 # SIGKILLed right after each step in turn (MEMATTACH_TEST_KILL_AFTER_STEP)
-# of stats, stats --tid worker_0 and purge: the target alive after every
+# of stats, stats --tid worker_0, purge and stats --strict (whose thread
+# goes back through ptrace, not the stub): the target alive after every
 # run, no thread left stopped, its verdict ok at the end; each command
 # works (or refuses naming seccomp) once more.  The binary before stopped
 # the sleepers, and died at the steps inside that window (an outside
@@ -18,7 +19,7 @@
 # STEP_CAP/2, then at evenly spread steps.
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
-plan 10
+plan 13
 need_fixtures seccomp_daemon
 STEP_CAP=${STEP_CAP:-120}
 
@@ -81,5 +82,6 @@ VERDICTS=""
 sweep "stats" stats
 sweep "stats --tid worker_0" stats --tid @TID@
 sweep "purge" purge
+sweep "stats --strict" stats --strict # given back through ptrace, not the stub
 check "every target's verdict ok ($VERDICTS)" \
-	eval '[ "$(grep -o "VERDICT ok" <<<"$VERDICTS" | wc -l)" -eq 3 ]'
+	eval '[ "$(grep -o "VERDICT ok" <<<"$VERDICTS" | wc -l)" -eq 4 ]'
