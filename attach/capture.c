@@ -153,12 +153,17 @@ int ma_capture_heap_dump(struct ma_session *s, const struct ma_je_stats *st, int
 			       "restart, or restart it with %s",
 			       s->t->pid, s->t->pid, ma_prof_restart_hint(s->t));
 	{
-		/* jemalloc's prof.dump creat()s, writes and closes the file in the borrowed thread. */
+		/*
+		 * jemalloc's prof.dump creat()s, writes and closes the file in the
+		 * borrowed thread: creat is its own syscall on x86-64 (glibc), openat
+		 * where the C library makes it so.  The descriptor is chosen then.
+		 */
 		struct ma_sc_query q[] = {
+			{ SYS_creat, { 0, 0644, 0, 0, 0, 0 }, 0, "creat (prof.dump creates the dump)" },
 			{ SYS_openat, { (uint64_t)AT_FDCWD, 0, O_WRONLY | O_CREAT | O_TRUNC, 0644, 0, 0 }, 0,
 			  "openat (prof.dump creates the dump)" },
-			{ SYS_write, { 3, 0, 4096, 0, 0, 0 }, 0, "write (prof.dump)" },
-			{ SYS_close, { 3, 0, 0, 0, 0, 0 }, 0, "close (prof.dump)" },
+			{ SYS_write, { MA_SC_UNCHOSEN_FD, 0, 4096, 0, 0, 0 }, 0, "write (prof.dump)" },
+			{ SYS_close, { MA_SC_UNCHOSEN_FD, 0, 0, 0, 0, 0 }, 0, "close (prof.dump)" },
 		};
 
 		for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)

@@ -919,15 +919,17 @@ static int unblock_through_trap(struct ma_session *s)
  * again (one pread); when they moved, the thread goes back through
  * ptrace (stub_can_give_back), and a restart the new filter refuses is
  * issued again as the program made it (keep_restart_allowed's rule).
+ * Also read before each syscall memattach or its call makes in the
+ * thread (session_run.c), so a filter that arrived refuses none of them.
  * Left: a filter that arrives after this read, and the marker's getpid
- * should the new filter refuse it.
+ * should the new filter refuse it.  True when they moved.
  */
-static void judge_filters_again(struct ma_session *s)
+bool session_judge_filters_again(struct ma_session *s)
 {
 	long now = session_seccomp_state(s);
 
 	if (now < 0 || s->judged_filters < 0 || now == s->judged_filters)
-		return;
+		return false;
 	s->judged_filters = now;
 	s->filters_changed = s->filtered = true;
 	s->trap_ok = trap_allowed(s); /* unblock_through_trap's registers, should memattach die there */
@@ -935,6 +937,7 @@ static void judge_filters_again(struct ma_session *s)
 		ma_arch_restart_as_issued(&s->saved.regs);
 		ma_arch_resume_regs(&s->saved.regs, false, &s->resume);
 	}
+	return true;
 }
 
 /*
@@ -1011,7 +1014,7 @@ static int restore_and_detach(struct ma_session *s)
 	struct user_regs_struct r;
 
 	count_deferred_signals(s);
-	judge_filters_again(s);
+	session_judge_filters_again(s);
 	if (stub_can_give_back(s)) {
 		s->at_marker = false;
 		if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)

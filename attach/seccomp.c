@@ -159,6 +159,7 @@ static bool program_valid(const struct sock_filter *prog, size_t len)
 struct bpf_machine {
 	uint32_t a, x;
 	uint32_t mem[BPF_MEMWORDS];
+	uint32_t reads; /* bit W: word W of seccomp_data was loaded */
 };
 
 /* A native-endian 32-bit word of seccomp_data at OFF (checked: aligned, inside). */
@@ -178,6 +179,7 @@ static void exec_load(struct bpf_machine *m, const struct sock_filter *f,
 	switch (BPF_MODE(f->code)) {
 	case BPF_ABS:
 		*reg = data_word(d, f->k);
+		m->reads |= 1u << (f->k / 4);
 		break;
 	case BPF_IMM:
 		*reg = f->k;
@@ -275,10 +277,11 @@ static bool exec_one(struct bpf_machine *m, const struct sock_filter *f, size_t 
 	return true;
 }
 
-uint32_t ma_seccomp_eval(const struct sock_filter *prog, size_t len, const struct seccomp_data *d)
+uint32_t ma_seccomp_eval_reads(const struct sock_filter *prog, size_t len, const struct seccomp_data *d,
+			       uint32_t *reads)
 {
 	struct bpf_machine m;
-	uint32_t ret;
+	uint32_t ret = SECCOMP_RET_KILL_PROCESS; /* unreachable: the last instruction is a RET */
 	size_t pc = 0;
 
 	if (!d || !program_valid(prog, len))
@@ -287,8 +290,15 @@ uint32_t ma_seccomp_eval(const struct sock_filter *prog, size_t len, const struc
 	/* pc only grows, so this runs at most LEN instructions. */
 	while (pc < len)
 		if (exec_one(&m, &prog[pc], &pc, d, &ret))
-			return ret;
-	return SECCOMP_RET_KILL_PROCESS; /* unreachable: the last instruction is a RET */
+			break;
+	if (reads)
+		*reads |= m.reads;
+	return ret;
+}
+
+uint32_t ma_seccomp_eval(const struct sock_filter *prog, size_t len, const struct seccomp_data *d)
+{
+	return ma_seccomp_eval_reads(prog, len, d, NULL);
 }
 
 /* ---- actions ---- */
@@ -446,18 +456,35 @@ static void query_data(const struct ma_sc_query *q, struct seccomp_data *d)
 	memcpy(d->args, q->args, sizeof(d->args));
 }
 
-/* Every filter runs; the strongest action wins, the newest filter on a tie. */
-static uint32_t run_filters(const struct sc_filters *fs, const struct seccomp_data *d)
+/* Every filter runs; the strongest action wins, the newest filter on a tie.  *READS: as eval's. */
+static uint32_t run_filters(const struct sc_filters *fs, const struct seccomp_data *d, uint32_t *reads)
 {
 	uint32_t ret = SECCOMP_RET_ALLOW;
 
 	for (size_t i = 0; i < fs->n; i++) {
-		uint32_t cur = ma_seccomp_eval(fs->f[i].insns, fs->f[i].len, d);
+		uint32_t cur = ma_seccomp_eval_reads(fs->f[i].insns, fs->f[i].len, d, reads);
 
 		if (action_rank(cur) < action_rank(ret))
 			ret = cur;
 	}
 	return ret;
+}
+
+/*
+ * The first argument of Q that is only a sample (MA_SC_UNCHOSEN_ADDR or
+ * _FD) whose words the filters loaded (READS), or -1: the filter's answer
+ * for the real value may differ.
+ */
+static int unchosen_arg_read(const struct ma_sc_query *q, uint32_t reads)
+{
+	for (int i = 0; i < 6; i++) {
+		unsigned lo = (unsigned)(offsetof(struct seccomp_data, args) / 4) + 2u * (unsigned)i;
+
+		if ((q->args[i] == MA_SC_UNCHOSEN_ADDR || q->args[i] == MA_SC_UNCHOSEN_FD) &&
+		    (reads >> lo & 3u) != 0)
+			return i;
+	}
+	return -1;
 }
 
 static int check_queries(pid_t tid, const struct sc_filters *fs, const struct ma_sc_query *q,
@@ -468,8 +495,19 @@ static int check_queries(pid_t tid, const struct sc_filters *fs, const struct ma
 		uint32_t ret;
 		char action[80], what[48];
 
+		uint32_t reads = 0;
+		int arg;
+
 		query_data(&q[i], &d);
-		ret = run_filters(fs, &d);
+		ret = run_filters(fs, &d, &reads);
+		if (action_lets_through(ret) && (arg = unchosen_arg_read(&q[i], reads)) >= 0) {
+			if (!q[i].what)
+				snprintf(what, sizeof(what), "syscall %d", q[i].nr);
+			return ma_fail(MA_E_SECCOMP, "the seccomp filter of thread %d decides %s by its "
+				       "argument %d, which memattach can only guess before the call (an "
+				       "address or a descriptor chosen then): it will not run calls in it",
+				       (int)tid, q[i].what ? q[i].what : what, arg + 1);
+		}
 		if (action_lets_through(ret))
 			continue;
 		describe_action(ret, action, sizeof(action));

@@ -130,6 +130,8 @@ void leftover_remove(struct ma_session *s, const bool *stale);
 /* remote_call.c */
 /* The thread tried's seccomp mode and filter count (ma_seccomp_state), through its status fd if open. */
 long session_seccomp_state(const struct ma_session *s);
+/* A filter installed (TSYNC) since the thread's was judged: take it in.  True if one came. */
+bool session_judge_filters_again(struct ma_session *s);
 int session_check_seccomp(struct ma_session *s, size_t data_len, bool on_stack);
 /*
  * For the held thread: its state area below the stack pointer, whether the

@@ -412,6 +412,80 @@ static int syscall_stop_info(pid_t tid, struct __ptrace_syscall_info *info)
 }
 
 /*
+ * A filter another thread installed (TSYNC) after this thread's was judged
+ * may refuse a syscall the call now makes (the thread stopped at its entry,
+ * before the kernel's own check): seen here, that syscall becomes one the
+ * filter allows and harmless (getpid...), and its exit gets EPERM, so the
+ * call goes on to its end with an error, holding no lock, and the process
+ * lives.  0: nothing to do or done; -1: no substitute is allowed (the
+ * kernel then acts on the filter).
+ */
+static int fail_syscall_new_filter_refuses(struct ma_session *s, const struct __ptrace_syscall_info *info)
+{
+	static const int subs[] = { SYS_getpid, SYS_gettid, SYS_sched_yield, -1 };
+	struct ma_sc_query q;
+	struct user_regs_struct r;
+
+	if (!session_judge_filters_again(s) && !s->filters_changed)
+		return 0;
+	memset(&q, 0, sizeof(q));
+	q.nr = (int)info->entry.nr;
+	memcpy(q.args, info->entry.args, sizeof(q.args));
+	q.ip = info->instruction_pointer;
+	q.what = "a syscall of the call";
+	if (ma_seccomp_check(s->t->pid, s->tid, &q, 1) == 0)
+		return 0;
+	ma_err_clear();
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		memset(q.args, 0, sizeof(q.args));
+		q.nr = subs[i];
+		if (ma_seccomp_check(s->t->pid, s->tid, &q, 1) != 0) {
+			ma_err_clear();
+			continue;
+		}
+		if (ma_arch_get_regs(s->tid, &r) != 0)
+			break;
+		r.orig_rax = (unsigned long long)(long long)subs[i];
+		if (ma_arch_set_regs(s->tid, &r) != 0)
+			break;
+		if (!s->refused_in_call)
+			s->refused_in_call = (long)info->entry.nr + 1;
+		s->fail_at_exit = true;
+		return 0;
+	}
+	ma_err_clear();
+	return -1;
+}
+
+/* At the exit of a syscall fail_syscall_new_filter_refuses replaced: EPERM. */
+static void fail_replaced_syscall(struct ma_session *s)
+{
+	struct user_regs_struct r;
+
+	s->fail_at_exit = false;
+	if (ma_arch_get_regs(s->tid, &r) != 0) {
+		ma_err_clear();
+		return;
+	}
+	r.rax = (unsigned long long)-EPERM;
+	if (ma_arch_set_regs(s->tid, &r) != 0)
+		ma_err_clear();
+}
+
+static int refused_in_call(struct ma_session *s)
+{
+	long nr = s->refused_in_call - 1;
+	const char *name = ma_arch_syscall_name(nr);
+	char num[32];
+
+	snprintf(num, sizeof(num), "syscall %ld", nr);
+	return ma_fail(MA_E_SECCOMP, "a seccomp filter the program installed during the call refuses "
+		       "%s, which the call made in thread %d: it was made to fail (EPERM) instead, so "
+		       "the call ended with an error and the process lives on",
+		       name ? name : num, s->tid);
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
  * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
@@ -468,14 +542,21 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 				return rc;
 			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY)
 				s->call_syscalls++;
+			if (info.op == PTRACE_SYSCALL_INFO_EXIT && s->fail_at_exit)
+				fail_replaced_syscall(s);
 			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
 				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				    info.entry.nr == MA_STUB_MARKER_NR) {
 					s->at_marker = true;
+					if (!fault && s->refused_in_call)
+						return refused_in_call(s);
 					return fault ? fault : ma_arch_get_regs(s->tid, out);
 				}
 				if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
 					return ma_arch_get_regs(s->tid, out);
+			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
+				   fail_syscall_new_filter_refuses(s, &info) == 0 && s->fail_at_exit) {
+				/* replaced: on to its exit */
 			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
 				   waits_on_own_lock(s, &info)) {
 				return skip_self_deadlock(s, info.entry.args[0]);
@@ -512,6 +593,7 @@ static int seccomp_allows(struct ma_session *s, long nr, const uint64_t *args, i
 {
 	struct ma_sc_query q;
 
+	session_judge_filters_again(s); /* one installed since (TSYNC) is judged too */
 	if (!s->filtered)
 		return 0;
 	memset(&q, 0, sizeof(q));

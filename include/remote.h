@@ -73,6 +73,8 @@ struct ma_session {
 	bool filtered; /* a seccomp filter judges our syscalls */
 	long judged_filters; /* ma_seccomp_state_of when judged (0: none); -1 unread */
 	bool filters_changed; /* a filter came in during the hold (TSYNC): judged again at give-back */
+	long refused_in_call; /* a syscall of the call that filter refused, made to fail: its nr + 1; 0 none */
+	bool fail_at_exit; /* that syscall's exit is next: it gets EPERM */
 	bool stub_asks_signals; /* the stub's self-restore may ask about waiting signals */
 	bool trap_ok; /* the way in may go through the trap (ma_arch_trap_regs) */
 	bool stub_sigreturns; /* the stub's self-restore ends in rt_sigreturn */

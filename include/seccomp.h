@@ -19,8 +19,14 @@
 #include <linux/filter.h>  /* struct sock_filter */
 #include <linux/seccomp.h> /* struct seccomp_data, SECCOMP_RET_* */
 
-/* An address argument for a query, where the address is chosen later (a typical mmap address). */
+/*
+ * Arguments only known once the call runs, as a query gives them: an
+ * address (a typical mmap address) and a descriptor the call opens.  A
+ * filter that reads such an argument could answer the real value
+ * otherwise, so ma_seccomp_check refuses it.
+ */
 #define MA_SC_UNCHOSEN_ADDR 0x7f0000000000ULL
+#define MA_SC_UNCHOSEN_FD 1000
 
 /* One syscall memattach will make the borrowed thread execute, as seccomp sees it. */
 struct ma_sc_query {
@@ -72,5 +78,8 @@ int ma_seccomp_check(pid_t pid, pid_t tid, const struct ma_sc_query *q, size_t n
  * at run time returns 0 (SECCOMP_RET_KILL_THREAD), as in the kernel.
  */
 uint32_t ma_seccomp_eval(const struct sock_filter *prog, size_t len, const struct seccomp_data *d);
+/* The same; *READS gets (ORed in) bit W for each 32-bit word W of D the run loaded. */
+uint32_t ma_seccomp_eval_reads(const struct sock_filter *prog, size_t len, const struct seccomp_data *d,
+			       uint32_t *reads);
 
 #endif

@@ -574,7 +574,13 @@ static int do_start(struct frag_args *a)
 	int rc;
 
 	a->o.for_dlopen = true;
-	a->o.own_thread = true; /* the load's map changes hold no thread of the program */
+	/*
+	 * The load's map changes hold no thread of the program.  Not with
+	 * --strict: a thread of our own runs code no stop watches (its rseq
+	 * registration, its exit), which a seccomp filter the program
+	 * installs meanwhile could refuse.
+	 */
+	a->o.own_thread = !a->o.strict;
 	if ((rc = run_live(&fl, start_agent, settle_and_read)))
 		return rc;
 	if (a->json) {
@@ -676,7 +682,7 @@ static int do_stop(struct frag_args *a)
 	char b[32], r[32];
 	int rc, runs = 0;
 
-	a->o.own_thread = true; /* the tables' unmapping holds no thread of the program */
+	a->o.own_thread = !a->o.strict; /* the unmapping holds no thread of the program (as in start) */
 	if ((rc = stop_until_quiet(&fl, &first, &runs)))
 		return rc;
 	if (a->json) {

@@ -26,7 +26,7 @@
 . "$(dirname "$0")/../lib/common.sh"
 . "$(dirname "$0")/../lib/safety.sh"
 LATE_RUNS=${LATE_RUNS:-6}
-plan $((51 + LATE_RUNS))
+plan $((55 + LATE_RUNS))
 need_fixtures seccomp_daemon
 SYSCALLS=${SYSCALLS:-"mmap munmap mprotect memfd_create close getpid rt_sigprocmask rt_sigaction 127 15 131"}
 VARIANTS=()
@@ -39,6 +39,12 @@ for sc in $SYSCALLS; do VARIANTS+=("kill:$sc" "trap:$sc"); done
 # resumes through restart_syscall, which killed the process (an outside
 # attack: 3 of 3 stats runs).
 VARIANTS+=(allowlist allowlist+ allowlist+norestart)
+# kill:85: creat, which prof.dump makes (its own syscall on x86-64; the
+# binary that judged only openat: 5 of 5 heap-dumps killed the target).
+# addr:madvise: kills madvise at an address 0x7fXX........ (XX not 00),
+# which memattach can only guess before the call: refused (the binary
+# that judged one sample address: its purge killed the target).
+VARIANTS+=(kill:85 addr:madvise)
 CMDS=(stats heap-dump bins killed purge tid)
 
 start_variant() { # start_variant VARIANT -> pid fd out; 1 if it fails
@@ -47,6 +53,7 @@ start_variant() { # start_variant VARIANT -> pid fd out; 1 if it fails
 	allowlist) args=(-l) ;;
 	allowlist+) args=(-L) ;;
 	allowlist+norestart) args=(-L -R -n 16) ;; # short sweeps: the workers mostly sleep
+	addr:madvise) args=(-a kill -c madvise -m 0xff -H) ;;
 	*) args=(-a "${v%%:*}" -c "${v#*:}") ;;
 	esac
 	MALLOC_CONF=$PROF_CONF fix_start seccomp_daemon "${args[@]}" || return 1
