@@ -389,6 +389,20 @@ long ma_thread_syscall_nr(pid_t pid, pid_t tid)
 	return read_thread_syscall(pid, tid, a);
 }
 
+bool ma_thread_awaits_seccomp_supervisor(pid_t pid, pid_t tid)
+{
+	char path[96], buf[128] = "";
+	bool in;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
+	if (!(f = fopen(path, "re")))
+		return false;
+	in = fgets(buf, sizeof(buf), f) && strncmp(buf, "seccomp_do_user_notif", 21) == 0;
+	fclose(f);
+	return in;
+}
+
 bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns)
 {
 	char path[96];

@@ -615,3 +615,38 @@ int ma_seccomp_check(pid_t pid, pid_t tid, const struct ma_sc_query *q, size_t n
 	free_filters(&fs);
 	return rc;
 }
+
+/* Can a return of F answer USER_NOTIF (a constant that says so, or RET A: anything)? */
+static bool filter_may_notify(const struct sc_filter *f)
+{
+	for (size_t i = 0; i < f->len; i++) {
+		const struct sock_filter *in = &f->insns[i];
+
+		if (BPF_CLASS(in->code) != BPF_RET)
+			continue;
+		if (BPF_RVAL(in->code) == BPF_A ||
+		    (in->k & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_USER_NOTIF)
+			return true;
+	}
+	return false;
+}
+
+int ma_seccomp_may_notify(pid_t pid, pid_t tid)
+{
+	struct sc_filters fs;
+	int mode = ma_seccomp_mode(pid, tid), rc;
+
+	if (mode == 0)
+		return 0;
+	if (mode != 2)
+		return 1;
+	if (fetch_filters(tid, &fs) != 0) {
+		ma_err_clear();
+		return 1;
+	}
+	rc = 0;
+	for (size_t i = 0; i < fs.n && !rc; i++)
+		rc = filter_may_notify(&fs.f[i]);
+	free_filters(&fs);
+	return rc;
+}

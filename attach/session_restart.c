@@ -79,10 +79,16 @@ static bool restart_allowed(struct ma_session *s, pid_t tid, uint64_t ip, const 
  */
 bool thread_refused_for_restart(struct ma_session *s, pid_t tid, char *why, size_t whylen)
 {
-	long nr;
+	long nr, state = ma_seccomp_state(s->t->pid, tid);
 	const char *wait;
 
-	if (!s->strict && !restart_unknown(s, ma_seccomp_state(s->t->pid, tid)))
+	if (state >= 65536 && state != s->t->notify_free_state && ma_thread_syscall_nr(s->t->pid, tid) < 0) {
+		snprintf(why, whylen, "running under a seccomp filter not known to have no supervisor "
+			 "(user notification): it could enter a wait for its answer before its stop, "
+			 "which would withdraw the request; not stopped");
+		return true;
+	}
+	if (!s->strict && !restart_unknown(s, state))
 		return false;
 	if ((wait = ma_thread_restart_block_wait(s->t->pid, tid, &nr)) && s->strict)
 		snprintf(why, whylen, "asleep in %s, which goes on after a stop through the kernel's "
@@ -136,6 +142,8 @@ static void learn_restart_allowed(struct ma_session *s, const struct user_regs_s
 
 	if (restart_unknown(s, state) && restart_allowed(s, s->tid, ma_arch_ip(r), NULL))
 		s->t->restart_ok_state = state;
+	if (state >= 65536 && state != s->t->notify_free_state && ma_seccomp_may_notify(s->t->pid, s->tid) == 0)
+		s->t->notify_free_state = state;
 }
 
 /*

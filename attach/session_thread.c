@@ -542,6 +542,22 @@ static bool refused_for_transfer(struct ma_session *s, const struct ma_thread_in
 }
 
 /*
+ * A thread waiting for its seccomp supervisor's answer (user
+ * notification): a stop withdraws the request, and the syscall, issued
+ * again, reaches the supervisor twice (its answer to the first then fails:
+ * an outside attack, 10 of 10 runs).  Not stopped, named or not.
+ */
+static bool refused_awaiting_supervisor(struct ma_session *s, pid_t tid, char *why, size_t whylen)
+{
+	if (!ma_thread_awaits_seccomp_supervisor(s->t->pid, tid))
+		return false;
+	snprintf(why, whylen, "waits for its seccomp supervisor to answer a syscall (a user "
+		 "notification), which a stop would withdraw and the supervisor then get twice: "
+		 "not stopped");
+	return true;
+}
+
+/*
  * The refusals known before any stop (from /proc): an exited thread, a
  * vfork parent, a wait not to be stopped, the run's deadline.  True with
  * *V set when refused.
@@ -560,6 +576,10 @@ static bool refused_before_stop(struct ma_session *s, const struct ma_thread_inf
 		snprintf(why, whylen, "waits for its vfork() child to exec or exit, and cannot be "
 			 "stopped until then");
 		*v = refused_for_good();
+		return true;
+	}
+	if (refused_awaiting_supervisor(s, ti->tid, why, whylen)) {
+		*v = verdict_of(MA_E_NOSAFE);
 		return true;
 	}
 	uint64_t began, nvcsw;
@@ -609,7 +629,8 @@ static bool refused_at_stop(struct ma_session *s, const struct ma_thread_info *t
 {
 	long nr;
 
-	if (thread_refused_for_restart(s, ti->tid, why, whylen)) {
+	if (thread_refused_for_restart(s, ti->tid, why, whylen) ||
+	    refused_awaiting_supervisor(s, ti->tid, why, whylen)) {
 		*v = verdict_of(MA_E_NOSAFE);
 		return true;
 	}

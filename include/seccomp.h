@@ -72,6 +72,13 @@ pid_t ma_seccomp_thread_unlike(pid_t pid, long state, long *theirs);
 int ma_seccomp_check(pid_t pid, pid_t tid, const struct ma_sc_query *q, size_t n);
 
 /*
+ * TID (seized, stopped): may one of its filters hand a syscall to a
+ * supervisor (SECCOMP_RET_USER_NOTIF)?  1 yes or unknown, 0 no.  A thread
+ * stopped while it waits for that answer has the request withdrawn.
+ */
+int ma_seccomp_may_notify(pid_t pid, pid_t tid);
+
+/*
  * Pure evaluator: run one classic-BPF seccomp program over D.  Returns the
  * program's SECCOMP_RET_* value (all 32 bits).  A program the kernel would
  * refuse to install returns SECCOMP_RET_KILL_PROCESS; a division by a zero X

@@ -103,6 +103,12 @@ struct ma_target {
 	 * (session_restart.c: thread_refused_for_restart).
 	 */
 	long restart_ok_state;
+	/*
+	 * The same for a filter a stopped thread showed to have no
+	 * USER_NOTIF answer: running threads under it may be stopped (one
+	 * could otherwise enter a wait for its supervisor before its stop).
+	 */
+	long notify_free_state;
 	struct ma_mapping *maps;
 	size_t nmaps;
 	struct ma_jemalloc je;
@@ -190,6 +196,12 @@ const char *ma_thread_restart_block_wait(pid_t pid, pid_t tid, long *nr);
  * life (/proc's schedstat, in ns).  false if the kernel does not say.
  */
 bool ma_thread_cpu_wait_ns(pid_t pid, pid_t tid, uint64_t *ns);
+/*
+ * Is thread TID blocked until its seccomp supervisor answers a syscall
+ * (SECCOMP_RET_USER_NOTIF; /proc's wchan)?  A stop withdraws that request
+ * and the syscall, issued again, reaches the supervisor a second time.
+ */
+bool ma_thread_awaits_seccomp_supervisor(pid_t pid, pid_t tid);
 /* Is NR a sleep (nanosleep, clock_nanosleep, or the restart of one)? */
 bool ma_syscall_is_sleep(long nr);
 /*
