@@ -43,15 +43,15 @@ for c in "stats" "stats --strict" "bins --flush-tcache"; do
 	check "$c: it reads them, from the thread in read() (${FAILED:-all ended 0})" [ -z "$FAILED" ]
 done
 
-"$FIX/seccomp_notify" 3 >"$TMP/n.out" 2>&1 &
+"$FIX/seccomp_notify" 6 >"$TMP/n.out" 2>&1 & # long enough for threads and a --tid run's retries
 p=$!
 track "$p"
 bsleep 0.5
 "$MA" threads "$p" >"$TMP/t.out" 2>&1
-n=$(grep -c '"asker_[0-9]".*UNSAFE (waits for its seccomp supervisor' <(tr -s '\n ' ' ' <"$TMP/t.out" | sed 's/thread /\nthread /g'))
-check "threads: the three waiting threads UNSAFE, naming the supervisor ($n)" [ "$n" -eq 3 ]
+n=$(grep -c '"asker_[0-9]".*UNSAFE (.*supervisor' <(tr -s '\n ' ' ' <"$TMP/t.out" | sed 's/thread /\nthread /g'))
+check "threads: the three asking threads UNSAFE, naming the supervisor (waiting for it, or running under its filter) ($n)" [ "$n" -eq 3 ]
 asker=$(tid_of "$p" asker_0)
-"$MA" stats --tid "$asker" "$p" >/dev/null 2>"$TMP/tid.err"; rc=$?
+"$MA" stats --tid "$asker" --timeout 1s "$p" >/dev/null 2>"$TMP/tid.err"; rc=$?
 wait "$p"
 check "stats --tid asker_0: refused naming the supervisor (exit $rc: $(head -2 "$TMP/tid.err" | tr '\n' ' ' | cut -c1-200)), verdict $(grep -o 'VERDICT [a-z]*' "$TMP/n.out")" \
-	eval '[ "$rc" -ne 0 ] && grep -q "seccomp supervisor" "$TMP/tid.err" && grep -q "VERDICT ok" "$TMP/n.out"'
+	eval '[ "$rc" -ne 0 ] && grep -q "supervisor" "$TMP/tid.err" && grep -q "VERDICT ok" "$TMP/n.out"'
