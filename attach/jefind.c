@@ -566,7 +566,7 @@ static bool is_libc(const char *path)
 /* What find_libc_functions looks up in libc, in one pass. */
 enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_TID_DESC,
        LF_CREATE, LF_ATTR_INIT, LF_ATTR_SETDETACH, LF_ATTR_DESTROY,
-       LF_ATTR_SETSTACKSIZE, LF_SLEEP,
+       LF_ATTR_SETSTACKSIZE, LF_SLEEP, LF_SYSCALL,
        LF_LOCKED,
        LF_STACK_LOCKED = LF_LOCKED + 10 };
 static const char *const libc_names[] = {
@@ -578,6 +578,7 @@ static const char *const libc_names[] = {
 	[LF_ATTR_SETDETACH] = "pthread_attr_setdetachstate",
 	[LF_ATTR_DESTROY] = "pthread_attr_destroy",
 	[LF_ATTR_SETSTACKSIZE] = "pthread_attr_setstacksize", [LF_SLEEP] = "sleep",
+	[LF_SYSCALL] = "syscall",
 	/* the functions that hold the loader's locks (target.h) */
 	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "__libc_dlopen_mode",
@@ -657,7 +658,9 @@ static void find_own_fns(struct ma_target *t, const struct ma_elf_sym *s, const 
 			return;
 		a[k - LF_CREATE] = s[k].addr + bias;
 	}
-	t->own_fns = (struct ma_own_fns){ a[0], a[1], a[2], a[3], a[4], a[5] };
+	t->own_fns = (struct ma_own_fns){ a[0], a[1], a[2], a[3], a[4], a[5], { 0, 0 } };
+	if (found[LF_SYSCALL] && s[LF_SYSCALL].type == 2 && s[LF_SYSCALL].addr && s[LF_SYSCALL].size)
+		t->own_fns.syscall_fn = sym_range(&s[LF_SYSCALL], bias);
 }
 
 /* libc's fork(), dlopen/dlerror, epoll_wait/epoll_pwait, the loader-lock holders, the tid's place. */

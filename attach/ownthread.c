@@ -26,7 +26,67 @@ bool ma_own_thread_possible(struct ma_target *t)
 	return t->own_fns.create && t->libc_code.hi && ma_target_tid_offset(t) > 0;
 }
 
-enum { E_ATTR_INIT, E_DETACHED, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, N_ENTRIES };
+enum { E_ATTR_INIT, E_DETACHED, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, E_END_SEND, E_END_UNBLOCK,
+       N_ENTRIES };
+
+/*
+ * A signal to tell the making's end by (remote.h's end_sig), or 0: one
+ * the program ignores (SIG_IGN, or no handler for a signal whose default
+ * is to ignore it), that the thread does not block itself and that waits
+ * for no one.  Should memattach die while it is on its way, the kernel
+ * drops it: nothing of the program runs.  Not the stop signals or
+ * SIGCONT, whose sending alone changes a stopped process; not a fault.
+ */
+static int quiet_signal(struct ma_session *s, const struct ma_proc_status *st)
+{
+	static const int by_default[] = { SIGWINCH, SIGURG, SIGCHLD };
+	uint64_t busy = st->sig_caught | s->sigmask | st->sig_pending | st->sig_shared_pending;
+
+	for (size_t i = 0; i < sizeof(by_default) / sizeof(by_default[0]); i++)
+		if (!(busy & 1ULL << (by_default[i] - 1)))
+			return by_default[i];
+	for (int sig = 1; sig < 32; sig++)
+		if ((st->sig_ignored & 1ULL << (sig - 1)) && !(busy & 1ULL << (sig - 1)) &&
+		    sig != SIGKILL && sig != SIGSTOP && sig != SIGCONT && sig != SIGTSTP &&
+		    sig != SIGTTIN && sig != SIGTTOU && sig != SIGSEGV && sig != SIGBUS &&
+		    sig != SIGILL && sig != SIGFPE && sig != SIGTRAP && sig != SIGSYS)
+			return sig;
+	return 0;
+}
+
+/*
+ * The making's last two entries, so that it runs with no stop per syscall
+ * (remote.h's end_sig): tgkill its own thread with that signal (blocked:
+ * it waits), then unblock it (delivered: the stop).  Both after
+ * pthread_create, whose new thread takes the mask the call has.  Ids as
+ * the process sees them (its pid namespace).  False: no such signal, no
+ * libc syscall(), or --strict; then the two entries do nothing.
+ */
+static bool end_by_signal(struct ma_session *s, uint64_t set, struct ma_batch_entry *send,
+			  struct ma_batch_entry *unblock)
+{
+	const struct ma_range *fn = &s->t->own_fns.syscall_fn;
+	struct ma_proc_status st;
+	uint64_t bit;
+	int sig;
+
+	if (s->strict || !fn->lo || !set || ma_proc_read_status(s->t->proc_pid, s->tid, &st) != 0 ||
+	    st.ns_tgid <= 0 || st.ns_pid <= 0 || !(sig = quiet_signal(s, &st))) {
+		ma_err_clear();
+		return false;
+	}
+	bit = 1ULL << (sig - 1);
+	if (ma_mem_write(s->t->proc_pid, set, &bit, sizeof(bit)) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	*send = (struct ma_batch_entry){ fn->lo, { SYS_tgkill, (uint64_t)st.ns_tgid, (uint64_t)st.ns_pid,
+						   (uint64_t)sig }, 0 };
+	*unblock = (struct ma_batch_entry){ fn->lo, { SYS_rt_sigprocmask, SIG_UNBLOCK, set, 0, sizeof(bit) }, 0 };
+	s->end_sig = sig;
+	s->end_fn = *fn;
+	return true;
+}
 
 /* The thread pointer the new thread got, and the tid its descriptor names. */
 static int read_new_thread(struct ma_session *s, uint64_t slot, struct ma_own_thread *h)
@@ -50,6 +110,7 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 	const struct ma_own_fns *f = &s->t->own_fns;
 	uint64_t attr = ma_session_alloc(s, 128), slot = ma_session_alloc(s, 16);
 	uint64_t table = ma_session_alloc(s, N_ENTRIES * sizeof(struct ma_batch_entry));
+	uint64_t end_set = ma_session_alloc(s, 8);
 	/*
 	 * Its mask is the one the borrowed thread has during the call, which
 	 * pthread_create passes on (less SIGCANCEL): every signal blocked but
@@ -75,13 +136,16 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 		[E_CREATE] = { f->create, { slot, attr, f->sleep, MA_OWN_SLEEP_S } },
 		[E_ATTR_DESTROY] = { f->attr_destroy, { attr } },
 	};
+	size_t n = N_ENTRIES;
 	int rc;
 
 	memset(h, 0, sizeof(*h));
 	if (!f->create || !attr || !slot || !table)
 		return ma_fail(MA_E_INTERNAL, "no room or no pthread_create for a thread of our own");
+	if (!end_by_signal(s, end_set, &e[E_END_SEND], &e[E_END_UNBLOCK]))
+		n = E_END_SEND;
 	if ((rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
-	    (rc = ma_session_call_batch(s, table, N_ENTRIES, 0)) ||
+	    (rc = ma_session_call_batch(s, table, n, 0)) ||
 	    (rc = ma_mem_read(s->t->proc_pid, table, e, sizeof(e))))
 		return rc;
 	for (int i = 0; i < E_ATTR_DESTROY; i++)

@@ -33,6 +33,21 @@ static uint64_t kb_field(const char *line)
 	return (uint64_t)v * 1024;
 }
 
+/* The last number on a line of ids (NSpid: one per nested pid namespace, the innermost last). */
+static pid_t last_number(const char *p)
+{
+	long v = 0;
+
+	for (char *end; *p && *p != '\n'; p = end) {
+		long n = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		v = n;
+	}
+	return (pid_t)v;
+}
+
 int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 {
 	char path[64], line[256];
@@ -84,6 +99,10 @@ int ma_proc_read_status(pid_t pid, pid_t tid, struct ma_proc_status *st)
 			st->sig_ignored = strtoull(line + 7, NULL, 16);
 		} else if (strncmp(line, "SigCgt:", 7) == 0) {
 			st->sig_caught = strtoull(line + 7, NULL, 16);
+		} else if (strncmp(line, "NStgid:", 7) == 0) {
+			st->ns_tgid = last_number(line + 7);
+		} else if (strncmp(line, "NSpid:", 6) == 0) {
+			st->ns_pid = last_number(line + 6);
 		} else if (strncmp(line, "VmRSS:", 6) == 0) {
 			st->vm_rss = kb_field(line);
 		} else if (strncmp(line, "VmHWM:", 6) == 0) {

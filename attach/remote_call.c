@@ -657,6 +657,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	 * allow-list kills the process.  Elsewhere the skip is harmless and
 	 * saves a stop (each one more request that can fail).
 	 */
+	if ((rc = run_leave_call_end(s)))
+		return rc;
 	if (s->at_marker && ma_session_filtered(s)) {
 		struct user_regs_struct m;
 
@@ -675,13 +677,19 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		return rc;
 	s->call_fpu = true;
 	s->ncalls++;
-	s->at_marker = s->skipping_self_deadlock = false;
+	s->at_marker = s->skipping_self_deadlock = s->end_seen = false;
 	s->call_syscalls = 0;
 	stops_test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {
-		s->at_marker = true;
+		s->at_marker = !s->at_call_end;
 		stops_test_kill_point("marker");
+	}
+	if (s->end_sig) {
+		/* For this call only; blocked again (the call unblocked it) for the way out. */
+		s->end_sig = 0;
+		if (!rc)
+			rc = run_block_signals(s);
 	}
 	if (rc == MA_E_TIMEOUT) {
 		/*
@@ -708,7 +716,8 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 		return abandon_call(s, rc);
 	if (rc)
 		return rc;
-	*ret = ma_arch_stub_retval(&r);
+	/* Stopped before the marker, a call that signals its end returns through memory. */
+	*ret = s->at_call_end ? 0 : ma_arch_stub_retval(&r);
 	return 0;
 }
 
@@ -952,18 +961,27 @@ bool session_judge_filters_again(struct ma_session *s)
  * release, where no check sees a filter the program installs meanwhile
  * (TSYNC) that refuses them.
  */
+bool session_stub_may_give_back(struct ma_session *s)
+{
+	return !s->filters_changed && !s->strict && s->stub_sigreturns && s->stub_asks_signals &&
+	       s->stub_written && !s->nheld && s->mask_blocked &&
+	       !ma_arch_stub_restore_pops(&s->saved, &s->resume);
+}
+
 static bool stub_can_give_back(struct ma_session *s)
 {
 	struct __ptrace_syscall_info info;
 	struct user_regs_struct r;
 
-	if (s->filters_changed || s->strict || !s->stub_sigreturns || !s->stub_asks_signals || !s->stub_written || s->nheld ||
-	    !s->mask_blocked || ma_arch_stub_restore_pops(&s->saved, &s->resume) ||
-	    ma_arch_get_regs(s->tid, &r) != 0 ||
-	    ma_arch_ip(&r) != s->stub + MA_STUB_MARKER_END) {
+	if (!session_stub_may_give_back(s) || ma_arch_get_regs(s->tid, &r) != 0) {
 		ma_err_clear();
 		return false;
 	}
+	/* At a call's end signal (session_run.c): the rest of the call, then the marker's getpid. */
+	if (s->at_call_end)
+		return ma_arch_ip(&r) >= s->end_fn.lo && ma_arch_ip(&r) < s->end_fn.hi;
+	if (ma_arch_ip(&r) != s->stub + MA_STUB_MARKER_END)
+		return false;
 	memset(&info, 0, sizeof(info));
 	if (ma_ptrace(PTRACE_GET_SYSCALL_INFO, s->tid, (void *)sizeof(info), &info) <= 0)
 		return false;
@@ -974,7 +992,9 @@ static bool stub_can_give_back(struct ma_session *s)
 
 /*
  * The thread left the stub once /proc shows it blocked with its ip
- * elsewhere (nothing jumps back into the stub); then its bytes go back.
+ * elsewhere (nothing jumps back into the stub), and not in the function
+ * whose end signal it was given back at (that one returns into the
+ * stub); then its bytes go back.
  * A thread still running after a few ms leaves them to the next run,
  * which finds them by their header as it finds a killed run's.  The
  * thread is not held meanwhile.
@@ -989,7 +1009,9 @@ static void restore_stub_when_left(struct ma_session *s)
 
 		if (w == MA_WHERE_GONE)
 			return; /* gone (or the process exec'd): nothing to put back into */
-		left = w != MA_WHERE_RUNNING && (pc < s->stub || pc >= s->stub + MA_STUB_REGION);
+		left = w != MA_WHERE_RUNNING && (pc < s->stub || pc >= s->stub + MA_STUB_REGION) &&
+		       /* given back at a call's end: still to return into the stub from there */
+		       !(s->end_fn.hi && pc >= s->end_fn.lo && pc < s->end_fn.hi);
 		if (!left)
 			usleep(200);
 	}
@@ -1016,13 +1038,18 @@ static int restore_and_detach(struct ma_session *s)
 	count_deferred_signals(s);
 	session_judge_filters_again(s);
 	if (stub_can_give_back(s)) {
-		s->at_marker = false;
+		if (!s->at_call_end)
+			s->end_fn = (struct ma_range){ 0, 0 }; /* (restore_stub_when_left) */
+		s->at_marker = s->at_call_end = false;
+		/* (At a call's end, its signal dropped: it was ours.) */
 		if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)
 			return stops_ptrace_errno("PTRACE_DETACH", s->tid);
 		s->seized = s->mask_blocked = false;
 		s->gave_back_by_stub = true;
 		return 0;
 	}
+	if ((rc = run_leave_call_end(s)))
+		return rc;
 	/* At the marker's entry: let its getpid run rather than skip it (nr -1 meets seccomp). */
 	if (s->at_marker && (rc = run_until(s, GOAL_SYSCALL_EXIT, s->call_timeout_ms, &r)))
 		return rc;

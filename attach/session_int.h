@@ -64,6 +64,12 @@ void run_hold_signal(struct ma_session *s);
 uint64_t run_fault_signals(void);
 uint64_t run_borrowed_mask(void);
 int run_set_sigmask(struct ma_session *s, uint64_t mask);
+/* Block the thread's signals as borrowed (all but faults; SIGSETXID as the options say). */
+int run_block_signals(struct ma_session *s);
+/* From a call's end signal's stop (at_call_end) on to the marker's entry; 0 if not there. */
+int run_leave_call_end(struct ma_session *s);
+/* May the stub's restore path give the thread back, wherever in the stub it stops (remote_call.c)? */
+bool session_stub_may_give_back(struct ma_session *s);
 int run_stopped_under_call(struct ma_session *s, const char *how);
 int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms, struct user_regs_struct *out);
 int run_set_trap_regs(struct ma_session *s);

@@ -486,6 +486,48 @@ static int refused_in_call(struct ma_session *s)
 }
 
 /*
+ * The stop for the signal the call's last entries send their own thread
+ * (ownthread.c): sent by tgkill while blocked, it is delivered as the
+ * last one unblocks it, the thread still in that rt_sigprocmask's
+ * wrapper.  The same signal from anyone else, or at any other point, is
+ * the program's, held as any other.
+ */
+static bool is_call_end_signal(struct ma_session *s, int sig)
+{
+	struct user_regs_struct r;
+	siginfo_t si;
+
+	if (!s->end_sig || s->end_seen || sig != s->end_sig)
+		return false;
+	memset(&si, 0, sizeof(si));
+	if (ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si) != 0 || si.si_code != SI_TKILL ||
+	    ma_arch_get_regs(s->tid, &r) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return (long)r.orig_rax == SYS_rt_sigprocmask && ma_arch_ip(&r) >= s->end_fn.lo &&
+	       ma_arch_ip(&r) < s->end_fn.hi;
+}
+
+/*
+ * Once the call has entered its first syscall, and that one passed the
+ * judgements above (a wait on a loader lock is only ever the first), a
+ * call whose end is signalled runs on without a stop per syscall: each
+ * stop is one more wait for a CPU on a busy machine, most of a hold.
+ * What those stops also judged is left to the call's timeout: a wait on
+ * a lock (another thread lets go), a stop of the process (its grace).
+ * Not once a seccomp filter judges the thread's syscalls (one came in
+ * since the thread was stopped: each syscall is judged again at its
+ * entry); one that comes in after this first syscall is not seen
+ * before pthread_create's own (README's limits).
+ */
+static bool free_run_begins(const struct ma_session *s, enum run_goal goal, int sig)
+{
+	return s->end_sig && !s->end_seen && goal == GOAL_CALL && sig == (SIGTRAP | 0x80) &&
+	       s->call_syscalls >= 1 && !s->refused_in_call && !s->filtered && !s->filters_changed;
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
  * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
@@ -497,6 +539,7 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 	uint64_t deadline = ma_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 	uint64_t stop_grace_end = 0; /* the process stopped under the call: how long we wait on */
 	int fault = 0, pass_sig = 0;
+	long resume = PTRACE_SYSCALL; /* PTRACE_CONT while the call runs free (free_run_begins) */
 
 	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
@@ -578,13 +621,31 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 			s->job_stop_seen = true;
 			if (goal == GOAL_CALL && !stop_grace_end)
 				stop_grace_end = ma_now_ns() + STOPPED_GRACE_MS * 1000000ULL;
+		} else if (ev == 0 && goal == GOAL_CALL && is_call_end_signal(s, sig)) {
+			s->end_seen = true;
+			/*
+			 * Its last entry ran.  What is left of the call (returns
+			 * into the stub) needs no watching: stopped here, the
+			 * way out can be the stub's, from here (no stop at the
+			 * marker).  Else on to the marker, the signal dropped.
+			 */
+			if (!s->refused_in_call && session_stub_may_give_back(s)) {
+				s->at_call_end = true;
+				return ma_arch_get_regs(s->tid, out);
+			}
+			resume = PTRACE_SYSCALL;
 		} else if (ev == 0) {
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
 				return rc;
 		}
+		if (fault || s->fail_at_exit)
+			resume = PTRACE_SYSCALL; /* to the marker (park_at_marker), or that exit */
+		else if (free_run_begins(s, goal, sig))
+			resume = PTRACE_CONT;
 		/* Group stops, other syscalls (inside the call): keep going. */
-		if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, (void *)(long)pass_sig) != 0)
-			return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
+		if (ma_ptrace(resume, s->tid, NULL, (void *)(long)pass_sig) != 0)
+			return stops_ptrace_errno(resume == PTRACE_CONT ? "PTRACE_CONT" : "PTRACE_SYSCALL",
+						  s->tid);
 	}
 }
 
@@ -627,7 +688,7 @@ int run_set_trap_regs(struct ma_session *s)
 }
 
 /* Block the thread's signals while it is borrowed (run_borrowed_mask). */
-static int block_signals(struct ma_session *s)
+int run_block_signals(struct ma_session *s)
 {
 	uint64_t mask = s->sigmask | run_borrowed_mask();
 	int rc;
@@ -661,13 +722,32 @@ int run_set_regs_blocked(struct ma_session *s, const struct user_regs_struct *r)
 		if ((rc = run_set_trap_regs(s)))
 			return rc;
 		s->changed = true;
-		if ((rc = block_signals(s)))
+		if ((rc = run_block_signals(s)))
 			return rc;
 	}
 	if ((rc = ma_arch_set_regs(s->tid, r)))
 		return rc;
 	s->changed = true;
-	return s->mask_blocked ? 0 : block_signals(s);
+	return s->mask_blocked ? 0 : run_block_signals(s);
+}
+
+/*
+ * Stopped at a call's end signal (at_call_end), the thread goes on to the
+ * marker's entry, as after any call: what memattach does next starts
+ * from there.  The signal is dropped (it was ours).
+ */
+int run_leave_call_end(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	int rc;
+
+	if (!s->at_call_end)
+		return 0;
+	s->at_call_end = false;
+	if ((rc = run_until(s, GOAL_CALL, s->call_timeout_ms, &r)))
+		return rc;
+	s->at_marker = true;
+	return 0;
 }
 
 static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int nargs,
@@ -676,6 +756,8 @@ static int stub_syscall(struct ma_session *s, long nr, const uint64_t *args, int
 	struct user_regs_struct r;
 	int rc;
 
+	if ((rc = run_leave_call_end(s)))
+		return rc;
 	if ((rc = seccomp_allows(s, nr, args, nargs, "a syscall memattach issues")))
 		return rc;
 	if (s->at_marker) {

@@ -88,6 +88,17 @@ struct ma_session {
 	bool abandoned; /* a call timed out or failed inside: the stub restores the thread */
 	bool skipping_self_deadlock; /* the call met a lock its thread held before the borrow */
 	unsigned call_syscalls; /* syscalls the current call has entered so far */
+	/*
+	 * The call's end, told by a signal its last entries send their own
+	 * thread (tgkill, then the unblock that delivers it, both through
+	 * libc's syscall(), END_FN; ownthread.c): past its first syscall the
+	 * call then runs with no stop per syscall, to that signal
+	 * (session_run.c).  0: a stop at every syscall.  For one call.
+	 */
+	int end_sig;
+	struct ma_range end_fn;
+	bool end_seen;
+	bool at_call_end; /* stopped at its delivery, the call's tail (to the marker) not yet run */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool call_fpu; /* the calls' floating-point control state is in (ma_arch_set_call_fpu) */
 	bool exec_seen; /* the process exec'd since its maps were read */

@@ -75,6 +75,7 @@ struct ma_proc_status {
 	uint64_t sig_pending, sig_shared_pending, sig_blocked; /* masks */
 	uint64_t sig_ignored, sig_caught; /* dispositions SIG_IGN, a handler (process-wide) */
 	long real_uid, threads; /* -1 when not read */
+	pid_t ns_tgid, ns_pid; /* as the process itself sees them (its innermost pid namespace); 0 unread */
 };
 
 #define MA_MAX_STUB_SITES 16
@@ -146,6 +147,8 @@ struct ma_target {
 	struct ma_own_fns {
 		uint64_t create, attr_init, attr_setdetach, attr_destroy,
 			attr_setstacksize, sleep;
+		/* libc's syscall(): the making's last entry signals its end (ownthread.c) */
+		struct ma_range syscall_fn;
 	} own_fns;
 	struct ma_range libc_code;
 #define MA_MAX_THREAD_FNS 32
