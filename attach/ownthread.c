@@ -70,7 +70,8 @@ static bool end_by_signal(struct ma_session *s, uint64_t set, struct ma_batch_en
 	uint64_t bit;
 	int sig;
 
-	if (s->strict || !fn->lo || !set || ma_proc_read_status(s->t->proc_pid, s->tid, &st) != 0 ||
+	/* Off until a lost end signal is survived (attack 43: the program's sigaction(SIG_IGN) drops it). */
+	if (s->strict || !fn->lo || !set || true || ma_proc_read_status(s->t->proc_pid, s->tid, &st) != 0 ||
 	    st.ns_tgid <= 0 || st.ns_pid <= 0 || !(sig = quiet_signal(s, &st))) {
 		ma_err_clear();
 		return false;
