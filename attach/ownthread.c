@@ -26,7 +26,7 @@ bool ma_own_thread_possible(struct ma_target *t)
 	return t->own_fns.create && t->libc_code.hi && ma_target_tid_offset(t) > 0;
 }
 
-enum { E_ATTR_INIT, E_DETACHED, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, E_END_SEND, E_END_UNBLOCK,
+enum { E_ATTR_INIT, E_DETACHED, E_STACKSIZE, E_CREATE, E_ATTR_DESTROY, E_END_UNBLOCK, E_END_SEND,
        N_ENTRIES };
 
 /*
@@ -56,22 +56,25 @@ static int quiet_signal(struct ma_session *s, const struct ma_proc_status *st)
 
 /*
  * The making's last two entries, so that it runs with no stop per syscall
- * (remote.h's end_sig): tgkill its own thread with that signal (blocked:
- * it waits), then unblock it (delivered: the stop).  Both after
- * pthread_create, whose new thread takes the mask the call has.  Ids as
- * the process sees them (its pid namespace).  False: no such signal, no
- * libc syscall(), or --strict; then the two entries do nothing.
+ * (remote.h's end_sig): unblock that signal, then tgkill its own thread
+ * with it (delivered on the syscall's way out: the stop).  Both after
+ * pthread_create, whose new thread takes the mask the call has.  Never
+ * left pending: the program setting its disposition to ignore it would
+ * discard it (attack 43); it can still do so in the instant between the
+ * sending and the delivery, and the end is then found by a look after
+ * FREE_RUN_MS (session_run.c).  Ids as the process sees them (its pid
+ * namespace).  False: no such signal, no libc syscall(), or --strict;
+ * then the two entries do nothing.
  */
-static bool end_by_signal(struct ma_session *s, uint64_t set, struct ma_batch_entry *send,
-			  struct ma_batch_entry *unblock)
+static bool end_by_signal(struct ma_session *s, uint64_t set, struct ma_batch_entry *unblock,
+			  struct ma_batch_entry *send)
 {
 	const struct ma_range *fn = &s->t->own_fns.syscall_fn;
 	struct ma_proc_status st;
 	uint64_t bit;
 	int sig;
 
-	/* Off until a lost end signal is survived (attack 43: the program's sigaction(SIG_IGN) drops it). */
-	if (s->strict || !fn->lo || !set || true || ma_proc_read_status(s->t->proc_pid, s->tid, &st) != 0 ||
+	if (s->strict || !fn->lo || !set || ma_proc_read_status(s->t->proc_pid, s->tid, &st) != 0 ||
 	    st.ns_tgid <= 0 || st.ns_pid <= 0 || !(sig = quiet_signal(s, &st))) {
 		ma_err_clear();
 		return false;
@@ -81,9 +84,9 @@ static bool end_by_signal(struct ma_session *s, uint64_t set, struct ma_batch_en
 		ma_err_clear();
 		return false;
 	}
+	*unblock = (struct ma_batch_entry){ fn->lo, { SYS_rt_sigprocmask, SIG_UNBLOCK, set, 0, sizeof(bit) }, 0 };
 	*send = (struct ma_batch_entry){ fn->lo, { SYS_tgkill, (uint64_t)st.ns_tgid, (uint64_t)st.ns_pid,
 						   (uint64_t)sig }, 0 };
-	*unblock = (struct ma_batch_entry){ fn->lo, { SYS_rt_sigprocmask, SIG_UNBLOCK, set, 0, sizeof(bit) }, 0 };
 	s->end_sig = sig;
 	s->end_fn = *fn;
 	return true;
@@ -138,16 +141,27 @@ int ma_own_thread_make(struct ma_session *s, struct ma_own_thread *h)
 		[E_ATTR_DESTROY] = { f->attr_destroy, { attr } },
 	};
 	size_t n = N_ENTRIES;
-	int rc;
+	int rc, end_sig;
 
 	memset(h, 0, sizeof(*h));
 	if (!f->create || !attr || !slot || !table)
 		return ma_fail(MA_E_INTERNAL, "no room or no pthread_create for a thread of our own");
-	if (!end_by_signal(s, end_set, &e[E_END_SEND], &e[E_END_UNBLOCK]))
-		n = E_END_SEND;
+	if (!end_by_signal(s, end_set, &e[E_END_UNBLOCK], &e[E_END_SEND]))
+		n = E_END_UNBLOCK;
+	end_sig = s->end_sig;
 	if ((rc = ma_mem_write(s->t->proc_pid, table, e, sizeof(e))) ||
-	    (rc = ma_session_call_batch(s, table, n, 0)) ||
-	    (rc = ma_mem_read(s->t->proc_pid, table, e, sizeof(e))))
+	    (rc = ma_session_call_batch(s, table, n, 0)))
+		return rc;
+	/*
+	 * Its end signal lost, the thread went back by itself and has run its
+	 * own code since, over the table on its stack: nothing in it can be
+	 * trusted.  A thread made sleeps out its time (as after any failure).
+	 */
+	if (s->restored_itself)
+		return ma_fail(MA_E_NOSAFE, "the end of the call making memattach's thread in thread %d "
+			       "was not seen (the program set signal %d's disposition meanwhile, which drops "
+			       "it); the thread went back by itself", s->tid, end_sig);
+	if ((rc = ma_mem_read(s->t->proc_pid, table, e, sizeof(e))))
 		return rc;
 	for (int i = 0; i < E_ATTR_DESTROY; i++)
 		if ((int)e[i].ret)

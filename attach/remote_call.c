@@ -639,7 +639,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	uint64_t retaddr = s->stub;
 	int rc, cut_ms;
 
-	if (!s->seized || !s->mapped || s->abandoned)
+	if (!s->seized || !s->mapped || s->abandoned || s->restored_itself)
 		return ma_fail(MA_E_INTERNAL, "no session");
 	/* A call is never started that the run's --timeout leaves no time to wait for. */
 	if ((cut_ms = ma_run_ms_left(timeout_ms)) == 0)
@@ -682,13 +682,13 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	stops_test_kill_point("call");
 	rc = run_until(s, GOAL_CALL, cut_ms, &r);
 	if (!rc) {
-		s->at_marker = !s->at_call_end;
+		s->at_marker = !s->at_call_end && !s->restored_itself;
 		stops_test_kill_point("marker");
 	}
 	if (s->end_sig) {
 		/* For this call only; blocked again (the call unblocked it) for the way out. */
 		s->end_sig = 0;
-		if (!rc)
+		if (!rc && !s->restored_itself) /* (back on its own: its mask is its own) */
 			rc = run_block_signals(s);
 	}
 	if (rc == MA_E_TIMEOUT) {
@@ -717,7 +717,7 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if (rc)
 		return rc;
 	/* Stopped before the marker, a call that signals its end returns through memory. */
-	*ret = s->at_call_end ? 0 : ma_arch_stub_retval(&r);
+	*ret = s->at_call_end || s->restored_itself ? 0 : ma_arch_stub_retval(&r);
 	return 0;
 }
 
@@ -790,7 +790,7 @@ static bool is_our_copy(const siginfo_t *si)
  * instead of the one dequeued.  A real signal that was pending meanwhile
  * is newer than everything held: it joins the back of the queue.
  */
-static int redeliver_and_detach(struct ma_session *s)
+static int redeliver_and_detach(struct ma_session *s, bool put_regs)
 {
 	int next = 0;
 
@@ -814,7 +814,7 @@ static int redeliver_and_detach(struct ma_session *s)
 		 * the kernel decides, by the handler's SA_RESTART, whether the
 		 * interrupted syscall restarts or fails with EINTR.
 		 */
-		if (next == 0)
+		if (next == 0 && put_regs)
 			ma_arch_set_regs(s->tid, &s->saved.regs);
 		memset(&si, 0, sizeof(si));
 		ma_ptrace(PTRACE_GETSIGINFO, s->tid, NULL, &si);
@@ -1083,7 +1083,7 @@ static int restore_and_detach(struct ma_session *s)
 		rc = ma_arch_set_regs(s->tid, regs);
 		restore_stub_site(s);
 		if (s->nheld)
-			redeliver_and_detach(s);
+			redeliver_and_detach(s, true);
 		else if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0 && !rc)
 			rc = stops_ptrace_errno("PTRACE_DETACH", s->tid);
 	}
@@ -1107,17 +1107,41 @@ static void let_go_abandoned(struct ma_session *s)
 	s->seized = false;
 }
 
+/*
+ * The thread went back through the stub's own restore path (its call's
+ * end signal was lost: session_run.c): registers and mask are its own
+ * again, and it runs its own code.  Only the signals memattach held
+ * meanwhile go back to it, with their siginfo; then it is let go, and
+ * the stub's bytes go back (it has left them).
+ */
+static int give_back_restored(struct ma_session *s)
+{
+	int rc = 0;
+
+	if (s->nheld)
+		rc = redeliver_and_detach(s, false);
+	else if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)
+		rc = stops_ptrace_errno("PTRACE_DETACH", s->tid);
+	s->seized = s->mask_blocked = false;
+	s->end_fn = (struct ma_range){ 0, 0 };
+	s->gave_back_by_stub = true; /* (restore_stub_when_left) */
+	return rc;
+}
+
 int ma_session_close(struct ma_session *s)
 {
 	int rc = 0, rc2;
 
-	if (s->seized && !s->abandoned && s->stub_written) {
+	if (s->seized && !s->abandoned && s->stub_written && !s->restored_itself) {
 		for (int i = 1; i >= 0; i--)
 			if ((rc2 = unmap_recorded(s, i)) && !rc)
 				rc = rc2;
 		s->mapped = s->own[0].len != 0;
 	}
-	if (s->seized && s->abandoned) {
+	if (s->seized && s->restored_itself) {
+		rc2 = give_back_restored(s); /* its mappings, if any, stay for the next run */
+		rc = rc ? rc : rc2;
+	} else if (s->seized && s->abandoned) {
 		let_go_abandoned(s); /* the stub and mappings stay: the thread still uses them */
 	} else if (s->seized && s->changed) {
 		rc2 = restore_and_detach(s);

@@ -487,10 +487,10 @@ static int refused_in_call(struct ma_session *s)
 
 /*
  * The stop for the signal the call's last entries send their own thread
- * (ownthread.c): sent by tgkill while blocked, it is delivered as the
- * last one unblocks it, the thread still in that rt_sigprocmask's
- * wrapper.  The same signal from anyone else, or at any other point, is
- * the program's, held as any other.
+ * (ownthread.c): unblocked, then sent by tgkill, it is delivered on that
+ * syscall's way out, the thread still in its wrapper.  The same signal
+ * from anyone else, or at any other point, is the program's, held as any
+ * other.
  */
 static bool is_call_end_signal(struct ma_session *s, int sig)
 {
@@ -505,7 +505,7 @@ static bool is_call_end_signal(struct ma_session *s, int sig)
 		ma_err_clear();
 		return false;
 	}
-	return (long)r.orig_rax == SYS_rt_sigprocmask && ma_arch_ip(&r) >= s->end_fn.lo &&
+	return (long)r.orig_rax == SYS_tgkill && ma_arch_ip(&r) >= s->end_fn.lo &&
 	       ma_arch_ip(&r) < s->end_fn.hi;
 }
 
@@ -521,10 +521,56 @@ static bool is_call_end_signal(struct ma_session *s, int sig)
  * entry); one that comes in after this first syscall is not seen
  * before pthread_create's own (README's limits).
  */
+static uint64_t call_mask_floor(const struct ma_session *s);
+
 static bool free_run_begins(const struct ma_session *s, enum run_goal goal, int sig)
 {
+	uint64_t call = call_mask_floor(s);
+
+	/* (A thread that blocks all the call's mask does itself: no telling it is back, below.) */
 	return s->end_sig && !s->end_seen && goal == GOAL_CALL && sig == (SIGTRAP | 0x80) &&
-	       s->call_syscalls >= 1 && !s->refused_in_call && !s->filtered && !s->filters_changed;
+	       s->call_syscalls >= 1 && !s->refused_in_call && !s->filtered && !s->filters_changed &&
+	       (s->sigmask & call) != call;
+}
+
+/*
+ * How long a call runs free before memattach looks where it is: its end
+ * signal can be lost (the program setting that signal's disposition to
+ * SIG_IGN or SIG_DFL discards a pending one), and the thread then runs
+ * past the marker (no stop there) and restores itself, its signals still
+ * coming to memattach.  Well above the call's own ~0.1 ms; a busy
+ * machine's wait for a CPU may pass it, and the look then only costs the
+ * per-syscall stops from there on.
+ */
+#define FREE_RUN_MS 25
+
+/* What the call's mask blocks at least (less the end signal, which its end unblocks). */
+static uint64_t call_mask_floor(const struct ma_session *s)
+{
+	uint64_t call = s->sigmask | run_borrowed_mask();
+
+	return call & ~(1ULL << (s->end_sig - 1)) & ~(1ULL << (GLIBC_SIGSETXID - 1));
+}
+
+/*
+ * After FREE_RUN_MS with no end: has the thread left the call, restored
+ * by the stub's own path?  Its ip is then out of the stub, and either its
+ * mask no longer blocks all the call's does (the mask it gets back is its
+ * own, which blocks less: free_run_begins) or its stack is above the
+ * state area (the call's is below it).
+ */
+static bool restored_itself(struct ma_session *s)
+{
+	struct user_regs_struct r;
+	uint64_t mask = 0, call = call_mask_floor(s);
+
+	if (ma_arch_get_regs(s->tid, &r) != 0 ||
+	    ma_ptrace(PTRACE_GETSIGMASK, s->tid, (void *)sizeof(mask), &mask) != 0) {
+		ma_err_clear();
+		return false;
+	}
+	return (ma_arch_ip(&r) < s->stub || ma_arch_ip(&r) >= s->stub + MA_STUB_REGION) &&
+	       ((mask & call) != call || ma_arch_stack_pointer(&r) > s->area);
 }
 
 /*
@@ -540,6 +586,8 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 	uint64_t stop_grace_end = 0; /* the process stopped under the call: how long we wait on */
 	int fault = 0, pass_sig = 0;
 	long resume = PTRACE_SYSCALL; /* PTRACE_CONT while the call runs free (free_run_begins) */
+	uint64_t free_until = 0; /* ... until then (FREE_RUN_MS); 0: not free */
+	bool free_over = false; /* interrupted once: no more free running, and a look at each stop */
 
 	if (ma_ptrace(PTRACE_SYSCALL, s->tid, NULL, NULL) != 0)
 		return stops_ptrace_errno("PTRACE_SYSCALL", s->tid);
@@ -547,6 +595,9 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		uint64_t now = ma_now_ns();
 		uint64_t until = stop_grace_end && stop_grace_end < deadline ? stop_grace_end : deadline;
 		int status, rc, sig, ev;
+
+		if (free_until && free_until < until)
+			until = free_until;
 
 		/* The thread runs here (resumed below, or not yet stopped). */
 		if (stop_grace_end && now >= stop_grace_end) {
@@ -564,6 +615,15 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		rc = stops_peek(s->tid, &status, now >= until ? 0 : (int)((until - now) / 1000000ULL) + 1);
 		if (rc == MA_E_TIMEOUT && stop_grace_end && ma_now_ns() >= stop_grace_end)
 			continue; /* judged above */
+		if (rc == MA_E_TIMEOUT && free_until && ma_now_ns() >= free_until) {
+			/* Free for FREE_RUN_MS with no end: stopped to see where it is. */
+			free_until = 0;
+			free_over = true;
+			resume = PTRACE_SYSCALL;
+			if (ma_ptrace(PTRACE_INTERRUPT, s->tid, NULL, NULL) != 0)
+				return stops_ptrace_errno("PTRACE_INTERRUPT", s->tid);
+			continue;
+		}
 		if (rc == 0 && !stops_is_signal_stop(status))
 			rc = stops_wait(s->tid, &status, 1000);
 		if (rc == MA_E_EXITED)
@@ -578,6 +638,17 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		sig = WSTOPSIG(status);
 		ev = status >> 16;
 		pass_sig = 0;
+		if (free_over && (ev == PTRACE_EVENT_STOP || (ev == 0 && sig == (SIGTRAP | 0x80))) &&
+		    !is_job_control_stop(sig) && restored_itself(s)) {
+			/*
+			 * Its end signal was lost: the call is over, the thread its
+			 * own again (looked at after the interrupt and at each stop
+			 * after it, until the marker).  What it left: a syscall
+			 * entry of its own, which goes on as made once let go.
+			 */
+			s->restored_itself = true;
+			return ma_arch_get_regs(s->tid, out);
+		}
 		if (sig == (SIGTRAP | 0x80)) {
 			struct __ptrace_syscall_info info;
 
@@ -638,10 +709,13 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 			if ((rc = on_signal_stop(s, sig, &goal, &fault, &pass_sig)))
 				return rc;
 		}
-		if (fault || s->fail_at_exit)
+		if (fault || s->fail_at_exit) {
 			resume = PTRACE_SYSCALL; /* to the marker (park_at_marker), or that exit */
-		else if (free_run_begins(s, goal, sig))
+			free_until = 0;
+		} else if (resume == PTRACE_SYSCALL && !free_over && free_run_begins(s, goal, sig)) {
 			resume = PTRACE_CONT;
+			free_until = ma_now_ns() + FREE_RUN_MS * 1000000ULL;
+		}
 		/* Group stops, other syscalls (inside the call): keep going. */
 		if (ma_ptrace(resume, s->tid, NULL, (void *)(long)pass_sig) != 0)
 			return stops_ptrace_errno(resume == PTRACE_CONT ? "PTRACE_CONT" : "PTRACE_SYSCALL",
@@ -785,7 +859,7 @@ int ma_session_syscall(struct ma_session *s, long nr, const uint64_t *args, int 
 {
 	int rc;
 
-	if (!s->stub_written || s->abandoned || !s->seized)
+	if (!s->stub_written || s->abandoned || !s->seized || s->restored_itself)
 		return ma_fail(MA_E_INTERNAL, "no session");
 	rc = stub_syscall(s, nr, args, nargs, s->call_timeout_ms, ret);
 	if (!rc)
