@@ -1118,10 +1118,12 @@ static int give_back_restored(struct ma_session *s)
 {
 	int rc = 0;
 
+	if (s->nheld && s->restored_sig)
+		run_hold_signal(s); /* after the others, which came first */
 	if (s->nheld)
 		rc = redeliver_and_detach(s, false);
-	else if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, NULL) != 0)
-		rc = stops_ptrace_errno("PTRACE_DETACH", s->tid);
+	else if (ma_ptrace(PTRACE_DETACH, s->tid, NULL, (void *)(long)s->restored_sig) != 0)
+		rc = stops_ptrace_errno("PTRACE_DETACH", s->tid); /* (its signal, siginfo intact) */
 	s->seized = s->mask_blocked = false;
 	s->end_fn = (struct ma_range){ 0, 0 };
 	s->gave_back_by_stub = true; /* (restore_stub_when_left) */

@@ -638,15 +638,20 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		sig = WSTOPSIG(status);
 		ev = status >> 16;
 		pass_sig = 0;
-		if (free_over && (ev == PTRACE_EVENT_STOP || (ev == 0 && sig == (SIGTRAP | 0x80))) &&
+		if (((free_over && (ev == PTRACE_EVENT_STOP || sig == (SIGTRAP | 0x80))) ||
+		     ((free_until || free_over) && ev == 0 && sig != (SIGTRAP | 0x80) &&
+		      !is_fault_signal(sig) && !is_call_end_signal(s, sig))) &&
 		    !is_job_control_stop(sig) && restored_itself(s)) {
 			/*
 			 * Its end signal was lost: the call is over, the thread its
 			 * own again (looked at after the interrupt and at each stop
-			 * after it, until the marker).  What it left: a syscall
-			 * entry of its own, which goes on as made once let go.
+			 * after it, until the marker; and at a signal for it while
+			 * free, which then goes to it as it came, siginfo and all,
+			 * when it is let go, never held).  A syscall entry of its
+			 * own goes on as made.
 			 */
 			s->restored_itself = true;
+			s->restored_sig = ev == 0 && sig != (SIGTRAP | 0x80) ? sig : 0;
 			return ma_arch_get_regs(s->tid, out);
 		}
 		if (sig == (SIGTRAP | 0x80)) {

@@ -100,6 +100,7 @@ struct ma_session {
 	bool end_seen;
 	bool at_call_end; /* stopped at its delivery, the call's tail (to the marker) not yet run */
 	bool restored_itself; /* ... or it was lost, and the thread went through the stub's restore */
+	int restored_sig; /* ... and was seen at the delivery stop of this signal, its own (0: none) */
 	bool at_marker; /* stopped at the stub's marker syscall entry */
 	bool call_fpu; /* the calls' floating-point control state is in (ma_arch_set_call_fpu) */
 	bool exec_seen; /* the process exec'd since its maps were read */
