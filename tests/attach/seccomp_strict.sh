@@ -32,12 +32,26 @@ for i in 1 2; do
 	track $!
 done
 
+# killed_at_syscall PID: the syscall a seccomp filter killed PID at (the
+# kernel's audit line; "?" if none).
+killed_at_syscall() {
+	local n
+	n=$(dmesg 2>/dev/null | grep "type=1326" | grep " pid=$1 " | tail -1 | sed -n 's/.* syscall=\([0-9]*\).*/\1/p')
+	echo "${n:-?}"
+}
+
+# Syscalls of the stub's own restore path, run after the give-back
+# (rt_sigreturn, rt_sigpending, sigaltstack): where the residual without
+# --strict kills.
+RESTORE_PATH=" 15 127 131 "
+
 # run_arm N CMD...: N fresh targets through memattach CMD... PID (@TID@:
-# worker_0's tid); sets OK REFUSED DEAD BAD WHYS.
+# worker_0's tid); sets OK REFUSED DEAD BAD WHYS, and DEAD_AT (the
+# syscall each died at).
 run_arm() {
 	local n=$1 i p v args w
 	shift
-	OK=0 REFUSED=0 DEAD=0 BAD="" WHYS=""
+	OK=0 REFUSED=0 DEAD=0 BAD="" WHYS="" DEAD_AT=""
 	for ((i = 0; i < n; i++)); do
 		MALLOC_CONF=${ARM_CONF:-} fix_start seccomp_daemon -L -R -W -w 3000 || { BAD+=" no start;"; continue; }
 		p=$FIX_PID
@@ -53,6 +67,7 @@ run_arm() {
 		if ! alive "$p"; then
 			fixture_died "$p" "$(dirname "$FIX_OUT")"
 			DEAD=$((DEAD + 1))
+			DEAD_AT+=" $(killed_at_syscall "$p")"
 			continue
 		fi
 		v=$(fix_cmd "$p" "$FIX_FD" "$FIX_OUT" verdict)
@@ -87,18 +102,24 @@ ARM_CONF=prof:true run_arm 20 heap-dump --strict -o "$TMP/d.heap"
 check "heap-dump --strict: no target killed ($DEAD of 20 died; $OK dumped, $REFUSED refused or failed)" \
 	[ "$DEAD" -eq 0 ]
 check "heap-dump --strict: every verdict ok (${BAD:-all ok})" [ -z "$BAD" ]
+# Without --strict the give-back is the stub's own restore path, where a
+# filter landing after memattach's last look still kills (README's
+# limits, about 5 in 100): only a death at a syscall of the dump itself
+# (creat: 12 of 20 before it was judged) is a failure here.
 ARM_CONF=prof:true run_arm 20 heap-dump -o "$TMP/d.heap"
-check "heap-dump: no target killed ($DEAD of 20 died; $OK dumped, $REFUSED refused or failed)" \
-	[ "$DEAD" -eq 0 ]
+others=""
+for n in $DEAD_AT; do [[ $RESTORE_PATH == *" $n "* ]] || others+=" $n"; done
+check "heap-dump: no target killed at a syscall of the dump ($DEAD of 20 died, at syscall${DEAD_AT:- none}; the restore path's are README's residual; $OK dumped, $REFUSED refused or failed)" \
+	[ -z "$others" ]
 mid=$(grep -c "installed during the call" <<<"$WHYS")
 echo "# heap-dump: $mid of $REFUSED failures were a syscall of the call refused by the arriving filter"
 
 # Without --strict: counted, not judged (the residual README states).
 run_arm 20 stats
-echo "# without --strict: $DEAD of 20 targets killed ($OK read, $REFUSED refused)"
+echo "# without --strict: $DEAD of 20 targets killed, at syscall${DEAD_AT:- none} ($OK read, $REFUSED refused)"
 # frag start's making runs free of syscall stops after its first
 # (session_run.c): a filter landing there is not seen before clone3 or
 # the end signal's tgkill.  Counted too (--strict makes no thread).
 run_arm 20 frag start
-echo "# frag start without --strict: $DEAD of 20 targets killed ($OK started, $REFUSED refused)"
+echo "# frag start without --strict: $DEAD of 20 targets killed, at syscall${DEAD_AT:- none} ($OK started, $REFUSED refused)"
 kill "${hogs[@]}" 2>/dev/null
