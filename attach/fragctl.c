@@ -686,6 +686,7 @@ int ma_agent_start_in(struct ma_session *s, const struct ma_agent_start_opts *o)
 	p.mallctlnametomib = je->mallctlnametomib;
 	p.mallctlbymib = je->mallctlbymib;
 	p.malloc_usable_size = je->malloc_usable_size;
+	p.find_object = s->t->find_object_fn;
 	p.capacity = o->capacity;
 	p.max_samples = o->max_samples;
 	p.stack_cap = o->stack_cap;

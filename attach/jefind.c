@@ -566,7 +566,7 @@ static bool is_libc(const char *path)
 /* What find_libc_functions looks up in libc, in one pass. */
 enum { LF_FORK, LF_LIBC_FORK, LF_DLOPEN, LF_DLERROR, LF_EPOLL_WAIT, LF_EPOLL_PWAIT, LF_TID_DESC,
        LF_CREATE, LF_ATTR_INIT, LF_ATTR_SETDETACH, LF_ATTR_DESTROY,
-       LF_ATTR_SETSTACKSIZE, LF_SLEEP, LF_SYSCALL,
+       LF_ATTR_SETSTACKSIZE, LF_SLEEP, LF_SYSCALL, LF_FIND_OBJECT,
        LF_LOCKED,
        LF_STACK_LOCKED = LF_LOCKED + 10 };
 static const char *const libc_names[] = {
@@ -578,7 +578,7 @@ static const char *const libc_names[] = {
 	[LF_ATTR_SETDETACH] = "pthread_attr_setdetachstate",
 	[LF_ATTR_DESTROY] = "pthread_attr_destroy",
 	[LF_ATTR_SETSTACKSIZE] = "pthread_attr_setstacksize", [LF_SLEEP] = "sleep",
-	[LF_SYSCALL] = "syscall",
+	[LF_SYSCALL] = "syscall", [LF_FIND_OBJECT] = "_dl_find_object",
 	/* the functions that hold the loader's locks (target.h) */
 	[LF_LOCKED] = "dlopen", "dlmopen", "dlclose", "dlsym", "dlvsym", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "__libc_dlopen_mode",
@@ -694,6 +694,8 @@ static void find_libc_functions(struct ma_target *t, struct ma_elf *e, uint64_t 
 			add_tail_callees(t, e, bias, sym_range(&s[k], bias));
 		}
 	find_own_fns(t, s, found, bias);
+	if (found[LF_FIND_OBJECT] && s[LF_FIND_OBJECT].type == 2 && s[LF_FIND_OBJECT].addr)
+		t->find_object_fn = s[LF_FIND_OBJECT].addr + bias;
 	/* libc's own epoll_wait wrappers: r10 is theirs to clobber. */
 	for (int k = 0; k < 2; k++)
 		if (found[LF_EPOLL_WAIT + k] && s[LF_EPOLL_WAIT + k].size)

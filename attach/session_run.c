@@ -574,6 +574,66 @@ static bool restored_itself(struct ma_session *s)
 }
 
 /*
+ * Its end signal lost, has the call's thread gone back on its own?  Looked
+ * at after the free run's interrupt and at each stop after it, until the
+ * marker; and at a signal for it while free, which then goes to it as it
+ * came, siginfo and all, when it is let go, never held.  A syscall entry
+ * of its own goes on as made.
+ */
+static bool back_on_its_own(struct ma_session *s, bool free, bool free_over, int ev, int sig)
+{
+	bool look = (free_over && (ev == PTRACE_EVENT_STOP || sig == (SIGTRAP | 0x80))) ||
+		    ((free || free_over) && ev == 0 && sig != (SIGTRAP | 0x80) &&
+		     !is_fault_signal(sig) && !is_call_end_signal(s, sig));
+
+	return look && !is_job_control_stop(sig) && restored_itself(s);
+}
+
+/*
+ * A syscall stop during a run: the marker (the call's end), the exit of
+ * a syscall memattach issued, or a syscall of the call, judged at its
+ * entry.  *DONE: the run ends here, with the value returned.
+ */
+static int on_syscall_stop(struct ma_session *s, enum run_goal goal, int fault,
+			   struct user_regs_struct *out, bool *done)
+{
+	struct __ptrace_syscall_info info;
+	bool entry;
+	int rc;
+
+	*done = true;
+	if ((rc = syscall_stop_info(s->tid, &info)))
+		return rc;
+	entry = info.op == PTRACE_SYSCALL_INFO_ENTRY;
+	if (goal == GOAL_CALL && entry)
+		s->call_syscalls++;
+	if (info.op == PTRACE_SYSCALL_INFO_EXIT && s->fail_at_exit)
+		fail_replaced_syscall(s);
+	if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
+		if (goal == GOAL_CALL && entry && info.entry.nr == MA_STUB_MARKER_NR) {
+			s->at_marker = true;
+			if (!fault && s->refused_in_call)
+				return refused_in_call(s);
+			return fault ? fault : ma_arch_get_regs(s->tid, out);
+		}
+		if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
+			return ma_arch_get_regs(s->tid, out);
+	} else if (goal == GOAL_CALL && entry && fail_syscall_new_filter_refuses(s, &info) == 0 &&
+		   s->fail_at_exit) {
+		/* replaced: on to its exit */
+	} else if (goal == GOAL_CALL && entry && waits_on_own_lock(s, &info)) {
+		return skip_self_deadlock(s, info.entry.args[0]);
+	} else if (goal == GOAL_CALL && entry && waits_on_loader_lock(s, &info)) {
+		return skip_loader_lock(s);
+	} else if (goal == GOAL_CALL && s->job_stop_seen && entry && is_futex_wait(&info) &&
+		   ma_process_job_stopped(s->t->pid, s->tid)) {
+		return run_stopped_under_call(s, "waits for a lock that a stopped thread holds");
+	}
+	*done = false;
+	return 0;
+}
+
+/*
  * Resume the thread (regs already set) until the goal: the exit of the
  * syscall at the stub, or the stub marker after a call.  Signals that
  * arrive are held; a fault ends the run with MA_E_FAULT, the thread parked
@@ -638,55 +698,17 @@ int run_until(struct ma_session *s, enum run_goal goal, int timeout_ms,
 		sig = WSTOPSIG(status);
 		ev = status >> 16;
 		pass_sig = 0;
-		if (((free_over && (ev == PTRACE_EVENT_STOP || sig == (SIGTRAP | 0x80))) ||
-		     ((free_until || free_over) && ev == 0 && sig != (SIGTRAP | 0x80) &&
-		      !is_fault_signal(sig) && !is_call_end_signal(s, sig))) &&
-		    !is_job_control_stop(sig) && restored_itself(s)) {
-			/*
-			 * Its end signal was lost: the call is over, the thread its
-			 * own again (looked at after the interrupt and at each stop
-			 * after it, until the marker; and at a signal for it while
-			 * free, which then goes to it as it came, siginfo and all,
-			 * when it is let go, never held).  A syscall entry of its
-			 * own goes on as made.
-			 */
+		if (back_on_its_own(s, free_until != 0, free_over, ev, sig)) {
 			s->restored_itself = true;
 			s->restored_sig = ev == 0 && sig != (SIGTRAP | 0x80) ? sig : 0;
 			return ma_arch_get_regs(s->tid, out);
 		}
 		if (sig == (SIGTRAP | 0x80)) {
-			struct __ptrace_syscall_info info;
+			bool done = false;
 
-			if ((rc = syscall_stop_info(s->tid, &info)))
+			rc = on_syscall_stop(s, goal, fault, out, &done);
+			if (done)
 				return rc;
-			if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY)
-				s->call_syscalls++;
-			if (info.op == PTRACE_SYSCALL_INFO_EXIT && s->fail_at_exit)
-				fail_replaced_syscall(s);
-			if (info.instruction_pointer == s->stub + MA_STUB_MARKER_END) {
-				if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
-				    info.entry.nr == MA_STUB_MARKER_NR) {
-					s->at_marker = true;
-					if (!fault && s->refused_in_call)
-						return refused_in_call(s);
-					return fault ? fault : ma_arch_get_regs(s->tid, out);
-				}
-				if (goal == GOAL_SYSCALL_EXIT && info.op == PTRACE_SYSCALL_INFO_EXIT)
-					return ma_arch_get_regs(s->tid, out);
-			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
-				   fail_syscall_new_filter_refuses(s, &info) == 0 && s->fail_at_exit) {
-				/* replaced: on to its exit */
-			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
-				   waits_on_own_lock(s, &info)) {
-				return skip_self_deadlock(s, info.entry.args[0]);
-			} else if (goal == GOAL_CALL && info.op == PTRACE_SYSCALL_INFO_ENTRY &&
-				   waits_on_loader_lock(s, &info)) {
-				return skip_loader_lock(s);
-			} else if (goal == GOAL_CALL && s->job_stop_seen &&
-				   info.op == PTRACE_SYSCALL_INFO_ENTRY && is_futex_wait(&info) &&
-				   ma_process_job_stopped(s->t->pid, s->tid)) {
-				return run_stopped_under_call(s, "waits for a lock that a stopped thread holds");
-			}
 		} else if (ev == PTRACE_EVENT_STOP && is_job_control_stop(sig)) {
 			/*
 			 * The process is being stopped; our thread goes on (the

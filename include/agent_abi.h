@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MA_AGENT_MAGIC 0x31544e4741414d4dULL /* "MMAAGNT1" */
-#define MA_AGENT_VERSION 6
+#define MA_AGENT_VERSION 7
 #define MA_AGENT_MEMFD_NAME "memattach-agent"
 
 /* Frames kept per stack (innermost first, after the agent's own frames). */
@@ -123,6 +123,8 @@ struct ma_agent_params {
 	uint64_t rate; /* profile mode: the mean bytes between samples (1: every allocation) */
 	/* DETOUR: each entry point's ORIGINAL in its trampoline (0: not detoured) */
 	uint64_t original[MA_AGENT_NENTRIES];
+	/* libc's _dl_find_object (glibc 2.35+; 0: none): the unwinder's lock-free lookup */
+	uint64_t find_object;
 };
 
 /* Return codes of the agent's entry points (negative errno otherwise). */
@@ -225,6 +227,7 @@ struct ma_agent_ctl {
 	uint64_t wrapper[MA_AGENT_NENTRIES];
 	uint64_t ndetours;
 	struct ma_agent_patch detours[MA_AGENT_NENTRIES];
+	uint64_t find_object; /* params.find_object */
 };
 
 /*

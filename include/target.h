@@ -150,6 +150,7 @@ struct ma_target {
 		/* libc's syscall(): the making's last entry signals its end (ownthread.c) */
 		struct ma_range syscall_fn;
 	} own_fns;
+	uint64_t find_object_fn; /* libc's _dl_find_object (glibc 2.35+), for the frag agent; 0 none */
 	struct ma_range libc_code;
 #define MA_MAX_THREAD_FNS 32
 	struct ma_range thread_fns[MA_MAX_THREAD_FNS];

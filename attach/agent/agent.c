@@ -148,6 +148,7 @@ static void leave(struct stripe *s)
 struct unwind_buf {
 	uint64_t ip[UNWIND_RAW];
 	unsigned n;
+	uint64_t find_object; /* ctl's */
 };
 
 /* A pc, and the executable segment that holds it (found by find_code). */
@@ -174,11 +175,25 @@ static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
 	return 0;
 }
 
-/* Is PC in the code of a loaded object (not JIT code in anonymous memory)? */
-static bool in_loaded_code(uint64_t pc)
+typedef int (*find_object_fn)(void *address, struct dl_find_object *result);
+
+/*
+ * Is PC in a loaded object (not JIT code in anonymous memory)?  Asked for
+ * every frame of every sampled allocation, so not through dl_iterate_phdr
+ * where libc has _dl_find_object (glibc 2.35+, found by memattach: linked,
+ * the agent would not load on an older glibc): dl_iterate_phdr holds the
+ * loader's write lock for its walk, and a fork() by another thread
+ * meanwhile leaves the child with that lock taken, its first dlopen()
+ * waiting for ever (attack 44: 4 of 105 children with the agent idle).
+ * _dl_find_object takes no lock (libgcc's own unwinder uses it).
+ */
+static bool in_loaded_code(uint64_t find_object, uint64_t pc)
 {
 	struct code_query q = { pc, 0, 0 };
+	struct dl_find_object o;
 
+	if (find_object)
+		return ((find_object_fn)(uintptr_t)find_object)((void *)(uintptr_t)pc, &o) == 0;
 	return dl_iterate_phdr(find_code, &q) != 0;
 }
 
@@ -197,7 +212,7 @@ static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg)
 	if (!ip)
 		return _URC_END_OF_STACK;
 	b->ip[b->n++] = ip;
-	if (!in_loaded_code(ip - 1))
+	if (!in_loaded_code(b->find_object, ip - 1))
 		return _URC_END_OF_STACK;
 	return b->n == UNWIND_RAW ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
@@ -267,6 +282,7 @@ static uint32_t current_stack(struct ma_agent_ctl *c, uint32_t key)
 	unsigned start = 0, n;
 
 	b.n = 0;
+	b.find_object = c->find_object;
 	_Unwind_Backtrace(unwind_cb, &b);
 	/* Skip up to and including the last of our own frames (and libgcc's before them). */
 	for (unsigned i = 0; i < b.n && i < 12; i++)

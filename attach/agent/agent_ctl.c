@@ -189,6 +189,7 @@ static void take_params(struct ma_agent_ctl *c, const struct ma_agent_params *p)
 	c->mallctlnametomib = p->mallctlnametomib;
 	c->mallctlbymib = p->mallctlbymib;
 	c->malloc_usable_size = p->malloc_usable_size;
+	c->find_object = p->find_object;
 	c->je_lo = p->je_lo;
 	c->je_hi = p->je_hi;
 	memcpy(agent_prefix, p->prefix, sizeof(agent_prefix));
