@@ -688,7 +688,17 @@ int ma_session_call_timeout(struct ma_session *s, uint64_t fn, const uint64_t *a
 	if (s->end_sig) {
 		/* For this call only; blocked again (the call unblocked it) for the way out. */
 		s->end_sig = 0;
-		if (!rc && !s->restored_itself) /* (back on its own: its mask is its own) */
+		/*
+		 * Stopped at the end, glibc's SIGSETXID too: let go from there,
+		 * the thread has the rest of the call to run before the stub's
+		 * restore, and a handler run meanwhile could block outside the
+		 * stub, where restore_stub_when_left takes it to have left (the
+		 * stub's bytes back, its return into them a SIGSEGV: daemon -u,
+		 * 1 in 5 targets).  A setuid() waits those microseconds.
+		 */
+		if (!rc && s->at_call_end)
+			rc = run_set_sigmask(s, s->sigmask | run_borrowed_mask());
+		else if (!rc && !s->restored_itself) /* (back on its own: its mask is its own) */
 			rc = run_block_signals(s);
 	}
 	if (rc == MA_E_TIMEOUT) {
