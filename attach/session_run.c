@@ -521,16 +521,20 @@ static bool is_call_end_signal(struct ma_session *s, int sig)
  * entry); one that comes in after this first syscall is not seen
  * before pthread_create's own (README's limits).
  */
-static uint64_t call_mask_floor(const struct ma_session *s);
+/* What the call's mask blocks at least (less the end signal, which its end unblocks). */
+static uint64_t call_mask_floor(const struct ma_session *s)
+{
+	uint64_t call = (s->sigmask | run_borrowed_mask()) & ~(1ULL << (GLIBC_SIGSETXID - 1));
+
+	return s->end_sig ? call & ~(1ULL << (s->end_sig - 1)) : call;
+}
 
 static bool free_run_begins(const struct ma_session *s, enum run_goal goal, int sig)
 {
-	uint64_t call = call_mask_floor(s);
-
 	/* (A thread that blocks all the call's mask does itself: no telling it is back, below.) */
 	return s->end_sig && !s->end_seen && goal == GOAL_CALL && sig == (SIGTRAP | 0x80) &&
 	       s->call_syscalls >= 1 && !s->refused_in_call && !s->filtered && !s->filters_changed &&
-	       (s->sigmask & call) != call;
+	       (s->sigmask & call_mask_floor(s)) != call_mask_floor(s);
 }
 
 /*
@@ -544,13 +548,6 @@ static bool free_run_begins(const struct ma_session *s, enum run_goal goal, int 
  */
 #define FREE_RUN_MS 25
 
-/* What the call's mask blocks at least (less the end signal, which its end unblocks). */
-static uint64_t call_mask_floor(const struct ma_session *s)
-{
-	uint64_t call = s->sigmask | run_borrowed_mask();
-
-	return call & ~(1ULL << (s->end_sig - 1)) & ~(1ULL << (GLIBC_SIGSETXID - 1));
-}
 
 /*
  * After FREE_RUN_MS with no end: has the thread left the call, restored
